@@ -1,0 +1,136 @@
+"""Produce then consume N messages of S bytes through `herald standalone` and print msg/s, MB/s,
+send latency percentiles and the server's peak resident memory.
+
+Starts its own standalone on free ports in a temporary directory unless --service-url is given.
+Results are appended to bench/results/produce_consume.jsonl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from herald.client import AsyncClient, ConsumerType, InitialPosition
+
+RESULTS = Path(__file__).resolve().parent / "results" / "produce_consume.jsonl"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_standalone(data_dir: str) -> tuple[subprocess.Popen[bytes], str]:
+    ports = [free_port() for _ in range(3)]
+    log = open(Path(data_dir) / "standalone.log", "wb")  # noqa: SIM115 - owned by the child
+    herald = Path(sys.executable).parent / "herald"
+    proc = subprocess.Popen(
+        [str(herald), "standalone", "--data-dir", f"{data_dir}/data", "--port", str(ports[0]),
+         "--broker-port", str(ports[1]), "--storage-port", str(ports[2])],
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 60
+    while "press Ctrl-C" not in (Path(data_dir) / "standalone.log").read_text(errors="replace"):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError((Path(data_dir) / "standalone.log").read_text())
+        time.sleep(0.05)
+    return proc, f"herald://127.0.0.1:{ports[0]}"
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def percentile(sorted_values: list[float], fraction: float) -> float:
+    if not sorted_values:
+        return 0.0
+    return sorted_values[min(len(sorted_values) - 1, int(fraction * len(sorted_values)))]
+
+
+async def run(service_url: str, messages: int, size: int, max_pending: int) -> dict[str, float]:
+    topic = f"bench-{os.getpid()}-{int(time.time())}"
+    payload = b"x" * size
+    latencies: list[float] = []
+    async with AsyncClient(service_url) as client:
+        producer = await client.create_producer(topic, max_pending_messages=max_pending, block_if_queue_full=True)
+        consumer = await client.subscribe(
+            topic, "bench", consumer_type=ConsumerType.Exclusive, initial_position=InitialPosition.Earliest
+        )
+        clock = time.perf_counter
+        started = clock()
+        for i in range(messages):
+            future = await producer.send_async(payload)
+            if i % 97 == 0:  # sample latencies without timing every message
+                sent_at = clock()
+                future.add_done_callback(lambda _f, t=sent_at: latencies.append(clock() - t))
+        await producer.flush()
+        produce_seconds = clock() - started
+
+        started = clock()
+        received = 0
+        while received < messages:
+            message = await consumer.receive(timeout=30)
+            if message is None:
+                raise RuntimeError(f"consumer stalled after {received} of {messages} messages")
+            consumer.acknowledge(message)
+            received += 1
+        consume_seconds = clock() - started
+        await producer.close()
+        await consumer.close()
+    latencies.sort()
+    return {
+        "messages": messages, "size": size, "max_pending": max_pending,
+        "produce_msg_s": messages / produce_seconds,
+        "produce_mb_s": messages * size / produce_seconds / 1e6,
+        "consume_msg_s": messages / consume_seconds,
+        "consume_mb_s": messages * size / consume_seconds / 1e6,
+        "send_p50_ms": percentile(latencies, 0.50) * 1000,
+        "send_p99_ms": percentile(latencies, 0.99) * 1000,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--size", type=int, default=100)
+    parser.add_argument("--max-pending", type=int, default=1000, help="producer max pending messages")
+    parser.add_argument("--service-url", help="use a running Herald instead of starting standalone")
+    args = parser.parse_args()
+    proc = None
+    with tempfile.TemporaryDirectory() as tmp:
+        url = args.service_url
+        if url is None:
+            proc, url = start_standalone(tmp)
+        try:
+            result = asyncio.run(run(url, args.messages, args.size, args.max_pending))
+            if proc is not None:
+                result["server_peak_rss_mb"] = peak_rss_mb(proc.pid)
+        finally:
+            if proc is not None:
+                proc.terminate()
+                proc.wait(timeout=30)
+    print(
+        f"{args.messages} x {args.size} B: produce {result['produce_msg_s']:,.0f} msg/s "
+        f"({result['produce_mb_s']:.1f} MB/s), consume {result['consume_msg_s']:,.0f} msg/s "
+        f"({result['consume_mb_s']:.1f} MB/s), send latency p50 {result['send_p50_ms']:.2f} ms "
+        f"p99 {result['send_p99_ms']:.2f} ms, server peak RSS {result.get('server_peak_rss_mb', 0):.0f} MB"
+    )
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    with RESULTS.open("a") as handle:
+        handle.write(json.dumps({"at": time.strftime("%Y-%m-%dT%H:%M:%S"), **result}) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,276 @@
+"""The broker's gRPC front end: thin servicers that turn Produce / Consume streams and admin calls
+into calls on the gRPC-free core (service.BrokerService), and BrokerServer, which wires the core to
+storage, ownership and lookup registration."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+import grpc
+import grpc.aio
+
+from herald.api.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_grpc, lookup_pb2
+from herald.broker.consumer import Consumer
+from herald.broker.ownership import BrokerOwnership
+from herald.broker.registration import LookupRegistration
+from herald.broker.service import BrokerService
+from herald.broker.settings import BrokerSettings
+from herald.broker.subscription import InitialPosition, SubscriptionType
+from herald.common import errors
+from herald.common.rpc import abort, server_options
+from herald.metadata.store import MetadataStore
+from herald.storage.client import StorageClient
+
+log = logging.getLogger(__name__)
+Context = grpc.aio.ServicerContext  # type: ignore[type-arg]
+_RECEIPT_QUEUE = 10_000  # in-flight entries per producer stream; beyond it the stream stops reading
+_SUBSCRIPTION_TYPES = {
+    broker_pb2.EXCLUSIVE: SubscriptionType.EXCLUSIVE,
+    broker_pb2.SHARED: SubscriptionType.SHARED,
+    broker_pb2.FAILOVER: SubscriptionType.FAILOVER,
+    broker_pb2.KEY_SHARED: SubscriptionType.KEY_SHARED,
+}
+_POSITIONS = {broker_pb2.EARLIEST: InitialPosition.EARLIEST, broker_pb2.LATEST: InitialPosition.LATEST}
+
+
+class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
+    def __init__(self, service: BrokerService) -> None:
+        self.service = service
+
+    async def Produce(  # noqa: N802 - gRPC method name
+        self, request_iterator: AsyncIterator[broker_pb2.ProduceRequest], context: Context
+    ) -> None:
+        first = await context.read()
+        if first is grpc.aio.EOF or not first.HasField("register"):
+            await context.write(_produce_error(errors.InvalidArgumentError(
+                "a Produce stream must start with RegisterProducer")))
+            return
+        try:
+            producer, last_sequence_id = await self.service.create_producer(
+                first.register.topic, first.register.producer_name or None
+            )
+        except errors.HeraldError as error:
+            await context.write(_produce_error(error))
+            return
+        await context.write(broker_pb2.ProduceResponse(registered=broker_pb2.ProducerRegistered(
+            producer_name=producer.name, last_sequence_id=last_sequence_id,
+            max_message_size=self.service.settings.max_message_size,
+        )))
+        # Receipts go back in request order, so a writer task awaits the publishes one by one
+        # while this task keeps reading: adds stay pipelined down to storage.
+        in_flight: asyncio.Queue[tuple[broker_pb2.SendEntry, asyncio.Future[tuple[int, int]]] | None] = (
+            asyncio.Queue(_RECEIPT_QUEUE)
+        )
+        writer = asyncio.create_task(self._write_receipts(context, in_flight))
+        try:
+            while True:
+                request = await context.read()
+                if request is grpc.aio.EOF or request.HasField("close"):
+                    break
+                if not request.HasField("send"):
+                    continue
+                send = request.send
+                publish = asyncio.ensure_future(producer.topic.publish(
+                    producer, send.sequence_id, send.highest_sequence_id, send.num_messages, send.entry
+                ))
+                await in_flight.put((send, publish))
+                if writer.done():
+                    break
+        finally:
+            with contextlib.suppress(asyncio.QueueFull):
+                in_flight.put_nowait(None)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(writer), 30.0)
+            writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await writer
+            await self.service.close_producer(producer)
+
+    async def _write_receipts(
+        self, context: Context,
+        in_flight: asyncio.Queue[tuple[broker_pb2.SendEntry, asyncio.Future[tuple[int, int]]] | None],
+    ) -> None:
+        while True:
+            item = await in_flight.get()
+            if item is None:
+                return
+            send, publish = item
+            try:
+                ledger_id, entry_id = await publish
+            except errors.HeraldError as error:
+                await context.write(broker_pb2.ProduceResponse(
+                    send_error=broker_pb2.SendError(sequence_id=send.sequence_id, error=error.to_proto())
+                ))
+                continue
+            await context.write(broker_pb2.ProduceResponse(receipt=broker_pb2.SendReceipt(
+                sequence_id=send.sequence_id, highest_sequence_id=send.highest_sequence_id,
+                ledger_id=ledger_id, entry_id=entry_id,
+            )))
+
+    async def Consume(  # noqa: N802
+        self, request_iterator: AsyncIterator[broker_pb2.ConsumeRequest], context: Context
+    ) -> None:
+        first = await context.read()
+        if first is grpc.aio.EOF or not first.HasField("subscribe"):
+            await context.write(_consume_error(errors.InvalidArgumentError(
+                "a Consume stream must start with Subscribe")))
+            return
+        sub = first.subscribe
+        try:
+            consumer = await self.service.subscribe(
+                sub.topic, sub.subscription, _SUBSCRIPTION_TYPES[sub.type], _POSITIONS[sub.initial_position],
+                sub.consumer_name or None, sub.priority_level,
+            )
+        except errors.HeraldError as error:
+            await context.write(_consume_error(error))
+            return
+        except KeyError:
+            await context.write(_consume_error(errors.InvalidArgumentError("unknown subscription type")))
+            return
+        await context.write(broker_pb2.ConsumeResponse(
+            subscribed=broker_pb2.Subscribed(consumer_name=consumer.name)
+        ))
+        sender = asyncio.create_task(self._deliver(context, consumer))
+        try:
+            while True:
+                request = await context.read()
+                if request is grpc.aio.EOF or request.HasField("close"):
+                    break
+                try:
+                    self._handle_consumer_command(consumer, request)
+                except errors.HeraldError as error:
+                    await context.write(_consume_error(error))
+        finally:
+            sender.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await sender
+            await consumer.close()
+
+    @staticmethod
+    def _handle_consumer_command(consumer: Consumer, request: broker_pb2.ConsumeRequest) -> None:
+        command = request.WhichOneof("command")
+        if command == "flow":
+            consumer.flow(request.flow.permits)
+        elif command == "ack":
+            positions = [(p.ledger_id, p.entry_id) for p in request.ack.positions]
+            consumer.ack(positions, request.ack.cumulative)
+        elif command == "redeliver":
+            wanted = [(p.ledger_id, p.entry_id) for p in request.redeliver.positions]
+            consumer.redeliver(wanted or None)
+        elif command == "subscribe":
+            raise errors.InvalidArgumentError("this stream already has a subscription")
+
+    @staticmethod
+    async def _deliver(context: Context, consumer: Consumer) -> None:
+        while True:
+            deliveries = await consumer.next_deliveries()
+            await context.write(broker_pb2.ConsumeResponse(entries=broker_pb2.EntryBatch(entries=[
+                broker_pb2.DeliveredEntry(
+                    ledger_id=d.ledger_id, entry_id=d.entry_id, data=d.data, redelivery_count=d.redelivery_count
+                )
+                for d in deliveries
+            ])))
+
+
+def _produce_error(error: errors.HeraldError) -> broker_pb2.ProduceResponse:
+    return broker_pb2.ProduceResponse(error=error.to_proto())
+
+
+def _consume_error(error: errors.HeraldError) -> broker_pb2.ConsumeResponse:
+    return broker_pb2.ConsumeResponse(error=error.to_proto())
+
+
+class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
+    def __init__(self, service: BrokerService) -> None:
+        self.service = service
+
+    async def ListTopics(  # noqa: N802
+        self, request: admin_pb2.ListTopicsRequest, context: Context
+    ) -> admin_pb2.ListTopicsResponse:
+        try:
+            topics = await self.service.list_topics(request.namespace)
+        except errors.HeraldError as error:
+            await abort(context, error)
+        return admin_pb2.ListTopicsResponse(topics=topics)
+
+    async def GetTopicStats(  # noqa: N802
+        self, request: admin_pb2.TopicStatsRequest, context: Context
+    ) -> admin_pb2.TopicStats:
+        try:
+            stats = await self.service.topic_stats(request.topic)
+        except errors.HeraldError as error:
+            await abort(context, error)
+        return admin_pb2.TopicStats(
+            topic=stats.topic, msg_in_counter=stats.msg_in_counter, bytes_in_counter=stats.bytes_in_counter,
+            entries=stats.entries, storage_size=stats.storage_size,
+            producers=[admin_pb2.ProducerStats(producer_name=p.producer_name, msg_in_counter=p.msg_in_counter,
+                                               bytes_in_counter=p.bytes_in_counter) for p in stats.producers],
+            subscriptions=[admin_pb2.SubscriptionStats(name=s.name, type=s.type, consumers=s.consumers,
+                                                       msg_out_counter=s.msg_out_counter,
+                                                       backlog_entries=s.backlog_entries)
+                           for s in stats.subscriptions],
+        )
+
+
+class BrokerServer:
+    """A broker: the core service plus its gRPC server, storage client and lookup registration."""
+
+    def __init__(self, settings: BrokerSettings, store: MetadataStore) -> None:
+        self.settings = settings
+        self.store = store
+        self.storage = StorageClient(store, list(settings.storage_nodes))
+        self._server: grpc.aio.Server | None = None
+        self.port = 0
+        self.service: BrokerService | None = None
+        self.registration: LookupRegistration | None = None
+
+    @property
+    def address(self) -> str:
+        return self.settings.advertised_address or f"{self.settings.host}:{self.port}"
+
+    async def start(self) -> None:
+        if self._server is not None:
+            return
+        server = grpc.aio.server(options=server_options())
+        self.port = server.add_insecure_port(f"{self.settings.host}:{self.settings.port}")
+        broker_id = self.settings.broker_id or self.address
+        ownership = BrokerOwnership(self.store, broker_id, self.address)
+        await self.storage.start()
+        service = BrokerService(self.settings, self.store, self.storage, ownership)
+        self.service = service
+        broker_pb2_grpc.add_BrokerServiceServicer_to_server(BrokerServicer(service), server)
+        admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(service), server)
+        await server.start()
+        self._server = server
+        self.registration = LookupRegistration(
+            self.settings.lookup_address, ownership, self.settings.cluster,
+            load=self._load, owned_topics=service.topic_names, on_lease_lost=service.close_all,
+        )
+        await self.registration.start()
+        log.info("broker %s listening on %s", broker_id, self.address)
+
+    def _load(self) -> lookup_pb2.BrokerLoad:
+        if self.service is None:
+            return lookup_pb2.BrokerLoad()
+        load = self.service.load()
+        return lookup_pb2.BrokerLoad(
+            topics=load.topics, producers=load.producers, consumers=load.consumers,
+            msg_rate_in=load.msg_rate_in, msg_rate_out=load.msg_rate_out,
+        )
+
+    async def stop(self, grace: float = 2.0) -> None:
+        if self.registration is not None:
+            await self.registration.stop()
+            self.registration = None
+        server, self._server = self._server, None
+        if server is not None:
+            await server.stop(grace)
+        if self.service is not None:
+            await self.service.close_all()
+            self.service = None
+        await self.storage.close()
+
+

@@ -1,0 +1,250 @@
+"""The `herald` command: run a service (standalone, lookup, broker, storage) or use one
+(produce, consume). Services read settings from defaults < --config file < HERALD_* variables <
+flags."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from herald.common.config import describe, load_settings
+from herald.common.errors import HeraldError
+from herald.common.logs import configure_logging
+
+log = logging.getLogger("herald")
+DEFAULT_SERVICE_URL = "herald://127.0.0.1:6650"
+
+
+class Service(Protocol):
+    async def start(self) -> None: ...
+    async def stop(self) -> None: ...
+
+
+async def _serve(make: Callable[[], Awaitable[Service]], announce: Callable[[Any], None]) -> None:
+    """Start a service, announce it, and stop it cleanly on SIGINT or SIGTERM."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    service = await make()
+    await service.start()
+    try:
+        announce(service)
+        await stop.wait()
+        print("stopping…", flush=True)
+    finally:
+        await service.stop()
+
+
+def _flags(args: argparse.Namespace, *names: str) -> dict[str, Any]:
+    return {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
+
+
+def cmd_standalone(args: argparse.Namespace) -> None:
+    from herald.standalone import Standalone, StandaloneSettings
+
+    settings = load_settings(
+        StandaloneSettings, "standalone", config_file=args.config,
+        overrides=_flags(args, "data_dir", "host", "port", "broker_port", "storage_port"),
+    )
+
+    async def make() -> Standalone:
+        return Standalone(settings)
+
+    def announce(service: Standalone) -> None:
+        print("herald standalone is running", flush=True)
+        for name, endpoint in service.endpoints().items():
+            print(f"  {name:12} {endpoint}", flush=True)
+        print("press Ctrl-C to stop", flush=True)
+
+    asyncio.run(_serve(make, announce))
+
+
+def cmd_lookup(args: argparse.Namespace) -> None:
+    from herald.lookup.server import LookupServer
+    from herald.lookup.settings import LookupSettings
+    from herald.metadata import open_store
+
+    settings = load_settings(LookupSettings, "lookup", config_file=args.config,
+                             overrides=_flags(args, "metadata_url", "host", "port", "heartbeat_interval"))
+    log.info("lookup settings:\n%s", describe(settings))
+
+    class Running:
+        async def start(self) -> None:
+            self.store = open_store(settings.metadata_url)
+            await self.store.start()
+            self.server = LookupServer(settings, self.store)
+            await self.server.start()
+
+        async def stop(self) -> None:
+            await self.server.stop()
+            await self.store.close()
+
+    async def make() -> Running:
+        return Running()
+
+    asyncio.run(_serve(make, lambda s: print(f"lookup listening on {s.server.address}", flush=True)))
+
+
+def cmd_broker(args: argparse.Namespace) -> None:
+    from herald.broker.server import BrokerServer
+    from herald.broker.settings import BrokerSettings
+    from herald.metadata import open_store
+
+    settings = load_settings(
+        BrokerSettings, "broker", config_file=args.config,
+        overrides=_flags(args, "metadata_url", "host", "port", "broker_id", "lookup_address", "storage_nodes",
+                         "advertised_address"),
+    )
+    log.info("broker settings:\n%s", describe(settings))
+
+    class Running:
+        async def start(self) -> None:
+            self.store = open_store(settings.metadata_url)
+            await self.store.start()
+            self.server = BrokerServer(settings, self.store)
+            await self.server.start()
+
+        async def stop(self) -> None:
+            await self.server.stop()
+            await self.store.close()
+
+    async def make() -> Running:
+        return Running()
+
+    asyncio.run(_serve(make, lambda s: print(f"broker listening on {s.server.address}", flush=True)))
+
+
+def cmd_storage(args: argparse.Namespace) -> None:
+    from herald.storage.server import StorageServer
+    from herald.storage.settings import StorageSettings
+
+    settings = load_settings(StorageSettings, "storage", config_file=args.config,
+                             overrides=_flags(args, "data_dir", "host", "port"))
+    log.info("storage settings:\n%s", describe(settings))
+
+    async def make() -> StorageServer:
+        return StorageServer(settings)
+
+    asyncio.run(_serve(make, lambda s: print(f"storage listening on {s.address}", flush=True)))
+
+
+def cmd_produce(args: argparse.Namespace) -> None:
+    from herald.client import Client
+
+    with Client(args.service_url) as client, client.create_producer(args.topic) as producer:
+        started = time.perf_counter()
+        for i in range(args.num_messages):
+            text = args.message.replace("{i}", str(i))
+            message_id = producer.send(text.encode(), key=args.key)
+            if not args.quiet:
+                print(f"sent {message_id}", flush=True)
+        elapsed = time.perf_counter() - started
+    print(f"{args.num_messages} message(s) produced to {args.topic} in {elapsed:.3f}s", flush=True)
+
+
+def cmd_consume(args: argparse.Namespace) -> None:
+    from herald.client import Client, ConsumerType, InitialPosition
+
+    consumer_type = ConsumerType[args.type]
+    position = InitialPosition[args.initial_position]
+    received = 0
+    with Client(args.service_url) as client, client.subscribe(
+        args.topic, args.subscription, consumer_type=consumer_type, initial_position=position
+    ) as consumer:
+        while args.num_messages <= 0 or received < args.num_messages:
+            message = consumer.receive(timeout=args.timeout)
+            if message is None:
+                print(f"no message within {args.timeout}s", file=sys.stderr, flush=True)
+                break
+            consumer.acknowledge(message)
+            received += 1
+            value = message.value.decode(errors="replace")
+            key = f" key={message.key}" if message.key is not None else ""
+            print(f"{message.message_id}{key}: {value}", flush=True)
+    print(f"{received} message(s) consumed from {args.topic}", flush=True)
+    if args.num_messages > 0 and received < args.num_messages:
+        raise SystemExit(1)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="herald", description="Herald: durable publish/subscribe messaging")
+    parser.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING, ERROR")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def service(name: str, help_text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help_text, description=help_text)
+        sub.add_argument("--config", help=f"TOML file with a [{name}] table of settings")
+        sub.add_argument("--host", help="address to bind (default 127.0.0.1)")
+        sub.add_argument("--port", type=int, help="port to listen on (0 = any free port)")
+        return sub
+
+    sub = service("standalone", "run lookup, broker and storage in one process with an embedded metadata store")
+    sub.add_argument("--data-dir", help="where to keep data (default ./data)")
+    sub.add_argument("--broker-port", type=int, help="broker port (default 6651)")
+    sub.add_argument("--storage-port", type=int, help="storage port (default 3181)")
+    sub.set_defaults(func=cmd_standalone)
+
+    sub = service("lookup", "run the lookup (discovery) service")
+    sub.add_argument("--metadata-url", help="redis://host:port/db or sqlite:///path (env HERALD_LOOKUP_METADATA_URL)")
+    sub.add_argument("--heartbeat-interval", type=float, help="seconds between broker heartbeats")
+    sub.set_defaults(func=cmd_lookup)
+
+    sub = service("broker", "run a broker")
+    sub.add_argument("--metadata-url", help="redis://host:port/db (env HERALD_BROKER_METADATA_URL)")
+    sub.add_argument("--broker-id", help="stable broker name (default: host:port)")
+    sub.add_argument("--advertised-address", help="host:port clients use to reach this broker")
+    sub.add_argument("--lookup-address", help="host:port of the lookup service")
+    sub.add_argument("--storage-nodes", help="comma-separated host:port of storage nodes")
+    sub.set_defaults(func=cmd_broker)
+
+    sub = service("storage", "run a storage node")
+    sub.add_argument("--data-dir", help="journal and ledger directory")
+    sub.set_defaults(func=cmd_storage)
+
+    env_url = os.environ.get("HERALD_SERVICE_URL", DEFAULT_SERVICE_URL)
+    sub = commands.add_parser("produce", help="send messages to a topic")
+    sub.add_argument("topic")
+    sub.add_argument("-m", "--message", default="hello", help="message text; {i} is replaced by the message number")
+    sub.add_argument("-n", "--num-messages", type=int, default=1)
+    sub.add_argument("-k", "--key", default=None, help="message key")
+    sub.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
+    sub.add_argument("--service-url", default=env_url, help=f"default {env_url} (env HERALD_SERVICE_URL)")
+    sub.set_defaults(func=cmd_produce)
+
+    sub = commands.add_parser("consume", help="receive, print and acknowledge messages")
+    sub.add_argument("topic")
+    sub.add_argument("-s", "--subscription", required=True)
+    sub.add_argument("-n", "--num-messages", type=int, default=1, help="how many to receive (0 = forever)")
+    sub.add_argument("-t", "--type", default="Exclusive", choices=["Exclusive", "Shared", "Failover", "KeyShared"])
+    sub.add_argument("-p", "--initial-position", default="Earliest", choices=["Earliest", "Latest"])
+    sub.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for each message")
+    sub.add_argument("--service-url", default=env_url, help=f"default {env_url} (env HERALD_SERVICE_URL)")
+    sub.set_defaults(func=cmd_consume)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    configure_logging(args.log_level)
+    try:
+        args.func(args)
+    except HeraldError as error:
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except KeyboardInterrupt:
+        with contextlib.suppress(Exception):
+            print("interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
+
+
+if __name__ == "__main__":
+    main()

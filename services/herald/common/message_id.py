@@ -1,0 +1,48 @@
+"""Message ids: (ledger id, entry id, partition, batch index); ordered, and serialisable to bytes
+and text so applications can store them."""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+from herald.common.errors import InvalidArgumentError
+
+_PACKED = struct.Struct(">qqii")
+
+
+class MessageId(NamedTuple):
+    ledger_id: int
+    entry_id: int
+    partition: int = -1
+    batch_index: int = -1
+
+    # Ordering is the tuple's: ledger, entry, partition, batch index.
+
+    def to_bytes(self) -> bytes:
+        return _PACKED.pack(self.ledger_id, self.entry_id, self.partition, self.batch_index)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> MessageId:
+        if len(data) != _PACKED.size:
+            raise InvalidArgumentError(f"a message id is {_PACKED.size} bytes, got {len(data)}")
+        return cls(*_PACKED.unpack(data))
+
+    def __str__(self) -> str:
+        return f"{self.ledger_id}:{self.entry_id}:{self.partition}:{self.batch_index}"
+
+    @classmethod
+    def from_str(cls, text: str) -> MessageId:
+        try:
+            parts = [int(p) for p in text.split(":")]
+        except ValueError:
+            parts = []
+        if len(parts) not in (2, 3, 4):
+            raise InvalidArgumentError(
+                f"message id {text!r} is invalid: expected ledger:entry[:partition[:batch_index]]"
+            )
+        return cls(*parts)
+
+
+EARLIEST = MessageId(-1, -1)
+LATEST = MessageId(2**63 - 1, 2**63 - 1)

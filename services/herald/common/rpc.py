@@ -1,0 +1,82 @@
+"""gRPC plumbing shared by services and the client: channel and server options, and the one
+mapping between HeraldError and gRPC status.
+
+Convention: a service that fails an RPC aborts with a gRPC status whose details are
+"<ErrorCode number>:<message>"; `error_from_rpc` turns that back into the same HeraldError class.
+Errors inside streams travel as `Error` messages instead (see the protos).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NoReturn
+
+import grpc
+import grpc.aio
+
+from herald.api.v1 import common_pb2
+from herald.common import errors
+
+# Large enough for a 5 MiB message plus batch and framing overhead.
+MAX_GRPC_MESSAGE_BYTES = 64 * 1024 * 1024
+
+_STATUS_BY_CODE: dict[int, grpc.StatusCode] = {
+    common_pb2.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
+    common_pb2.CHECKSUM_ERROR: grpc.StatusCode.DATA_LOSS,
+    common_pb2.NOT_OWNER: grpc.StatusCode.FAILED_PRECONDITION,
+    common_pb2.TOPIC_NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    common_pb2.LEDGER_NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    common_pb2.ENTRY_NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    common_pb2.FENCED: grpc.StatusCode.FAILED_PRECONDITION,
+    common_pb2.SERVICE_NOT_READY: grpc.StatusCode.UNAVAILABLE,
+    common_pb2.TIMEOUT: grpc.StatusCode.DEADLINE_EXCEEDED,
+    common_pb2.TOO_MANY_REQUESTS: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    common_pb2.MESSAGE_TOO_LARGE: grpc.StatusCode.INVALID_ARGUMENT,
+    common_pb2.BAD_VERSION: grpc.StatusCode.ABORTED,
+    common_pb2.NOT_ALLOWED: grpc.StatusCode.FAILED_PRECONDITION,
+}
+_DETAILS = re.compile(r"^(\d+):(.*)$", re.DOTALL)
+
+
+def channel_options(keepalive_seconds: float = 30.0) -> list[tuple[str, int]]:
+    return [
+        ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_BYTES),
+        ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_BYTES),
+        ("grpc.keepalive_time_ms", int(keepalive_seconds * 1000)),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.enable_retries", 0),
+    ]
+
+
+def server_options() -> list[tuple[str, int]]:
+    return [
+        ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_BYTES),
+        ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_BYTES),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_ping_interval_without_data_ms", 5000),
+        ("grpc.so_reuseport", 0),
+    ]
+
+
+def status_for(error: errors.HeraldError) -> grpc.StatusCode:
+    return _STATUS_BY_CODE.get(error.code, grpc.StatusCode.UNKNOWN)
+
+
+async def abort(context: grpc.aio.ServicerContext, error: errors.HeraldError) -> NoReturn:  # type: ignore[type-arg]
+    await context.abort(status_for(error), f"{error.code}:{error}")
+    raise AssertionError("context.abort returned")  # pragma: no cover - abort always raises
+
+
+def error_from_rpc(exc: grpc.aio.AioRpcError, operation: str = "") -> errors.HeraldError:
+    """The HeraldError a failed RPC stands for; transport failures become ConnectionError_."""
+    details = exc.details() or ""
+    match = _DETAILS.match(details)
+    if match:
+        return errors.from_proto(common_pb2.Error(code=int(match.group(1)), message=match.group(2)))  # type: ignore[arg-type]
+    where = f"{operation}: " if operation else ""
+    code = exc.code()
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return errors.HeraldTimeoutError(f"{where}timed out")
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.INTERNAL):
+        return errors.ConnectionError_(f"{where}connection failed ({code.name}): {details}")
+    return errors.HeraldError(f"{where}{code.name}: {details}")

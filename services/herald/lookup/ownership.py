@@ -1,0 +1,51 @@
+"""Topic ownership: /ownership/<topic> names the broker serving a topic. The key is ephemeral on
+that broker's lease, so a broker that expires drops all its topics at once and the next lookup
+assigns them again; assignment is a compare-and-set, so concurrent lookups agree on one owner."""
+
+from __future__ import annotations
+
+from herald.common.errors import BadVersionError, ServiceNotReadyError
+from herald.common.ownership import OWNERSHIP_PREFIX, Owner, ownership_key
+from herald.lookup.placement import least_loaded
+from herald.lookup.registry import BrokerRecord, BrokerRegistry
+from herald.metadata.store import NOT_EXISTS, LeaseExpiredError, MetadataStore
+
+
+class OwnershipAssigner:
+    def __init__(self, store: MetadataStore, registry: BrokerRegistry) -> None:
+        self.store = store
+        self.registry = registry
+        self.assignments = 0
+
+    async def lookup(self, topic: str) -> Owner:
+        """The topic's owner, assigning the least-loaded live broker when it has none."""
+        for _ in range(10):
+            current = await self.store.get(ownership_key(topic))
+            brokers = await self.registry.live_brokers()
+            if current is not None:
+                owner = Owner.from_bytes(current.value)
+                if any(b.broker_id == owner.broker_id and b.lease_id == owner.lease_id for b in brokers):
+                    return owner
+            if not brokers:
+                raise ServiceNotReadyError("no broker is available: none has registered with lookup")
+            chosen = least_loaded(brokers, await self._assigned_counts())
+            try:
+                return await self._assign(topic, chosen, current.version if current else NOT_EXISTS)
+            except (BadVersionError, LeaseExpiredError):
+                continue  # another lookup assigned it, or the chosen broker just expired: look again
+        raise ServiceNotReadyError(f"could not assign an owner to {topic}: too much contention")
+
+    async def _assign(self, topic: str, broker: BrokerRecord, expected_version: int) -> Owner:
+        owner = Owner(broker.broker_id, broker.address, broker.lease_id)
+        await self.store.put(
+            ownership_key(topic), owner.to_bytes(), expected_version=expected_version, lease_id=broker.lease_id
+        )
+        self.assignments += 1
+        return owner
+
+    async def _assigned_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for item in (await self.store.list(OWNERSHIP_PREFIX)).values():
+            broker_id = Owner.from_bytes(item.value).broker_id
+            counts[broker_id] = counts.get(broker_id, 0) + 1
+        return counts

@@ -1,0 +1,140 @@
+"""The lookup gRPC server: a thin servicer over the registry and ownership assigner."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import grpc
+import grpc.aio
+
+from herald.api.v1 import lookup_pb2, lookup_pb2_grpc
+from herald.common.errors import HeraldError
+from herald.common.names import TopicName
+from herald.common.rpc import abort, server_options
+from herald.lookup.ownership import OwnershipAssigner
+from herald.lookup.registry import BrokerRegistry
+from herald.lookup.settings import LookupSettings
+from herald.metadata.store import MetadataStore
+
+log = logging.getLogger(__name__)
+PARTITIONED_PREFIX = "/partitioned-topics/"
+
+
+def _load(load: lookup_pb2.BrokerLoad) -> dict[str, float]:
+    return {
+        "topics": load.topics, "producers": load.producers, "consumers": load.consumers,
+        "msg_rate_in": load.msg_rate_in, "msg_rate_out": load.msg_rate_out,
+    }
+
+
+class LookupServicer(lookup_pb2_grpc.LookupServiceServicer):
+    def __init__(self, settings: LookupSettings, store: MetadataStore) -> None:
+        self.settings = settings
+        self.store = store
+        self.registry = BrokerRegistry(store, settings.heartbeat_interval * settings.expiry_heartbeats)
+        self.ownership = OwnershipAssigner(store, self.registry)
+
+    async def RegisterBroker(
+        self, request: lookup_pb2.RegisterBrokerRequest, context: grpc.aio.ServicerContext  # type: ignore[type-arg]
+    ) -> lookup_pb2.RegisterBrokerResponse:
+        try:
+            record = await self.registry.register(
+                request.broker_id, request.address, request.cluster or self.settings.cluster, _load(request.load)
+            )
+        except HeraldError as error:
+            await abort(context, error)
+        log.info("broker %s registered at %s (lease %d)", record.broker_id, record.address, record.lease_id)
+        return lookup_pb2.RegisterBrokerResponse(
+            lease_id=record.lease_id,
+            heartbeat_interval_seconds=self.settings.heartbeat_interval,
+            expiry_seconds=self.registry.expiry_seconds,
+        )
+
+    async def Heartbeat(
+        self, request: lookup_pb2.HeartbeatRequest, context: grpc.aio.ServicerContext  # type: ignore[type-arg]
+    ) -> lookup_pb2.HeartbeatResponse:
+        valid = await self.registry.heartbeat(
+            request.broker_id, request.lease_id, _load(request.load), len(request.owned_topics)
+        )
+        if not valid:
+            log.warning("heartbeat from expired broker %s (lease %d)", request.broker_id, request.lease_id)
+        return lookup_pb2.HeartbeatResponse(lease_valid=valid)
+
+    async def UnregisterBroker(
+        self, request: lookup_pb2.UnregisterBrokerRequest, context: grpc.aio.ServicerContext  # type: ignore[type-arg]
+    ) -> lookup_pb2.UnregisterBrokerResponse:
+        await self.registry.unregister(request.broker_id, request.lease_id)
+        log.info("broker %s unregistered", request.broker_id)
+        return lookup_pb2.UnregisterBrokerResponse()
+
+    async def LookupTopic(
+        self, request: lookup_pb2.LookupTopicRequest, context: grpc.aio.ServicerContext  # type: ignore[type-arg]
+    ) -> lookup_pb2.LookupTopicResponse:
+        try:
+            topic = str(TopicName.parse(request.topic))
+            owner = await self.ownership.lookup(topic)
+        except HeraldError as error:
+            await abort(context, error)
+        return lookup_pb2.LookupTopicResponse(broker_address=owner.address, broker_id=owner.broker_id)
+
+    async def GetPartitionedTopicMetadata(
+        self, request: lookup_pb2.PartitionedTopicMetadataRequest,
+        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+    ) -> lookup_pb2.PartitionedTopicMetadataResponse:
+        try:
+            topic = str(TopicName.parse(request.topic))
+        except HeraldError as error:
+            await abort(context, error)
+        found = await self.store.get(PARTITIONED_PREFIX + topic)
+        partitions = int(json.loads(found.value)["partitions"]) if found else 0
+        return lookup_pb2.PartitionedTopicMetadataResponse(partitions=partitions)
+
+    async def GetClusterInfo(
+        self, request: lookup_pb2.ClusterInfoRequest, context: grpc.aio.ServicerContext  # type: ignore[type-arg]
+    ) -> lookup_pb2.ClusterInfoResponse:
+        brokers = await self.registry.live_brokers()
+        return lookup_pb2.ClusterInfoResponse(
+            brokers=[
+                lookup_pb2.BrokerInfo(
+                    broker_id=b.broker_id, address=b.address, cluster=b.cluster,
+                    load=lookup_pb2.BrokerLoad(
+                        topics=int(b.load.get("topics", 0)), producers=int(b.load.get("producers", 0)),
+                        consumers=int(b.load.get("consumers", 0)), msg_rate_in=b.load.get("msg_rate_in", 0.0),
+                        msg_rate_out=b.load.get("msg_rate_out", 0.0),
+                    ),
+                    last_heartbeat=b.last_heartbeat, owned_topics=b.owned_topics,
+                )
+                for b in brokers
+            ]
+        )
+
+
+class LookupServer:
+    """Runs the lookup service on its own gRPC server; the metadata store is owned by the caller."""
+
+    def __init__(self, settings: LookupSettings, store: MetadataStore) -> None:
+        self.settings = settings
+        self.store = store
+        self.servicer = LookupServicer(settings, store)
+        self._server: grpc.aio.Server | None = None
+        self.port = 0
+
+    @property
+    def address(self) -> str:
+        return f"{self.settings.host}:{self.port}"
+
+    async def start(self) -> None:
+        if self._server is not None:
+            return
+        server = grpc.aio.server(options=server_options())
+        lookup_pb2_grpc.add_LookupServiceServicer_to_server(self.servicer, server)
+        self.port = server.add_insecure_port(f"{self.settings.host}:{self.settings.port}")
+        await server.start()
+        self._server = server
+        log.info("lookup listening on %s", self.address)
+
+    async def stop(self, grace: float = 2.0) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            await server.stop(grace)

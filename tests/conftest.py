@@ -1,0 +1,140 @@
+"""Shared fixtures: free ports, a real redis-server, and helpers to wait for a port to answer."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV_BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_port(port: int, timeout: float = 30.0, proc: subprocess.Popen[bytes] | None = None) -> None:
+    """Poll until something accepts connections on 127.0.0.1:port (never a bare sleep)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before port {port} opened")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing answered on port {port} within {timeout}s")
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real redis-server on a free port, for the whole session."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise RuntimeError("redis-server is not installed: run `make test`, which installs it")
+    port = free_port()
+    data = tmp_path_factory.mktemp("redis")
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data),
+         "--save", "", "--appendonly", "no", "--protected-mode", "no"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_port(port, proc=proc)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture
+def herald_env() -> dict[str, str]:
+    """Environment for service subprocesses: the venv first on PATH, no proxies."""
+    env = dict(os.environ)
+    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
+    env.pop("http_proxy", None)
+    env.pop("https_proxy", None)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+class StandaloneProcess:
+    """`herald standalone` as a real subprocess on free ports, restartable on the same data dir."""
+
+    def __init__(self, data_dir: Path, env: dict[str, str]) -> None:
+        self.data_dir = data_dir
+        self.env = env
+        self.port = free_port()
+        self.broker_port = free_port()
+        self.storage_port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = data_dir.parent / f"{data_dir.name}-standalone.log"
+        self.starts = 0
+
+    @property
+    def service_url(self) -> str:
+        return f"herald://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 60.0) -> None:
+        self.starts += 1
+        log = open(self.log_path, "ab")  # noqa: SIM115 - the child process owns it
+        log.write(f"==== start {self.starts} ====\n".encode())
+        log.flush()
+        self.proc = subprocess.Popen(
+            [str(VENV_BIN / "herald"), "standalone", "--data-dir", str(self.data_dir),
+             "--port", str(self.port), "--broker-port", str(self.broker_port),
+             "--storage-port", str(self.storage_port)],
+            stdout=log, stderr=subprocess.STDOUT, env=self.env,
+        )
+        log.close()
+        marker = f"==== start {self.starts} ===="
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = self.log_path.read_text(errors="replace")
+            if "press Ctrl-C to stop" in text[text.rfind(marker):]:
+                return
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"standalone exited with {self.proc.returncode}:\n{text[-4000:]}")
+            time.sleep(0.05)
+        raise TimeoutError(f"standalone did not start within {timeout}s:\n{self.log_path.read_text()[-4000:]}")
+
+    def kill(self) -> None:
+        """SIGKILL: no chance to flush or close anything."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+
+@pytest.fixture
+def standalone(tmp_path: Path, herald_env: dict[str, str]) -> Iterator[StandaloneProcess]:
+    """A running `herald standalone` with its own data dir; stopped after the test."""
+    server = StandaloneProcess(tmp_path / "data", herald_env)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
