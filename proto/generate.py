@@ -44,7 +44,8 @@ def generate(out_dir: Path) -> None:
             text = re.sub(r"\bherald\.v1\.(\w+_pb2)\b", r"herald.api.v1.\1", text) if produced.suffix == ".pyi" else text
             (out_dir / produced.name).write_text(HEADER + text)
         (out_dir / "__init__.py").write_text(INIT)
-    shutil.copy(out_dir / "__init__.py", out_dir.parent / "__init__.py")
+    if out_dir == DEFAULT_OUT:
+        shutil.copy(out_dir / "__init__.py", out_dir.parent / "__init__.py")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,9 @@ from herald.common.errors import ChecksumError, InvalidArgumentError
 MAGIC = 0x0E0C
 _HEADER = struct.Struct(">HII")
 HEADER_SIZE = _HEADER.size
-_CRC_START = 6  # magic (2) + crc (4): the checksum covers the rest
+_MAGIC_CRC = struct.Struct(">HI")
+_META_LENGTH = struct.Struct(">I")
+_CRC_START = _MAGIC_CRC.size  # the checksum covers everything after magic and crc
 
 RECORD_HEADER = struct.Struct("<IB")
 FLAG_KEY = 1
@@ -40,9 +42,8 @@ EntryMetadata = common_pb2.EntryMetadata
 
 def encode_entry(metadata: common_pb2.EntryMetadata, payload: bytes | bytearray) -> bytes:
     meta = metadata.SerializeToString()
-    body = _U32.pack(len(meta)) + meta + payload  # the part the checksum covers, after the crc field
-    # _HEADER's meta_length field is the first 4 bytes of body; pack magic and crc in front of it.
-    return struct.pack(">HI", MAGIC, crc32c(body)) + body
+    body = _META_LENGTH.pack(len(meta)) + meta + payload  # what the checksum covers
+    return _MAGIC_CRC.pack(MAGIC, crc32c(body)) + body
 
 
 def read_metadata(entry: bytes, verify: bool = True) -> common_pb2.EntryMetadata:

@@ -165,7 +165,7 @@ class EmbeddedMetadataStore(MetadataStore):
 
     async def _reap_loop(self) -> None:
         assert self._loop is not None
-        while True:
+        while not self._closed:
             try:
                 delay = await self._loop.run_in_executor(self._executor, self._reap_expired)
             except sqlite3.Error:
@@ -173,36 +173,43 @@ class EmbeddedMetadataStore(MetadataStore):
                 delay = self._reap_interval
             # Sleep until the next deadline (or a new lease), capped so a stuck clock cannot stall us.
             self._reaper_wakeup.clear()
+            # asyncio.timeout, not wait_for: 3.11's wait_for can swallow the cancel from close().
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._reaper_wakeup.wait(), min(max(delay, 0.005), self._reap_interval))
+                async with asyncio.timeout(min(max(delay, 0.005), self._reap_interval)):
+                    await self._reaper_wakeup.wait()
 
     # -- the worker thread's side: every method below runs on it ------------------------------------
 
     def _open(self) -> None:
-        if self._path != ":memory:":
-            Path(self._path).parent.mkdir(parents=True, exist_ok=True)
-        # timeout=0: a file held by another process fails at once instead of waiting for it.
-        db = sqlite3.connect(self._path, timeout=0, isolation_level=None, check_same_thread=False)
+        db: sqlite3.Connection | None = None
         try:
+            if self._path != ":memory:":
+                Path(self._path).parent.mkdir(parents=True, exist_ok=True)
+            # timeout=0: a file held by another process fails at once instead of waiting for it.
+            db = sqlite3.connect(self._path, timeout=0, isolation_level=None, check_same_thread=False)
             # Exclusive before WAL: no shared-memory index, and no second process can open the file.
             db.execute("PRAGMA locking_mode=EXCLUSIVE")
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")
-            self._db = db
             db.executescript(_SCHEMA)  # idempotent, so its own transaction is fine
+            self._db = db
             with self._transaction():
                 # Leases die with their process: the previous process's sessions are gone.
                 db.execute("DELETE FROM kv WHERE lease_id != 0")
                 db.execute("DELETE FROM leases")
-        except sqlite3.OperationalError as exc:
-            db.close()
+        except (sqlite3.Error, OSError) as exc:
+            if db is not None:
+                db.close()
             self._db = None
             if "locked" in str(exc):
                 raise MetadataError(
                     f"metadata file {self._path} is in use by another process (a second standalone "
                     "on the same data directory?): stop it, or use another directory"
                 ) from exc
-            raise MetadataError(f"cannot open metadata file {self._path}: {exc}") from exc
+            raise MetadataError(
+                f"cannot open metadata file {self._path}: {exc}; check that it is a Herald metadata "
+                "file and that the directory is writable"
+            ) from exc
 
     def _close_db(self) -> None:
         if self._db is not None:

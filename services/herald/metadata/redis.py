@@ -26,6 +26,9 @@ from herald.metadata.store import LeaseExpiredError, MetadataStore, Versioned, W
 
 log = logging.getLogger(__name__)
 
+# Spelled out because inside the class `list` names the list() method.
+_Reply = list[Any]
+
 # Key layout under the namespace NS (default "herald:"):
 #   NS k:<key>      hash {v: value, ver: version, lease: lease id or 0}
 #   NS keys         zset of every key, all scores 0, so ZRANGEBYLEX lists a prefix in key order
@@ -33,23 +36,30 @@ log = logging.getLogger(__name__)
 #   NS lease-ttl    hash lease id -> ttl in ms
 #   NS lease:<id>   set of keys put with the lease (may hold keys since rebound: checked on use)
 #   NS lease-seq    counter behind lease ids
-#   NS events       pub/sub channel of changes: "<kind>\n<version>\n<len(key)>\n<key><value>"
+#   NS event-seq    counter numbering change events
+#   NS events       pub/sub channel of changes: "<seq>\n<kind>\n<version>\n<len(key)>\n<key><value>"
 # Scripts build key names from the namespace, so this needs one Redis, not a Redis Cluster.
+# Every script replies {event-seq, ...}: the newest change its caller may have seen, so a watch
+# opened afterwards can skip older events still in flight on the pub/sub connection.
 _PRELUDE = """
 local ns = ARGV[1]
 local INDEX = ns .. 'keys'
 local LEASES = ns .. 'leases'
 local TTLS = ns .. 'lease-ttl'
+local SEQ = ns .. 'event-seq'
 local CHANNEL = ns .. 'events'
 
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
+local function seq() return tonumber(redis.call('GET', SEQ) or '0') end
 local function data_key(key) return ns .. 'k:' .. key end
 local function lease_set(id) return ns .. 'lease:' .. id end
 local function publish(kind, key, version, value)
-  redis.call('PUBLISH', CHANNEL, kind .. '\\n' .. version .. '\\n' .. string.len(key) .. '\\n' .. key .. (value or ''))
+  local n = redis.call('INCR', SEQ)
+  redis.call('PUBLISH', CHANNEL,
+    n .. '\\n' .. kind .. '\\n' .. version .. '\\n' .. string.len(key) .. '\\n' .. key .. (value or ''))
 end
 local function alive(id, now)
   local expiry = redis.call('ZSCORE', LEASES, id)
@@ -87,47 +97,50 @@ end
 """
 
 # Writes first reap a few expired leases, so their delete events precede the write's own.
+# Replies {seq, new version or -1 (bad version) or -2 (lease expired), current version}.
 _PUT = _PRELUDE + """
 local key, value, expected, lease = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local now = now_ms()
 reap(now, 16)
-if lease ~= '0' and not alive(lease, now) then return {-2, 0} end
+if lease ~= '0' and not alive(lease, now) then return {seq(), -2, 0} end
 local version, old_lease = current(key, now)
-if expected ~= '' and tonumber(expected) ~= version then return {-1, version} end
+if expected ~= '' and tonumber(expected) ~= version then return {seq(), -1, version} end
 if old_lease ~= '0' and old_lease ~= lease then redis.call('SREM', lease_set(old_lease), key) end
 if lease ~= '0' then redis.call('SADD', lease_set(lease), key) end
 version = version + 1
 redis.call('HSET', data_key(key), 'v', value, 'ver', version, 'lease', lease)
 redis.call('ZADD', INDEX, 0, key)
 publish('put', key, version, value)
-return {version, 0}
+return {seq(), version, version}
 """
 
+# Replies {seq, 1 (deleted) or 0 (absent) or -1 (bad version), current version}.
 _DELETE = _PRELUDE + """
 local key, expected = ARGV[2], ARGV[3]
 local now = now_ms()
 reap(now, 16)
 local version, lease = current(key, now)
-if version == 0 then return {0, 0} end
-if expected ~= '' and tonumber(expected) ~= version then return {-1, version} end
+if version == 0 then return {seq(), 0, 0} end
+if expected ~= '' and tonumber(expected) ~= version then return {seq(), -1, version} end
 if lease ~= '0' then redis.call('SREM', lease_set(lease), key) end
 redis.call('DEL', data_key(key))
 redis.call('ZREM', INDEX, key)
 publish('delete', key, 0)
-return {1, version}
+return {seq(), 1, version}
 """
 
 # Reads only filter out keys of expired leases; the reaper deletes them.
+# Replies {seq} when absent, else {seq, value, version, lease}.
 _GET = _PRELUDE + """
 local r = redis.call('HMGET', data_key(ARGV[2]), 'v', 'ver', 'lease')
-if not r[2] then return false end
-if r[3] ~= '0' and not alive(r[3], now_ms()) then return false end
-return r
+if not r[2] or (r[3] ~= '0' and not alive(r[3], now_ms())) then return {seq()} end
+return {seq(), r[1], r[2], r[3]}
 """
 
+# Replies {seq, key, value, version, lease, key, ...}.
 _LIST = _PRELUDE + """
 local now = now_ms()
-local out, live = {}, {}
+local out, live = {seq()}, {}
 for _, key in ipairs(redis.call('ZRANGEBYLEX', INDEX, ARGV[2], ARGV[3])) do
   local r = redis.call('HMGET', data_key(key), 'v', 'ver', 'lease')
   if r[2] then
@@ -151,34 +164,34 @@ reap(now, 16)
 local id = redis.call('INCR', ns .. 'lease-seq')
 redis.call('ZADD', LEASES, now + ttl, id)
 redis.call('HSET', TTLS, id, ttl)
-return id
+return {seq(), id}
 """
 
 _KEEPALIVE = _PRELUDE + """
 local id = ARGV[2]
 local now = now_ms()
 local expiry = redis.call('ZSCORE', LEASES, id)
-if not expiry then return 0 end
+if not expiry then return {seq(), 0} end
 if tonumber(expiry) <= now then
   end_lease(id)
-  return 0
+  return {seq(), 0}
 end
 redis.call('ZADD', LEASES, now + tonumber(redis.call('HGET', TTLS, id)), id)
-return 1
+return {seq(), 1}
 """
 
 _REVOKE = _PRELUDE + """
 if redis.call('ZSCORE', LEASES, ARGV[2]) then end_lease(ARGV[2]) end
-return 0
+return {seq()}
 """
 
-# Returns {leases reaped, ms until the next lease expires or -1}.
+# Replies {seq, leases reaped, ms until the next lease expires or -1}.
 _REAP = _PRELUDE + """
 local now = now_ms()
 local reaped = reap(now, tonumber(ARGV[2]))
 local first = redis.call('ZRANGE', LEASES, 0, 0, 'WITHSCORES')
-if first[2] then return {reaped, tonumber(first[2]) - now} end
-return {reaped, -1}
+if first[2] then return {seq(), reaped, tonumber(first[2]) - now} end
+return {seq(), reaped, -1}
 """
 
 _REAP_BATCH = 100
@@ -221,6 +234,7 @@ class RedisMetadataStore(MetadataStore):
         self._tasks: list[asyncio.Task[None]] = []
         self._reaper_wakeup = asyncio.Event()
         self._scripts: dict[str, AsyncScript] = {}
+        self._seen_seq = 0  # the newest event sequence number in any reply so far
 
     # -- life cycle -------------------------------------------------------------------------------
 
@@ -287,7 +301,7 @@ class RedisMetadataStore(MetadataStore):
 
     async def get(self, key: str) -> Versioned | None:
         reply = await self._call("get", key)
-        if reply is None:
+        if not reply:
             return None
         value, version, lease = reply
         return Versioned(value, int(version), int(lease))
@@ -338,19 +352,21 @@ class RedisMetadataStore(MetadataStore):
     async def grant_lease(self, ttl: float) -> int:
         if not ttl > 0:
             raise InvalidArgumentError(f"lease ttl {ttl} is invalid: it must be > 0 seconds")
-        lease_id = int(await self._call("grant_lease", max(1, round(ttl * 1000))))
+        (lease_id,) = await self._call("grant_lease", max(1, round(ttl * 1000)))
         self._reaper_wakeup.set()  # it may now have an earlier expiry to wait for
-        return lease_id
+        return int(lease_id)
 
     async def keepalive(self, lease_id: int) -> bool:
-        return bool(await self._call("keepalive", lease_id))
+        (renewed,) = await self._call("keepalive", lease_id)
+        return bool(renewed)
 
     async def revoke_lease(self, lease_id: int) -> None:
         await self._call("revoke_lease", lease_id)
 
     def watch(self, prefix: str) -> AsyncGenerator[WatchEvent, None]:
         self._check_open()
-        return self._hub.watch(prefix)
+        # Events up to the newest this process has seen in a reply happened before this call.
+        return self._hub.watch(prefix, after=self._seen_seq)
 
     # -- plumbing -----------------------------------------------------------------------------------
 
@@ -362,10 +378,13 @@ class RedisMetadataStore(MetadataStore):
                 f"metadata store on redis at {self._where} is not started: await store.start() first"
             )
 
-    async def _call(self, op: str, *args: str | bytes | int) -> Any:
+    async def _call(self, op: str, *args: str | bytes | int) -> _Reply:
+        """Run op's script; its reply after the leading event sequence number."""
         self._check_open()
         try:
-            return await self._scripts[op](args=[self._namespace, *args])
+            reply: _Reply = await self._scripts[op](args=[self._namespace, *args])
+            self._seen_seq = max(self._seen_seq, int(reply[0]))
+            return reply[1:]
         except RedisTimeoutError as exc:
             raise HeraldTimeoutError(
                 f"metadata {op} timed out after {self._timeout}s: redis at {self._where} did not answer; "
@@ -403,7 +422,8 @@ class RedisMetadataStore(MetadataStore):
             try:
                 async for message in self._pubsub.listen():
                     if message["type"] == "message":
-                        self._hub.publish([_decode_event(message["data"])])
+                        seq, event = _decode_event(message["data"])
+                        self._hub.publish([event], seq=seq)
                     elif message["type"] == "subscribe":
                         # The client reconnected by itself: events in between are lost.
                         self._hub.fail_all(self._lost_reason())
@@ -430,7 +450,7 @@ class RedisMetadataStore(MetadataStore):
         )
 
     async def _reap_loop(self) -> None:
-        while True:
+        while not self._closed:
             delay = self._reap_interval
             try:
                 reaped, next_expiry_ms = await self._call("reap", _REAP_BATCH)
@@ -442,8 +462,10 @@ class RedisMetadataStore(MetadataStore):
                 log.warning("reaping expired leases failed, retrying: %s", exc)
             self._reaper_wakeup.clear()
             if delay:
+                # asyncio.timeout, not wait_for: 3.11's wait_for can swallow the cancel from close().
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._reaper_wakeup.wait(), delay)
+                    async with asyncio.timeout(delay):
+                        await self._reaper_wakeup.wait()
 
 
 async def _close_quietly(pubsub: PubSub) -> None:
@@ -451,13 +473,13 @@ async def _close_quietly(pubsub: PubSub) -> None:
         await pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
 
 
-def _decode_event(data: bytes) -> WatchEvent:
-    kind, version, length, rest = data.split(b"\n", 3)
+def _decode_event(data: bytes) -> tuple[int, WatchEvent]:
+    seq, kind, version, length, rest = data.split(b"\n", 4)
     size = int(length)
     key = rest[:size].decode()
     if kind == b"put":
-        return WatchEvent("put", key, rest[size:], int(version))
-    return WatchEvent("delete", key, None, 0)
+        return int(seq), WatchEvent("put", key, rest[size:], int(version))
+    return int(seq), WatchEvent("delete", key, None, 0)
 
 
 def _mismatch(key: str, expected: int, current: int) -> str:

@@ -122,8 +122,9 @@ class WatchHub:
         # Weak, so a watch dropped without being iterated or closed does not linger here.
         self._watches: weakref.WeakSet[_Watch] = weakref.WeakSet()
 
-    def watch(self, prefix: str) -> AsyncGenerator[WatchEvent, None]:
-        watch = _Watch(prefix, self._capacity)
+    def watch(self, prefix: str, *, after: int = 0) -> AsyncGenerator[WatchEvent, None]:
+        """A watch on prefix; it skips events published with a sequence number <= after."""
+        watch = _Watch(prefix, self._capacity, after)
         self._watches.add(watch)  # registered now, before the first iteration
         return self._iterate(watch)
 
@@ -134,9 +135,12 @@ class WatchHub:
         finally:
             self._watches.discard(watch)
 
-    def publish(self, events: Iterable[WatchEvent]) -> None:
+    def publish(self, events: Iterable[WatchEvent], *, seq: int = 0) -> None:
+        """Deliver events to the watches whose prefix they match (seq: the events' sequence number)."""
         events = list(events)
         for watch in list(self._watches):
+            if seq and seq <= watch.after:
+                continue
             for event in events:
                 if event.key.startswith(watch.prefix):
                     watch.offer(event)
@@ -155,8 +159,9 @@ class WatchHub:
 
 
 class _Watch:
-    def __init__(self, prefix: str, capacity: int) -> None:
+    def __init__(self, prefix: str, capacity: int, after: int) -> None:
         self.prefix = prefix
+        self.after = after
         self._capacity = capacity
         self._events: deque[WatchEvent] = deque()
         self._error: HeraldError | None = None

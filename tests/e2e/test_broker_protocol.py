@@ -1,0 +1,98 @@
+"""The broker's Produce and Consume streams spoken directly over gRPC, for the checks a well-behaved
+client never triggers: corrupt entries, streams that do not start with registration, duplicates."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import grpc
+import pytest
+from herald.api.v1 import broker_pb2, broker_pb2_grpc, common_pb2, lookup_pb2, lookup_pb2_grpc
+from herald.common.entry import EntryMetadata, encode_entry, pack_record
+
+from tests.conftest import StandaloneProcess
+
+Broker = tuple[broker_pb2_grpc.BrokerServiceStub, str]
+Stub = broker_pb2_grpc.BrokerServiceStub
+
+
+@pytest.fixture
+def broker(standalone: StandaloneProcess) -> Iterator[Broker]:
+    with grpc.insecure_channel(f"127.0.0.1:{standalone.port}") as lookup_channel:
+        lookup = lookup_pb2_grpc.LookupServiceStub(lookup_channel)
+        owner = lookup.LookupTopic(lookup_pb2.LookupTopicRequest(topic="raw"))
+    with grpc.insecure_channel(owner.broker_address) as channel:
+        yield broker_pb2_grpc.BrokerServiceStub(channel), "raw"
+
+
+def entry(producer: str, sequence_id: int, text: bytes) -> bytes:
+    payload = bytearray()
+    pack_record(payload, text)
+    return encode_entry(EntryMetadata(producer_name=producer, sequence_id=sequence_id,
+                                      highest_sequence_id=sequence_id, num_messages=1, batched=True), payload)
+
+
+def send(sequence_id: int, data: bytes) -> broker_pb2.ProduceRequest:
+    return broker_pb2.ProduceRequest(send=broker_pb2.SendEntry(
+        sequence_id=sequence_id, highest_sequence_id=sequence_id, num_messages=1, entry=data))
+
+
+def produce(stub: Stub, *requests: broker_pb2.ProduceRequest) -> list[broker_pb2.ProduceResponse]:
+    """Send the requests on one stream and collect one reply each (registration included)."""
+    call = stub.Produce(iter(requests))
+    replies = []
+    for reply in call:
+        replies.append(reply)
+        if len(replies) == len(requests):
+            call.cancel()
+            break
+    return replies
+
+
+def register(topic: str, name: str) -> broker_pb2.ProduceRequest:
+    return broker_pb2.ProduceRequest(register=broker_pb2.RegisterProducer(topic=topic, producer_name=name))
+
+
+def test_checksum_mismatch_is_refused_and_nothing_is_stored(broker: Broker) -> None:
+    stub, topic = broker
+    corrupt = bytearray(entry("p1", 0, b"hello"))
+    corrupt[-1] ^= 0x55
+    registered, reply = produce(stub, register(topic, "p1"), send(0, bytes(corrupt)))
+    assert registered.registered.producer_name == "p1"
+    assert reply.send_error.error.code == common_pb2.CHECKSUM_ERROR
+    assert "Checksum failed on the broker" in reply.send_error.error.message
+    # The same sequence id with a good entry is then accepted: the bad one was not stored.
+    _, good = produce(stub, register(topic, "p1"), send(0, entry("p1", 0, b"hello")))
+    assert good.receipt.ledger_id >= 0
+
+
+def test_resent_sequence_ids_are_acknowledged_without_storing(broker: Broker) -> None:
+    stub, topic = broker
+    first = produce(stub, register(topic, "dup"), send(0, entry("dup", 0, b"a")), send(1, entry("dup", 1, b"b")))
+    assert [r.receipt.entry_id >= 0 for r in first[1:]] == [True, True]
+    again = produce(stub, register(topic, "dup"), send(1, entry("dup", 1, b"b")), send(2, entry("dup", 2, b"c")))
+    assert again[0].registered.last_sequence_id == 1
+    assert (again[1].receipt.ledger_id, again[1].receipt.entry_id) == (-1, -1)
+    assert again[2].receipt.entry_id == first[2].receipt.entry_id + 1
+
+
+def test_stream_must_start_with_registration(broker: Broker) -> None:
+    stub, _ = broker
+    (reply,) = produce(stub, send(0, entry("x", 0, b"a")))
+    assert reply.error.code == common_pb2.INVALID_ARGUMENT
+    consume = next(stub.Consume(iter([broker_pb2.ConsumeRequest(flow=broker_pb2.Flow(permits=1))])))
+    assert consume.error.code == common_pb2.INVALID_ARGUMENT
+
+
+def test_invalid_topic_name_is_refused_at_registration(broker: Broker) -> None:
+    stub, _ = broker
+    (reply,) = produce(stub, register("no spaces allowed", "p"))
+    assert reply.error.code == common_pb2.INVALID_ARGUMENT
+    assert "invalid" in reply.error.message
+
+
+def test_topic_owned_elsewhere_is_refused_with_not_owner(broker: Broker) -> None:
+    stub, _ = broker
+    # Never looked up, so lookup assigned it to no one: the broker must not serve it.
+    (reply,) = produce(stub, register("never-looked-up", "p"))
+    assert reply.error.code == common_pb2.NOT_OWNER
