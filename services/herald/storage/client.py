@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 import grpc.aio
+
 from herald.api.v1 import storage_pb2, storage_pb2_grpc
 from herald.common import errors
 from herald.common.rpc import channel_options, error_from_rpc
@@ -62,24 +63,35 @@ class NodeConnection:
         outbox: asyncio.Queue[object] = asyncio.Queue()
         self._outbox = outbox
 
-        async def requests() -> AsyncIterator[storage_pb2.AddRequest]:
+        async def requests() -> AsyncIterator[storage_pb2.AddBatchRequest]:
+            # Everything queued while the previous message was being written goes out as one
+            # message: a gRPC stream moves a few thousand messages a second, not tens of thousands.
             while True:
                 item = await outbox.get()
-                if item is _STREAM_END:
-                    return
-                assert isinstance(item, storage_pb2.AddRequest)
-                yield item
+                batch = []
+                while True:
+                    if item is _STREAM_END:
+                        if batch:
+                            yield storage_pb2.AddBatchRequest(adds=batch)
+                        return
+                    assert isinstance(item, storage_pb2.AddRequest)
+                    batch.append(item)
+                    if outbox.empty():
+                        break
+                    item = outbox.get_nowait()
+                yield storage_pb2.AddBatchRequest(adds=batch)
 
-        call = self.stub.AddEntries(requests())
+        call = self.stub.AddEntryBatches(requests())
         self._reader = asyncio.get_running_loop().create_task(self._read_responses(call, outbox))
 
     async def _read_responses(self, call: grpc.aio.StreamStreamCall, outbox: asyncio.Queue[object]) -> None:  # type: ignore[type-arg]
         failure: errors.HeraldError = errors.ConnectionError_(f"storage node {self.address}: stream closed")
         try:
-            async for response in call:
-                future = self._waiting.pop(response.request_id, None)
-                if future is not None and not future.done():
-                    future.set_result(response)
+            async for batch in call:
+                for response in batch.responses:
+                    future = self._waiting.pop(response.request_id, None)
+                    if future is not None and not future.done():
+                        future.set_result(response)
         except grpc.aio.AioRpcError as exc:
             failure = error_from_rpc(exc, f"add to storage node {self.address}")
         except asyncio.CancelledError:

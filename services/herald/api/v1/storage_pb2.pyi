@@ -90,6 +90,46 @@ class AddResponse(_message.Message):
 Global___AddResponse: _TypeAlias = AddResponse  # noqa: Y015
 
 @_typing.final
+class AddBatchRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ADDS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def adds(self) -> _containers.RepeatedCompositeFieldContainer[Global___AddRequest]: ...
+    def __init__(
+        self,
+        *,
+        adds: _abc.Iterable[Global___AddRequest] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adds", b"adds"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddBatchRequest: _TypeAlias = AddBatchRequest  # noqa: Y015
+
+@_typing.final
+class AddBatchResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESPONSES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def responses(self) -> _containers.RepeatedCompositeFieldContainer[Global___AddResponse]: ...
+    def __init__(
+        self,
+        *,
+        responses: _abc.Iterable[Global___AddResponse] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["responses", b"responses"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddBatchResponse: _TypeAlias = AddBatchResponse  # noqa: Y015
+
+@_typing.final
 class ReadRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

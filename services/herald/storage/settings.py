@@ -1,0 +1,33 @@
+"""Settings of a storage node: one plain dataclass with defaults (loading from env/flags is the CLI's)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MIB = 1024 * 1024
+
+
+@dataclass
+class StorageSettings:
+    # Where the journal, entry logs and index snapshot live (the node's PVC).
+    data_dir: str = "data/storage"
+    host: str = "127.0.0.1"
+    port: int = 0  # 0: pick a free port; the server reports the one it bound
+    # Seconds between checkpoints (entry log fsync + index snapshot + old journal files deleted).
+    checkpoint_interval: float = 10.0
+    # A journal file is closed and a new one started once it grows past this size.
+    journal_file_max_size: int = 256 * MIB
+    # At most this many bytes are written by one group commit (one fsync); the rest wait for the next.
+    journal_max_group_bytes: int = 8 * MIB
+    # Adds waiting for the journal beyond this many bytes make new adds wait (backpressure).
+    journal_max_queued_bytes: int = 128 * MIB
+    # An entry log file is closed and a new one started once it grows past this size.
+    entry_log_max_size: int = 512 * MIB
+    # Default upper bound of the entry bytes in one ReadEntries response chunk.
+    read_chunk_max_bytes: int = 1 * MIB
+    # Adds of one AddEntries stream that may wait for their journal fsync at the same time.
+    max_pending_adds_per_stream: int = 10_000
+    # Entry ids of a ledger are dense: an add this far beyond the last entry held is refused.
+    max_entry_id_gap: int = 1_000_000
+    # Seconds that stop() lets running RPCs finish before cancelling them.
+    stop_grace: float = 5.0
