@@ -1,0 +1,182 @@
+"""The client's per-message costs, without a server: what AsyncProducer.send_async does to pack a
+message into the open batch (closing and encoding batches included), what a receipt costs to hand
+out the ids, and what the consumer does to turn a delivered entry into Messages and hand them to
+receive(). Prints microseconds per message; the target is about 1-2 us each.
+
+    .venv/bin/python bench/client_hot_path.py [--messages 200000] [--size 100] [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+from herald.api.v1 import broker_pb2
+from herald.client.accumulator import BatchAccumulator, PendingOp
+from herald.client.config import ClientConfig, ConsumerConfig, ProducerConfig
+from herald.client.connection import ConnectionPool
+from herald.client.consumer import AsyncConsumer
+from herald.client.lookup import LookupService
+from herald.client.producer import AsyncProducer
+from herald.common.entry import EntryMetadata, decode_entry, encode_entry, iter_records, pack_record
+
+TOPIC = "persistent://public/default/bench"
+
+
+def offline_parts() -> tuple[ClientConfig, ConnectionPool, LookupService]:
+    config = ClientConfig("herald://127.0.0.1:1")
+    pool = ConnectionPool(config)
+    return config, pool, LookupService(pool, config)
+
+
+def offline_producer(batch: int) -> AsyncProducer:
+    """A producer that never connects: batches pile up as pending ops, as they would while the
+    writer is busy."""
+    config, pool, lookup = offline_parts()
+    producer = AsyncProducer(
+        TOPIC, ProducerConfig(max_pending_messages=10**9, batching_max_messages=batch, send_timeout=0),
+        config, pool, lookup, lambda _p: None,
+    )
+    producer._acc.producer_name = "bench"
+    return producer
+
+
+def offline_consumer(queue_size: int) -> AsyncConsumer:
+    config, pool, lookup = offline_parts()
+    return AsyncConsumer(TOPIC, ConsumerConfig("bench", receiver_queue_size=queue_size), config, pool, lookup,
+                         lambda _c: None)
+
+
+async def bench_send_async(messages: int, payload: bytes, batch: int) -> float:
+    producer = offline_producer(batch)
+    send_async = producer.send_async
+    started = time.perf_counter()
+    for _ in range(messages):
+        await send_async(payload)
+    producer._acc.flush()
+    elapsed = time.perf_counter() - started
+    assert sum(op.num_messages for op in producer._pending) == messages
+    producer._pending.clear()  # nobody awaits these futures: drop them rather than fail them
+    await producer._shutdown()
+    return elapsed
+
+
+async def bench_accumulator(messages: int, payload: bytes, batch: int) -> float:
+    ops: list[PendingOp] = []
+    loop = asyncio.get_running_loop()
+    acc = BatchAccumulator(max_messages=batch, max_bytes=1 << 30, max_delay=60.0, batched=True,
+                           emit=ops.append, loop=loop, producer_name="bench")
+    append, new_future = acc.append, loop.create_future
+    started = time.perf_counter()
+    for seq in range(messages):
+        append(payload, None, None, 0, seq, new_future())
+    acc.flush()
+    return time.perf_counter() - started
+
+
+async def bench_receipts(messages: int, payload: bytes, batch: int) -> float:
+    producer = offline_producer(batch)
+    for _ in range(messages):
+        await producer.send_async(payload)
+    producer._acc.flush()
+    ops = list(producer._pending)
+    started = time.perf_counter()
+    for entry_id, op in enumerate(ops):
+        producer._on_receipt(broker_pb2.SendReceipt(
+            sequence_id=op.sequence_id, highest_sequence_id=op.highest_sequence_id, ledger_id=1, entry_id=entry_id,
+        ))
+    elapsed = time.perf_counter() - started
+    assert not producer._pending
+    await producer._shutdown()
+    return elapsed
+
+
+def entries(messages: int, payload: bytes, batch: int, keyed: bool) -> list[broker_pb2.DeliveredEntry]:
+    out = []
+    for entry_id, first in enumerate(range(0, messages, batch)):
+        count = min(batch, messages - first)
+        buffer = bytearray()
+        for _ in range(count):
+            if keyed:
+                pack_record(buffer, payload, key="key", properties={"a": "b"}, event_time=1)
+            else:
+                pack_record(buffer, payload)
+        metadata = EntryMetadata(producer_name="bench", sequence_id=first, highest_sequence_id=first + count - 1,
+                                 num_messages=count, publish_time=1, batched=True)
+        data = encode_entry(metadata, buffer)
+        out.append(broker_pb2.DeliveredEntry(ledger_id=1, entry_id=entry_id, data=data))
+    return out
+
+
+async def bench_unpack(messages: int, payload: bytes, batch: int, keyed: bool = False) -> float:
+    consumer = offline_consumer(messages)
+    delivered = entries(messages, payload, batch, keyed)
+    unpack = consumer._unpack
+    started = time.perf_counter()
+    count = 0
+    for entry in delivered:
+        count += len(unpack(entry)[0])
+    elapsed = time.perf_counter() - started
+    assert count == messages
+    return elapsed
+
+
+async def bench_deliver_and_receive(messages: int, payload: bytes, batch: int) -> float:
+    consumer = offline_consumer(messages)
+    delivered = entries(messages, payload, batch, False)
+    receive = consumer.receive
+    started = time.perf_counter()
+    for at in range(0, len(delivered), 10):  # as the broker sends them: several entries per EntryBatch
+        consumer._on_entries(delivered[at:at + 10])
+        while consumer._queue:
+            message = await receive()
+            consumer.acknowledge(message)  # type: ignore[arg-type]
+    elapsed = time.perf_counter() - started
+    if consumer._ack_timer is not None:
+        consumer._ack_timer.cancel()
+    return elapsed
+
+
+async def bench_raw_iter_records(messages: int, payload: bytes, batch: int) -> float:
+    """The floor: decode_entry + iter_records alone, no Message objects."""
+    delivered = entries(messages, payload, batch, False)
+    started = time.perf_counter()
+    for entry in delivered:
+        for _ in iter_records(decode_entry(entry.data)[1]):
+            pass
+    return time.perf_counter() - started
+
+
+CASES: list[tuple[str, Callable[[int, bytes, int], Awaitable[float]]]] = [
+    ("producer: accumulator.append (+ future, batch encode)", bench_accumulator),
+    ("producer: AsyncProducer.send_async (whole hot path)", bench_send_async),
+    ("producer: receipt -> ids to every future", bench_receipts),
+    ("consumer: decode_entry + iter_records only (floor)", bench_raw_iter_records),
+    ("consumer: entry -> Message objects (_unpack)", bench_unpack),
+    ("consumer: keyed entry -> Message objects", lambda n, p, b: bench_unpack(n, p, b, keyed=True)),
+    ("consumer: deliver + receive() + acknowledge()", bench_deliver_and_receive),
+]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--size", type=int, default=100, help="payload bytes")
+    parser.add_argument("--batch", type=int, default=1000, help="messages per batch")
+    parser.add_argument("--repeat", type=int, default=5, help="runs per case; the best is reported")
+    args = parser.parse_args()
+    payload = b"x" * args.size
+    print(f"{args.messages} messages of {args.size} B, batches of {args.batch}; best of {args.repeat}")
+
+    async def run() -> None:
+        for name, case in CASES:
+            best = min([await case(args.messages, payload, args.batch) for _ in range(args.repeat)])
+            print(f"  {name:<55} {best / args.messages * 1e6:6.2f} us/message")
+
+    asyncio.run(run())
+
+
+if __name__ == "__main__":
+    main()

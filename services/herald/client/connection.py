@@ -1,0 +1,170 @@
+"""The client's connection pool: gRPC channels keyed by broker address, handed out only once they
+are connected, dropped when they fail; and the retry-within-a-deadline loop the client's requests
+share. gRPC statuses become Herald errors in herald.common.rpc, shared with the services."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import grpc
+import grpc.aio
+
+from herald.client.config import ClientConfig
+from herald.common.backoff import Backoff
+from herald.common.errors import AlreadyClosedError, ConnectionError_, HeraldError, HeraldTimeoutError
+from herald.common.rpc import MAX_GRPC_MESSAGE_BYTES
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+EOF: object = grpc.aio.EOF  # type: ignore[attr-defined]  # what read() returns when a stream ends
+
+
+_BAD_STATES = (grpc.ChannelConnectivity.TRANSIENT_FAILURE, grpc.ChannelConnectivity.SHUTDOWN)
+
+
+def channel_options(config: ClientConfig) -> list[tuple[str, int]]:
+    return [
+        ("grpc.keepalive_time_ms", int(config.keep_alive * 1000)),
+        ("grpc.keepalive_timeout_ms", int(min(config.keep_alive, 20.0) * 1000)),
+        # Pings only while a stream is open: producers and consumers always hold one, and an idle
+        # pool must not provoke the server's too-many-pings GOAWAY.
+        ("grpc.keepalive_permit_without_calls", 0),
+        # A 5 MiB message plus its entry header and framing fits with room to spare, and so does a
+        # consumer's EntryBatch of several entries.
+        ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_BYTES),
+        ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_BYTES),
+        # Each pooled connection is its own TCP connection, not a shared subchannel.
+        ("grpc.use_local_subchannel_pool", 1),
+    ]
+
+
+async def retrying(what: str, time_limit: float, attempt: Callable[[float], Awaitable[T]]) -> T:
+    """Run `attempt(deadline)` until it succeeds, retrying retryable Herald errors with backoff;
+    past `time_limit` seconds the last error is reported as a timeout naming `what`."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + time_limit
+    backoff = Backoff()
+    while True:
+        try:
+            return await attempt(deadline)
+        except HeraldError as exc:
+            if not exc.retryable:
+                raise
+            delay = backoff.next()
+            if loop.time() + delay >= deadline:
+                raise HeraldTimeoutError(
+                    f"{what} did not complete within the operation timeout of {time_limit:g}s; last error: {exc}"
+                ) from exc
+            log.debug("%s failed (%s); retrying in %.2fs", what, exc, delay)
+            await asyncio.sleep(delay)
+
+
+def remaining(deadline: float) -> float:
+    """Seconds left until a loop-time deadline (a little more than none, so calls still fail
+    cleanly by timing out)."""
+    return max(0.001, deadline - asyncio.get_running_loop().time())
+
+
+class ConnectionPool:
+    """Connected gRPC channels by broker address, `connections_per_broker` of each, used in turn.
+
+    A channel is handed out only after it is connected (the handshake), bounded by the connection
+    timeout; concurrent requests for the same address share one handshake.
+    """
+
+    def __init__(self, config: ClientConfig) -> None:
+        self._config = config
+        self._options = channel_options(config)
+        self._credentials = grpc.ssl_channel_credentials() if config.url.tls else None
+        self._channels: dict[tuple[str, int], grpc.aio.Channel] = {}
+        self._connecting: dict[tuple[str, int], asyncio.Future[grpc.aio.Channel]] = {}
+        self._turn = itertools.count()
+        self._closing: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    async def get(self, address: str) -> grpc.aio.Channel:
+        """A connected channel to `address` (`host:port`); ConnectionError_ if none within the
+        connection timeout."""
+        if self._closed:
+            raise AlreadyClosedError("client already closed")
+        key = (address, next(self._turn) % self._config.connections_per_broker)
+        channel = self._channels.get(key)
+        if channel is not None:
+            if channel.get_state() not in _BAD_STATES:
+                return channel
+            self._drop(key, channel)
+        pending = self._connecting.get(key)
+        if pending is None:
+            pending = asyncio.get_running_loop().create_future()
+            self._connecting[key] = pending
+            try:
+                channel = await self._connect(address)
+            except BaseException as exc:
+                if not pending.done():
+                    pending.set_exception(exc if isinstance(exc, HeraldError) else
+                                          ConnectionError_(f"connecting to {address} failed"))
+                    pending.exception()  # retrieved here so an unshared failure is not logged as lost
+                raise
+            finally:
+                self._connecting.pop(key, None)
+            if self._closed:
+                await channel.close(None)
+                raise AlreadyClosedError("client already closed")
+            self._channels[key] = channel
+            pending.set_result(channel)
+            return channel
+        return await asyncio.shield(pending)
+
+    async def _connect(self, address: str) -> grpc.aio.Channel:
+        if self._credentials is not None:
+            channel = grpc.aio.secure_channel(address, self._credentials, options=self._options)
+        else:
+            channel = grpc.aio.insecure_channel(address, options=self._options)
+        timeout = self._config.connection_timeout
+        try:
+            await asyncio.wait_for(channel.channel_ready(), timeout)
+        except BaseException as exc:
+            await channel.close(None)
+            if isinstance(exc, TimeoutError):
+                raise ConnectionError_(
+                    f"could not connect to {address} within the connection timeout of {timeout:g}s: "
+                    "is the service running and the address right?"
+                ) from None
+            raise
+        log.debug("connected to %s", address)
+        return channel
+
+    def discard(self, address: str, channel: grpc.aio.Channel | None = None) -> None:
+        """Forget a channel that failed (by default every channel to `address`), so the next `get`
+        connects afresh."""
+        for key, known in list(self._channels.items()):
+            if key[0] == address and (channel is None or known is channel):
+                self._drop(key, known)
+
+    def _drop(self, key: tuple[str, int], channel: grpc.aio.Channel) -> None:
+        del self._channels[key]
+        # Closing waits for nothing here: a failed channel has no call worth a grace period.
+        task = asyncio.get_running_loop().create_task(channel.close(None))
+        self._closing.add(task)
+        task.add_done_callback(self._closed_channel)
+
+    def _closed_channel(self, task: asyncio.Task[None]) -> None:
+        self._closing.discard(task)
+        if not task.cancelled():
+            task.exception()
+
+    async def close(self, grace: float | None = None) -> None:
+        """Close every channel; `grace` lets calls in flight finish first (None: cancel them)."""
+        self._closed = True
+        channels = list(self._channels.values())
+        self._channels.clear()
+        for pending in self._connecting.values():
+            if not pending.done():
+                pending.cancel()
+        await asyncio.gather(*(channel.close(grace) for channel in channels), *self._closing,
+                             return_exceptions=True)

@@ -1,0 +1,155 @@
+"""The consumer's ack tracker: a batch's entry is acked on the broker only when all its messages
+are; cumulative acks move a floor; acks wait grouped until taken."""
+
+from __future__ import annotations
+
+from herald.client.acks import AckTracker
+
+
+def test_unbatched_message_acks_its_entry_at_once() -> None:
+    tracker = AckTracker()
+    assert tracker.acknowledge(1, 5, -1)
+    assert tracker.take() == ([(1, 5)], None)
+    assert len(tracker) == 0
+
+
+def test_batch_entry_is_acked_only_when_all_its_messages_are() -> None:
+    tracker = AckTracker()
+    assert tracker.track(1, 5, 3) == 0b111
+    assert not tracker.acknowledge(1, 5, 0, 3)
+    assert not tracker.acknowledge(1, 5, 2, 3)
+    assert len(tracker) == 0
+    assert tracker.acknowledge(1, 5, 1, 3)
+    assert tracker.take() == ([(1, 5)], None)
+    assert tracker.batches_tracked() == 0
+
+
+def test_acking_the_same_message_twice_does_not_complete_the_batch() -> None:
+    tracker = AckTracker()
+    tracker.track(1, 5, 2)
+    assert not tracker.acknowledge(1, 5, 0, 2)
+    assert not tracker.acknowledge(1, 5, 0, 2)
+    assert tracker.acknowledge(1, 5, 1, 2)
+
+
+def test_batch_size_from_the_message_works_without_tracking() -> None:
+    tracker = AckTracker()
+    assert not tracker.acknowledge(2, 0, 1, 2)
+    assert tracker.acknowledge(2, 0, 0, 2)
+
+
+def test_id_of_an_untracked_batch_acks_the_entry() -> None:
+    # A bare MessageId of a batch this consumer never saw (or already completed).
+    tracker = AckTracker()
+    assert tracker.acknowledge(3, 3, 4)
+    assert tracker.take() == ([(3, 3)], None)
+
+
+def test_redelivered_batch_keeps_what_was_acked() -> None:
+    tracker = AckTracker()
+    tracker.track(1, 1, 4)
+    tracker.acknowledge(1, 1, 0, 4)
+    tracker.acknowledge(1, 1, 3, 4)
+    assert tracker.track(1, 1, 4) == 0b0110
+    assert tracker.is_acked(1, 1, 0) and not tracker.is_acked(1, 1, 1)
+
+
+def test_cumulative_ack_of_a_whole_entry() -> None:
+    tracker = AckTracker()
+    assert tracker.acknowledge_cumulative(1, 9, -1)
+    assert tracker.take() == ([], (1, 9))
+    assert tracker.is_acked(1, 3, -1)
+    assert not tracker.is_acked(1, 10, -1)
+
+
+def test_cumulative_ack_inside_a_batch_acks_the_entry_before_it() -> None:
+    tracker = AckTracker()
+    tracker.track(1, 9, 3)
+    assert tracker.acknowledge_cumulative(1, 9, 1, 3)
+    assert tracker.take() == ([], (1, 8))
+    # The rest of the batch then completes the entry.
+    assert tracker.acknowledge(1, 9, 2, 3)
+    assert tracker.take() == ([(1, 9)], None)
+
+
+def test_cumulative_ack_of_a_batch_last_message_acks_the_entry() -> None:
+    tracker = AckTracker()
+    tracker.track(1, 9, 3)
+    assert tracker.acknowledge_cumulative(1, 9, 2, 3)
+    assert tracker.take() == ([], (1, 9))
+    assert tracker.batches_tracked() == 0
+
+
+def test_cumulative_inside_the_first_entry_of_a_ledger_waits() -> None:
+    tracker = AckTracker()
+    tracker.track(4, 0, 2)
+    assert not tracker.acknowledge_cumulative(4, 0, 0, 2)
+    assert tracker.take() == ([], None)
+
+
+def test_only_the_newest_cumulative_ack_is_sent_and_older_ones_are_ignored() -> None:
+    tracker = AckTracker()
+    tracker.acknowledge_cumulative(1, 3, -1)
+    tracker.acknowledge_cumulative(1, 7, -1)
+    assert not tracker.acknowledge_cumulative(1, 5, -1)
+    assert tracker.take() == ([], (1, 7))
+    assert not tracker.acknowledge_cumulative(1, 6, -1)
+    assert tracker.take() == ([], None)
+
+
+def test_cumulative_floor_drops_covered_individual_acks_and_batches() -> None:
+    tracker = AckTracker()
+    tracker.track(1, 2, 3)
+    tracker.acknowledge(1, 2, 0, 3)
+    tracker.acknowledge(1, 1, -1)
+    tracker.acknowledge(1, 8, -1)
+    tracker.acknowledge_cumulative(1, 5, -1)
+    assert len(tracker) == 3
+    assert tracker.take() == ([(1, 8)], (1, 5))
+    assert tracker.batches_tracked() == 0
+
+
+def test_take_returns_positions_in_order_and_clears() -> None:
+    tracker = AckTracker()
+    for entry in (5, 1, 3, 1):
+        tracker.acknowledge(2, entry, -1)
+    assert tracker.take() == ([(2, 1), (2, 3), (2, 5)], None)
+    assert tracker.take() == ([], None)
+
+
+async def test_consumer_skips_messages_it_acked_when_their_batch_comes_again() -> None:
+    # An offline consumer (never connected): what it does with delivered entries and acks.
+    from herald.api.v1 import broker_pb2
+    from herald.client.config import ClientConfig, ConsumerConfig
+    from herald.client.connection import ConnectionPool
+    from herald.client.consumer import AsyncConsumer
+    from herald.client.lookup import LookupService
+    from herald.common.entry import EntryMetadata, encode_entry, pack_record
+
+    config = ClientConfig("herald://127.0.0.1:1")
+    pool = ConnectionPool(config)
+    consumer = AsyncConsumer("persistent://public/default/t", ConsumerConfig("s", ack_group_time=0), config, pool,
+                             LookupService(pool, config), lambda _c: None)
+    payload = bytearray()
+    for value in (b"a", b"b", b"c"):
+        pack_record(payload, value)
+    data = encode_entry(EntryMetadata(producer_name="p", sequence_id=7, highest_sequence_id=9, num_messages=3,
+                                      batched=True), payload)
+    entry = broker_pb2.DeliveredEntry(ledger_id=1, entry_id=2, data=data)
+    consumer._on_entries([entry])
+    first = [await consumer.receive(timeout=0) for _ in range(3)]
+    assert [m.value if m else None for m in first] == [b"a", b"b", b"c"]
+    assert [m.sequence_id for m in first if m] == [7, 8, 9]
+    assert first[1] is not None
+    consumer.acknowledge(first[1])
+    consumer._on_entries([broker_pb2.DeliveredEntry(ledger_id=1, entry_id=2, data=data, redelivery_count=1)])
+    again = [await consumer.receive(timeout=0) for _ in range(3)]
+    assert [m.value if m else None for m in again] == [b"a", b"c", None]
+    assert [m.redelivery_count for m in again if m] == [1, 1]
+    # A corrupt entry is dropped, not delivered.
+    corrupt = bytearray(data)
+    corrupt[-1] ^= 1
+    consumer._on_entries([broker_pb2.DeliveredEntry(ledger_id=1, entry_id=3, data=bytes(corrupt))])
+    assert await consumer.receive(timeout=0) is None
+    assert consumer.corrupt_entries == 1
+    await consumer.close()
