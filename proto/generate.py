@@ -41,7 +41,8 @@ def generate(out_dir: Path) -> None:
             text = produced.read_text()
             text = re.sub(r"\bfrom herald\.v1 import\b", "from herald.api.v1 import", text)
             text = re.sub(r"\bimport herald\.v1\.", "import herald.api.v1.", text)
-            text = re.sub(r"\bherald\.v1\.(\w+_pb2)\b", r"herald.api.v1.\1", text) if produced.suffix == ".pyi" else text
+            if produced.suffix == ".pyi":
+                text = re.sub(r"\bherald\.v1\.(\w+_pb2)\b", r"herald.api.v1.\1", text)
             (out_dir / produced.name).write_text(HEADER + text)
         (out_dir / "__init__.py").write_text(INIT)
     if out_dir == DEFAULT_OUT:

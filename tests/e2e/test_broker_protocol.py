@@ -3,6 +3,7 @@ client never triggers: corrupt entries, streams that do not start with registrat
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import grpc
@@ -38,15 +39,23 @@ def send(sequence_id: int, data: bytes) -> broker_pb2.ProduceRequest:
 
 
 def produce(stub: Stub, *requests: broker_pb2.ProduceRequest) -> list[broker_pb2.ProduceResponse]:
-    """Send the requests on one stream and collect one reply each (registration included)."""
-    call = stub.Produce(iter(requests))
-    replies = []
-    for reply in call:
-        replies.append(reply)
-        if len(replies) == len(requests):
-            call.cancel()
-            break
-    return replies
+    """Send the requests on one stream and collect one reply each (registration included).
+
+    A producer name still held by a stream the test just cancelled is busy until the broker sees
+    the cancellation: retry on PRODUCER_BUSY, as clients do."""
+    deadline = time.monotonic() + 10
+    while True:
+        call = stub.Produce(iter(requests))
+        replies = []
+        for reply in call:
+            replies.append(reply)
+            if len(replies) == len(requests) or reply.HasField("error"):
+                call.cancel()
+                break
+        busy = replies and replies[0].error.code == common_pb2.PRODUCER_BUSY
+        if not busy or time.monotonic() > deadline:
+            return replies
+        time.sleep(0.05)
 
 
 def register(topic: str, name: str) -> broker_pb2.ProduceRequest:

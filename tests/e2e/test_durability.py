@@ -15,15 +15,19 @@ from tests.conftest import StandaloneProcess
 async def _produce_until_killed(url: str, acked: dict[int, MessageId], started: threading.Event) -> None:
     async with AsyncClient(url, operation_timeout=5) as client:
         producer = await client.create_producer("durable", send_timeout=3, block_if_queue_full=True)
-        futures = []
+        failed = asyncio.Event()
+
+        def record(future: asyncio.Future[MessageId], n: int) -> None:
+            if future.exception() is None:
+                acked[n] = future.result()
+            else:
+                failed.set()  # the server is gone: sends now fail or time out
+
         i = 0
         try:
-            while True:
+            while not failed.is_set():
                 future = await producer.send_async(f"m-{i}".encode())
-                future.add_done_callback(
-                    lambda f, n=i: acked.__setitem__(n, f.result()) if not f.exception() else None
-                )
-                futures.append(future)
+                future.add_done_callback(lambda f, n=i: record(f, n))
                 i += 1
                 if i == 2000:
                     started.set()

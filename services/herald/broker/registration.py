@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 
 import grpc
 import grpc.aio
+
 from herald.api.v1 import lookup_pb2, lookup_pb2_grpc
 from herald.broker.ownership import BrokerOwnership
 from herald.common.rpc import channel_options
@@ -38,7 +39,7 @@ class LookupRegistration:
         self.timeout = timeout
         self.heartbeat_interval = 5.0
         self._channel: grpc.aio.Channel | None = None
-        self._stub: lookup_pb2_grpc.LookupServiceStub | None = None
+        self._stub: lookup_pb2_grpc.LookupServiceAsyncStub | None = None
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -111,5 +112,5 @@ class LookupRegistration:
                     timeout=self.timeout,
                 )
         if self._channel is not None:
-            await self._channel.close()
+            await self._channel.close(None)
             self._channel = None

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 import grpc.aio
@@ -20,12 +21,12 @@ from herald.broker.service import BrokerService
 from herald.broker.settings import BrokerSettings
 from herald.broker.subscription import InitialPosition, SubscriptionType
 from herald.common import errors
-from herald.common.rpc import abort, server_options
+from herald.common.rpc import EOF, abort, server_options
 from herald.metadata.store import MetadataStore
 from herald.storage.client import StorageClient
 
 log = logging.getLogger(__name__)
-Context = grpc.aio.ServicerContext  # type: ignore[type-arg]
+Context = grpc.aio.ServicerContext[Any, Any]
 _RECEIPT_QUEUE = 10_000  # in-flight entries per producer stream; beyond it the stream stops reading
 _SUBSCRIPTION_TYPES = {
     broker_pb2.EXCLUSIVE: SubscriptionType.EXCLUSIVE,
@@ -40,11 +41,11 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     def __init__(self, service: BrokerService) -> None:
         self.service = service
 
-    async def Produce(  # noqa: N802 - gRPC method name
+    async def Produce(  # type: ignore[override]
         self, request_iterator: AsyncIterator[broker_pb2.ProduceRequest], context: Context
     ) -> None:
         first = await context.read()
-        if first is grpc.aio.EOF or not first.HasField("register"):
+        if first is EOF or not first.HasField("register"):
             await context.write(_produce_error(errors.InvalidArgumentError(
                 "a Produce stream must start with RegisterProducer")))
             return
@@ -65,29 +66,36 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
             asyncio.Queue(_RECEIPT_QUEUE)
         )
         writer = asyncio.create_task(self._write_receipts(context, in_flight))
+        closed = asyncio.create_task(producer.wait_closed())
+        client_finished = False
         try:
             while True:
-                request = await context.read()
-                if request is grpc.aio.EOF or request.HasField("close"):
+                request = await _read_unless(context, closed, writer)
+                if request is None:  # the broker closed the producer (unload, fenced ledger)
+                    await context.write(_produce_error(errors.ServiceNotReadyError(
+                        f"producer {producer.name} was closed by the broker: reconnect")))
                     break
-                if not request.HasField("send"):
-                    continue
-                send = request.send
-                publish = asyncio.ensure_future(producer.topic.publish(
-                    producer, send.sequence_id, send.highest_sequence_id, send.num_messages, send.entry
-                ))
-                await in_flight.put((send, publish))
-                if writer.done():
+                if request is EOF or request.HasField("close"):
+                    client_finished = True
                     break
+                if request.HasField("send"):
+                    send = request.send
+                    publish = asyncio.ensure_future(producer.topic.publish(
+                        producer, send.sequence_id, send.highest_sequence_id, send.num_messages, send.entry
+                    ))
+                    await in_flight.put((send, publish))
         finally:
-            with contextlib.suppress(asyncio.QueueFull):
-                in_flight.put_nowait(None)
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(asyncio.shield(writer), 30.0)
+            # A client that finished gets its outstanding receipts; one that vanished does not.
+            closed.cancel()
+            await self.service.close_producer(producer)
+            if client_finished:
+                with contextlib.suppress(asyncio.QueueFull):
+                    in_flight.put_nowait(None)
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(asyncio.shield(writer), self.service.settings.receipt_drain_seconds)
             writer.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await writer
-            await self.service.close_producer(producer)
 
     async def _write_receipts(
         self, context: Context,
@@ -110,11 +118,11 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                 ledger_id=ledger_id, entry_id=entry_id,
             )))
 
-    async def Consume(  # noqa: N802
+    async def Consume(  # type: ignore[override]
         self, request_iterator: AsyncIterator[broker_pb2.ConsumeRequest], context: Context
     ) -> None:
         first = await context.read()
-        if first is grpc.aio.EOF or not first.HasField("subscribe"):
+        if first is EOF or not first.HasField("subscribe"):
             await context.write(_consume_error(errors.InvalidArgumentError(
                 "a Consume stream must start with Subscribe")))
             return
@@ -134,16 +142,22 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
             subscribed=broker_pb2.Subscribed(consumer_name=consumer.name)
         ))
         sender = asyncio.create_task(self._deliver(context, consumer))
+        closed = asyncio.create_task(consumer.wait_closed())
         try:
             while True:
-                request = await context.read()
-                if request is grpc.aio.EOF or request.HasField("close"):
+                request = await _read_unless(context, closed, sender)
+                if request is None:  # closed by the broker (unload) or the sender failed
+                    await context.write(_consume_error(errors.ServiceNotReadyError(
+                        f"consumer {consumer.name} was closed by the broker: reconnect")))
+                    break
+                if request is EOF or request.HasField("close"):
                     break
                 try:
                     self._handle_consumer_command(consumer, request)
                 except errors.HeraldError as error:
                     await context.write(_consume_error(error))
         finally:
+            closed.cancel()
             sender.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await sender
@@ -175,6 +189,16 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
             ])))
 
 
+async def _read_unless(context: Context, *stoppers: asyncio.Task[Any]) -> Any:
+    """The stream's next request, or None when one of the stoppers finished first."""
+    read = asyncio.ensure_future(context.read())
+    done, _ = await asyncio.wait({read, *stoppers}, return_when=asyncio.FIRST_COMPLETED)
+    if read in done:
+        return read.result()
+    read.cancel()
+    return None
+
+
 def _produce_error(error: errors.HeraldError) -> broker_pb2.ProduceResponse:
     return broker_pb2.ProduceResponse(error=error.to_proto())
 
@@ -187,7 +211,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     def __init__(self, service: BrokerService) -> None:
         self.service = service
 
-    async def ListTopics(  # noqa: N802
+    async def ListTopics(
         self, request: admin_pb2.ListTopicsRequest, context: Context
     ) -> admin_pb2.ListTopicsResponse:
         try:
@@ -196,7 +220,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             await abort(context, error)
         return admin_pb2.ListTopicsResponse(topics=topics)
 
-    async def GetTopicStats(  # noqa: N802
+    async def GetTopicStats(
         self, request: admin_pb2.TopicStatsRequest, context: Context
     ) -> admin_pb2.TopicStats:
         try:

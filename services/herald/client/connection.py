@@ -21,7 +21,6 @@ from herald.common.rpc import MAX_GRPC_MESSAGE_BYTES
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-EOF: object = grpc.aio.EOF  # type: ignore[attr-defined]  # what read() returns when a stream ends
 
 
 _BAD_STATES = (grpc.ChannelConnectivity.TRANSIENT_FAILURE, grpc.ChannelConnectivity.SHUTDOWN)

@@ -17,7 +17,7 @@ import grpc.aio
 from herald.api.v1 import broker_pb2, broker_pb2_grpc, common_pb2
 from herald.client.acks import AckTracker
 from herald.client.config import ClientConfig, ConsumerConfig, ConsumerType
-from herald.client.connection import EOF, ConnectionPool, remaining, retrying
+from herald.client.connection import ConnectionPool, remaining, retrying
 from herald.client.lookup import LookupService
 from herald.client.message import EntryInfo, Message
 from herald.common.backoff import Backoff
@@ -33,7 +33,7 @@ from herald.common.errors import (
 )
 from herald.common.message_id import MessageId
 from herald.common.names import TopicName
-from herald.common.rpc import error_from_rpc
+from herald.common.rpc import EOF, error_from_rpc
 
 log = logging.getLogger(__name__)
 

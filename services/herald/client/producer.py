@@ -18,7 +18,7 @@ import grpc.aio
 from herald.api.v1 import broker_pb2, broker_pb2_grpc
 from herald.client.accumulator import BatchAccumulator, PendingOp, SendCallback, Waiter
 from herald.client.config import ClientConfig, ProducerConfig
-from herald.client.connection import EOF, ConnectionPool, remaining, retrying
+from herald.client.connection import ConnectionPool, remaining, retrying
 from herald.client.lookup import LookupService
 from herald.common.backoff import Backoff
 from herald.common.entry import entry_checksum_ok
@@ -39,7 +39,7 @@ from herald.common.errors import (
 )
 from herald.common.message_id import MessageId
 from herald.common.names import TopicName
-from herald.common.rpc import error_from_rpc
+from herald.common.rpc import EOF, error_from_rpc
 
 log = logging.getLogger(__name__)
 

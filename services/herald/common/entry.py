@@ -68,7 +68,7 @@ def _split(entry: bytes, verify: bool) -> tuple[common_pb2.EntryMetadata, memory
     if end > len(entry):
         raise ChecksumError("entry metadata runs past the end of the entry")
     metadata = common_pb2.EntryMetadata()
-    metadata.ParseFromString(memoryview(entry)[HEADER_SIZE:end])
+    metadata.ParseFromString(memoryview(entry)[HEADER_SIZE:end])  # type: ignore[arg-type]  # upb takes buffers
     return metadata, memoryview(entry)[end:]
 
 

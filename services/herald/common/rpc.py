@@ -17,6 +17,8 @@ import grpc.aio
 from herald.api.v1 import common_pb2
 from herald.common import errors
 
+# What a stream's read() returns once the peer has finished writing.
+EOF: object = grpc.aio.EOF  # type: ignore[attr-defined]
 # Large enough for a 5 MiB message plus batch and framing overhead.
 MAX_GRPC_MESSAGE_BYTES = 64 * 1024 * 1024
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import random
 from collections import deque
-from collections.abc import AsyncIterator
 
 import grpc
 import grpc.aio
@@ -32,88 +32,76 @@ from herald.storage.ledger_metadata import (
 )
 
 log = logging.getLogger(__name__)
-_STREAM_END = object()
 
 
 class NodeConnection:
-    """One storage node: a channel, and a pipelined AddEntries stream opened on first use."""
+    """One storage node: a channel, and a pipelined AddEntryBatches stream opened on first use."""
 
     def __init__(self, address: str, timeout: float) -> None:
         self.address = address
         self.timeout = timeout
         self._channel = grpc.aio.insecure_channel(address, options=channel_options())
         self.stub = storage_pb2_grpc.StorageServiceStub(self._channel)
-        self._outbox: asyncio.Queue[object] | None = None
-        self._reader: asyncio.Task[None] | None = None
+        self._outbox: list[storage_pb2.AddRequest] = []
+        self._wake: asyncio.Event | None = None
+        self._stream: asyncio.Task[None] | None = None
         self._waiting: dict[int, asyncio.Future[storage_pb2.AddResponse]] = {}
         self._request_ids = itertools.count(1)
 
     def add(self, request: storage_pb2.AddRequest) -> asyncio.Future[storage_pb2.AddResponse]:
         """Queue an add on the stream; the future completes with the node's response."""
-        if self._outbox is None:
-            self._open_stream()
-        assert self._outbox is not None
+        if self._stream is None or self._stream.done():
+            self._wake = asyncio.Event()
+            self._stream = asyncio.get_running_loop().create_task(self._run_stream(self._wake))
+        assert self._wake is not None
         request.request_id = next(self._request_ids)
         future: asyncio.Future[storage_pb2.AddResponse] = asyncio.get_running_loop().create_future()
         self._waiting[request.request_id] = future
-        self._outbox.put_nowait(request)
+        self._outbox.append(request)
+        self._wake.set()
         return future
 
-    def _open_stream(self) -> None:
-        outbox: asyncio.Queue[object] = asyncio.Queue()
-        self._outbox = outbox
-
-        async def requests() -> AsyncIterator[storage_pb2.AddBatchRequest]:
-            # Everything queued while the previous message was being written goes out as one
-            # message: a gRPC stream moves a few thousand messages a second, not tens of thousands.
-            while True:
-                item = await outbox.get()
-                batch = []
-                while True:
-                    if item is _STREAM_END:
-                        if batch:
-                            yield storage_pb2.AddBatchRequest(adds=batch)
-                        return
-                    assert isinstance(item, storage_pb2.AddRequest)
-                    batch.append(item)
-                    if outbox.empty():
-                        break
-                    item = outbox.get_nowait()
-                yield storage_pb2.AddBatchRequest(adds=batch)
-
-        call = self.stub.AddEntryBatches(requests())
-        self._reader = asyncio.get_running_loop().create_task(self._read_responses(call, outbox))
-
-    async def _read_responses(self, call: grpc.aio.StreamStreamCall, outbox: asyncio.Queue[object]) -> None:  # type: ignore[type-arg]
+    async def _run_stream(self, wake: asyncio.Event) -> None:
+        call = self.stub.AddEntryBatches()  # type: ignore[call-arg]  # written with call.write()
+        reader = asyncio.create_task(self._read_responses(call))
+        reader.add_done_callback(lambda _: wake.set())  # a failed stream wakes the writer to end
         failure: errors.HeraldError = errors.ConnectionError_(f"storage node {self.address}: stream closed")
         try:
-            async for batch in call:
-                for response in batch.responses:
-                    future = self._waiting.pop(response.request_id, None)
-                    if future is not None and not future.done():
-                        future.set_result(response)
+            while not reader.done():
+                await wake.wait()
+                wake.clear()
+                # Everything queued while the previous message was being written goes out as one
+                # message: a gRPC stream moves a few thousand messages a second, not tens of thousands.
+                batch, self._outbox = self._outbox, []
+                if batch:
+                    await call.write(storage_pb2.AddBatchRequest(adds=batch))
+            await reader
         except grpc.aio.AioRpcError as exc:
             failure = error_from_rpc(exc, f"add to storage node {self.address}")
-        except asyncio.CancelledError:
-            call.cancel()
-            raise
         finally:
+            reader.cancel()
+            call.cancel()
             # Every add still waiting on this stream failed with it; the next add opens a new stream.
-            if self._outbox is outbox:
-                self._outbox = None
+            self._outbox = []
             waiting, self._waiting = self._waiting, {}
             for future in waiting.values():
                 if not future.done():
                     future.set_exception(failure)
 
+    async def _read_responses(self, call: grpc.aio.StreamStreamCall) -> None:  # type: ignore[type-arg]
+        async for batch in call:
+            for response in batch.responses:
+                future = self._waiting.pop(response.request_id, None)
+                if future is not None and not future.done():
+                    future.set_result(response)
+
     async def close(self) -> None:
-        if self._outbox is not None:
-            self._outbox.put_nowait(_STREAM_END)
-        if self._reader is not None:
-            self._reader.cancel()
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            stream.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._reader
-        await self._channel.close()
+                await stream
+        await self._channel.close(None)
 
 
 class PendingAdd:
@@ -168,9 +156,7 @@ class LedgerHandle:
                 ledger_id=self.ledger_id, entry_id=entry_id, data=data,
                 last_add_confirmed=self.last_add_confirmed,
             )
-            self._client.node(address).add(request).add_done_callback(
-                lambda done, op=op: self._on_node_response(op, done)
-            )
+            self._client.node(address).add(request).add_done_callback(functools.partial(self._on_node_response, op))
         return await op.future
 
     def _on_node_response(self, op: PendingAdd, done: asyncio.Future[storage_pb2.AddResponse]) -> None:
@@ -324,9 +310,9 @@ class StorageClient:
                 request = storage_pb2.AddRequest(
                     ledger_id=metadata.ledger_id, entry_id=entry[0], data=entry[1], recovery=True
                 )
-                response = await asyncio.wait_for(self.node(address).add(request), self.operation_timeout)
-                if response.HasField("error"):
-                    raise errors.from_proto(response.error)
+                added = await asyncio.wait_for(self.node(address).add(request), self.operation_timeout)
+                if added.HasField("error"):
+                    raise errors.from_proto(added.error)
             last = entry[0]
         metadata.state = "CLOSED"
         metadata.last_entry_id = last

@@ -1,0 +1,60 @@
+"""The broker's settings: one dataclass with the defaults Herald runs with (Pulsar's, where the seeds
+give one). Loading from config file, environment and flags happens at the edge, not here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+MIB = 1024 * 1024
+
+
+@dataclass
+class BrokerSettings:
+    # Where the broker listens and what it tells others to dial (empty: host:port as bound).
+    host: str = "127.0.0.1"
+    port: int = 0
+    advertised_address: str = ""
+    cluster: str = "standalone"
+    # The metadata store, this broker's id in lookup (empty: its address), lookup's address, and
+    # the storage nodes the storage client starts from ("host:port" each).
+    metadata_url: str = "redis://127.0.0.1:6379/0"
+    broker_id: str = ""
+    lookup_address: str = ""
+    storage_nodes: list[str] = field(default_factory=list)
+
+    # Producers. A producer stream that ends cleanly gets its outstanding receipts for this long.
+    receipt_drain_seconds: float = 30.0
+    deduplication_enabled: bool = True
+    max_message_size: int = 5 * MIB
+    # Entries between two dedup snapshots; recovery replays at most about this many entries.
+    dedup_snapshot_interval: int = 1000
+
+    # Managed ledger: when the open ledger is full it is closed and a new one created.
+    max_entries_per_ledger: int = 50_000
+    max_size_per_ledger: int = 2048 * MIB
+    max_ledger_age_seconds: float = 4 * 3600.0
+    # A ledger younger than this never rolls over (avoids many tiny ledgers under bursts); Pulsar: 10 min.
+    min_ledger_rollover_seconds: float = 600.0
+    # After a failed ledger creation, adds fail fast for this long instead of piling up.
+    ledger_creation_retry_seconds: float = 10.0
+    ensemble_size: int = 1
+    write_quorum: int = 1
+    ack_quorum: int = 1
+
+    # Cursors: dirty cursors are persisted at least this often (and on close).
+    cursor_flush_interval: float = 1.0
+
+    # Entry cache shared by all topics of this broker, in bytes.
+    entry_cache_max_bytes: int = 64 * MIB
+
+    # Dispatch: entries read ahead per storage read, entries per consumer per round-robin turn on
+    # Shared subscriptions, entries buffered per consumer for the adapter to send, and the pause
+    # after a failed read before trying again.
+    dispatch_max_read_entries: int = 100
+    dispatch_round_robin_batch: int = 20
+    consumer_max_buffered_entries: int = 1000
+    dispatch_retry_seconds: float = 1.0
+
+    @property
+    def address(self) -> str:
+        return self.advertised_address or f"{self.host}:{self.port}"
