@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from herald.common.config import describe, load_settings
 from herald.common.errors import HeraldError
 from herald.common.logs import configure_logging
+from herald.metadata import MetadataStore, open_store
 
 log = logging.getLogger("herald")
 DEFAULT_SERVICE_URL = "herald://127.0.0.1:6650"
@@ -68,28 +69,36 @@ def cmd_standalone(args: argparse.Namespace) -> None:
     asyncio.run(_serve(make, announce))
 
 
+class _OnMetadataStore:
+    """A service that runs on a metadata store this process opens for it (lookup, broker)."""
+
+    def __init__(self, metadata_url: str, build: Callable[[MetadataStore], Service]) -> None:
+        self.metadata_url = metadata_url
+        self.build = build
+        self.server: Any = None
+
+    async def start(self) -> None:
+        self.store = open_store(self.metadata_url)
+        await self.store.start()
+        self.server = self.build(self.store)
+        await self.server.start()
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            await self.server.stop()
+        await self.store.close()
+
+
 def cmd_lookup(args: argparse.Namespace) -> None:
     from herald.lookup.server import LookupServer
     from herald.lookup.settings import LookupSettings
-    from herald.metadata import open_store
 
     settings = load_settings(LookupSettings, "lookup", config_file=args.config,
                              overrides=_flags(args, "metadata_url", "host", "port", "heartbeat_interval"))
     log.info("lookup settings:\n%s", describe(settings))
 
-    class Running:
-        async def start(self) -> None:
-            self.store = open_store(settings.metadata_url)
-            await self.store.start()
-            self.server = LookupServer(settings, self.store)
-            await self.server.start()
-
-        async def stop(self) -> None:
-            await self.server.stop()
-            await self.store.close()
-
-    async def make() -> Running:
-        return Running()
+    async def make() -> _OnMetadataStore:
+        return _OnMetadataStore(settings.metadata_url, lambda store: LookupServer(settings, store))
 
     asyncio.run(_serve(make, lambda s: print(f"lookup listening on {s.server.address}", flush=True)))
 
@@ -97,7 +106,6 @@ def cmd_lookup(args: argparse.Namespace) -> None:
 def cmd_broker(args: argparse.Namespace) -> None:
     from herald.broker.server import BrokerServer
     from herald.broker.settings import BrokerSettings
-    from herald.metadata import open_store
 
     settings = load_settings(
         BrokerSettings, "broker", config_file=args.config,
@@ -106,19 +114,8 @@ def cmd_broker(args: argparse.Namespace) -> None:
     )
     log.info("broker settings:\n%s", describe(settings))
 
-    class Running:
-        async def start(self) -> None:
-            self.store = open_store(settings.metadata_url)
-            await self.store.start()
-            self.server = BrokerServer(settings, self.store)
-            await self.server.start()
-
-        async def stop(self) -> None:
-            await self.server.stop()
-            await self.store.close()
-
-    async def make() -> Running:
-        return Running()
+    async def make() -> _OnMetadataStore:
+        return _OnMetadataStore(settings.metadata_url, lambda store: BrokerServer(settings, store))
 
     asyncio.run(_serve(make, lambda s: print(f"broker listening on {s.server.address}", flush=True)))
 

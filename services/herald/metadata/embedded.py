@@ -17,8 +17,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
-from herald.common.errors import BadVersionError, InvalidArgumentError, MetadataError
-from herald.metadata.store import LeaseExpiredError, MetadataStore, Versioned, WatchEvent, WatchHub
+from herald.common.errors import BadVersionError, MetadataError
+from herald.metadata.store import (
+    LeaseExpiredError,
+    MetadataStore,
+    Versioned,
+    WatchEvent,
+    WatchHub,
+    check_delete_arguments,
+    check_lease_ttl,
+    check_put_arguments,
+)
 
 log = logging.getLogger(__name__)
 
@@ -112,27 +121,18 @@ class EmbeddedMetadataStore(MetadataStore):
     async def put(
         self, key: str, value: bytes, *, expected_version: int | None = None, lease_id: int = 0
     ) -> int:
-        if expected_version is not None and expected_version < 0:
-            raise InvalidArgumentError(
-                f"expected_version {expected_version} is invalid: use None, 0 (absent) or a version >= 1"
-            )
-        if lease_id < 0:
-            raise InvalidArgumentError(f"lease id {lease_id} is invalid: use 0 (persistent) or a granted lease")
+        check_put_arguments(expected_version, lease_id)
         return await self._run("put", self._put, key, bytes(value), expected_version, lease_id)
 
     async def delete(self, key: str, *, expected_version: int | None = None) -> bool:
-        if expected_version is not None and expected_version < 0:
-            raise InvalidArgumentError(
-                f"expected_version {expected_version} is invalid: use None or a version >= 1"
-            )
+        check_delete_arguments(expected_version)
         return await self._run("delete", self._delete, key, expected_version)
 
     async def list(self, prefix: str) -> dict[str, Versioned]:
         return await self._run("list", self._list, prefix)
 
     async def grant_lease(self, ttl: float) -> int:
-        if not ttl > 0:
-            raise InvalidArgumentError(f"lease ttl {ttl} is invalid: it must be > 0 seconds")
+        check_lease_ttl(ttl)
         lease_id = await self._run("grant_lease", self._grant, float(ttl))
         self._reaper_wakeup.set()  # it may now have an earlier deadline to wait for
         return lease_id

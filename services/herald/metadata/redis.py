@@ -21,8 +21,17 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from herald.common.errors import BadVersionError, HeraldTimeoutError, InvalidArgumentError, MetadataError
-from herald.metadata.store import LeaseExpiredError, MetadataStore, Versioned, WatchEvent, WatchHub
+from herald.common.errors import BadVersionError, HeraldTimeoutError, MetadataError
+from herald.metadata.store import (
+    LeaseExpiredError,
+    MetadataStore,
+    Versioned,
+    WatchEvent,
+    WatchHub,
+    check_delete_arguments,
+    check_lease_ttl,
+    check_put_arguments,
+)
 
 log = logging.getLogger(__name__)
 
@@ -309,12 +318,7 @@ class RedisMetadataStore(MetadataStore):
     async def put(
         self, key: str, value: bytes, *, expected_version: int | None = None, lease_id: int = 0
     ) -> int:
-        if expected_version is not None and expected_version < 0:
-            raise InvalidArgumentError(
-                f"expected_version {expected_version} is invalid: use None, 0 (absent) or a version >= 1"
-            )
-        if lease_id < 0:
-            raise InvalidArgumentError(f"lease id {lease_id} is invalid: use 0 (persistent) or a granted lease")
+        check_put_arguments(expected_version, lease_id)
         expected = "" if expected_version is None else expected_version
         version, current = await self._call("put", key, bytes(value), expected, lease_id)
         if version == -1:
@@ -327,10 +331,7 @@ class RedisMetadataStore(MetadataStore):
         return int(version)
 
     async def delete(self, key: str, *, expected_version: int | None = None) -> bool:
-        if expected_version is not None and expected_version < 0:
-            raise InvalidArgumentError(
-                f"expected_version {expected_version} is invalid: use None or a version >= 1"
-            )
+        check_delete_arguments(expected_version)
         expected = "" if expected_version is None else expected_version
         outcome, current = await self._call("delete", key, expected)
         if outcome == -1:
@@ -350,8 +351,7 @@ class RedisMetadataStore(MetadataStore):
         }
 
     async def grant_lease(self, ttl: float) -> int:
-        if not ttl > 0:
-            raise InvalidArgumentError(f"lease ttl {ttl} is invalid: it must be > 0 seconds")
+        check_lease_ttl(ttl)
         (lease_id,) = await self._call("grant_lease", max(1, round(ttl * 1000)))
         self._reaper_wakeup.set()  # it may now have an earlier expiry to wait for
         return int(lease_id)

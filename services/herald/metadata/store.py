@@ -40,6 +40,26 @@ class WatchEvent:
     version: int  # the new version for a put, 0 for a delete
 
 
+def check_put_arguments(expected_version: int | None, lease_id: int) -> None:
+    """Argument checks every backend's put makes before touching storage."""
+    if expected_version is not None and expected_version < 0:
+        raise InvalidArgumentError(
+            f"expected_version {expected_version} is invalid: use None, 0 (absent) or a version >= 1"
+        )
+    if lease_id < 0:
+        raise InvalidArgumentError(f"lease id {lease_id} is invalid: use 0 (persistent) or a granted lease")
+
+
+def check_delete_arguments(expected_version: int | None) -> None:
+    if expected_version is not None and expected_version < 0:
+        raise InvalidArgumentError(f"expected_version {expected_version} is invalid: use None or a version >= 1")
+
+
+def check_lease_ttl(ttl: float) -> None:
+    if not ttl > 0:
+        raise InvalidArgumentError(f"lease ttl {ttl} is invalid: it must be > 0 seconds")
+
+
 class MetadataStore(abc.ABC):
     """Async key-value store with versions, leases and watches."""
 
