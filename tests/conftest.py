@@ -8,10 +8,12 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from herald.local_cluster import ClusterSettings, LocalCluster
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
@@ -138,3 +140,32 @@ def standalone(tmp_path: Path, herald_env: dict[str, str]) -> Iterator[Standalon
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def make_local_cluster(tmp_path: Path, herald_env: dict[str, str]) -> Iterator[Callable[..., LocalCluster]]:
+    """Start `herald local-cluster`'s processes with the given ClusterSettings fields; all are
+    stopped after the test. Heartbeats are short so that expiry takes a second or two."""
+    started: list[LocalCluster] = []
+
+    def make(**overrides: Any) -> LocalCluster:
+        settings = ClusterSettings(base_dir=str(tmp_path / f"cluster-{len(started)}"), heartbeat_interval=0.5,
+                                   extra_env=herald_env)
+        for name, value in overrides.items():
+            setattr(settings, name, value)
+        cluster = LocalCluster(settings)
+        started.append(cluster)
+        cluster.start()
+        return cluster
+
+    try:
+        yield make
+    finally:
+        for cluster in started:
+            cluster.stop()
+
+
+@pytest.fixture
+def local_cluster(make_local_cluster: Callable[..., LocalCluster]) -> LocalCluster:
+    """redis, lookup, 2 brokers and 3 storage nodes as processes; ledgers 3/2/2."""
+    return make_local_cluster()

@@ -11,6 +11,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
@@ -134,6 +135,30 @@ def cmd_storage(args: argparse.Namespace) -> None:
     asyncio.run(_serve(make, lambda s: print(f"storage listening on {s.address}", flush=True)))
 
 
+def cmd_local_cluster(args: argparse.Namespace) -> None:
+    from herald.local_cluster import ClusterSettings, LocalCluster
+
+    settings = load_settings(
+        ClusterSettings, "local-cluster", config_file=args.config,
+        overrides=_flags(args, "base_dir", "brokers", "storage_nodes", "ensemble_size", "write_quorum",
+                         "ack_quorum", "heartbeat_interval"),
+    )
+    cluster = LocalCluster(settings)
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    cluster.start()
+    try:
+        print("herald local cluster is running", flush=True)
+        for name, where in cluster.describe():
+            print(f"  {name:12} {where}", flush=True)
+        print("press Ctrl-C to stop", flush=True)
+        stop.wait()
+        print("stopping…", flush=True)
+    finally:
+        cluster.stop()
+
+
 def cmd_produce(args: argparse.Namespace) -> None:
     from herald.client import Client
 
@@ -206,6 +231,20 @@ def build_parser() -> argparse.ArgumentParser:
     sub = service("storage", "run a storage node")
     sub.add_argument("--data-dir", help="journal and ledger directory")
     sub.set_defaults(func=cmd_storage)
+
+    sub = commands.add_parser(
+        "local-cluster", help="run redis, lookup, brokers and storage nodes as separate local processes",
+        description="run redis, lookup, brokers and storage nodes as separate processes on loopback",
+    )
+    sub.add_argument("--config", help="TOML file with a [local-cluster] table of settings")
+    sub.add_argument("--base-dir", help="where data and logs go (default ./local-cluster)")
+    sub.add_argument("--brokers", type=int, help="number of brokers (default 2)")
+    sub.add_argument("--storage-nodes", type=int, help="number of storage nodes (default 3)")
+    sub.add_argument("--ensemble-size", type=int, help="E (default 3)")
+    sub.add_argument("--write-quorum", type=int, help="Qw (default 2)")
+    sub.add_argument("--ack-quorum", type=int, help="Qa (default 2)")
+    sub.add_argument("--heartbeat-interval", type=float, help="broker heartbeat seconds (default 1)")
+    sub.set_defaults(func=cmd_local_cluster)
 
     env_url = os.environ.get("HERALD_SERVICE_URL", DEFAULT_SERVICE_URL)
     sub = commands.add_parser("produce", help="send messages to a topic")

@@ -56,6 +56,8 @@ class Standalone:
                 host=self.settings.host, port=self.settings.broker_port, cluster="standalone",
                 broker_id="standalone", lookup_address=self.lookup.address,
                 storage_nodes=[self.storage.address], entry_cache_max_bytes=self.settings.entry_cache_max_bytes,
+                # One storage node: every ledger is 1/1/1 (a cluster's brokers default to 3/2/2).
+                ensemble_size=1, write_quorum=1, ack_quorum=1,
             ),
             self.store,
         )

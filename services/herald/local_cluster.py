@@ -1,0 +1,213 @@
+"""`herald local-cluster`: a real multi-process Herald on loopback — redis-server, lookup, brokers
+and storage nodes, each its own process with its log in one folder. The chaos tests drive the same
+code (kill, pause, resume, restart any process)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from herald.common.errors import InvalidArgumentError, ServiceNotReadyError
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _herald_command() -> list[str]:
+    """The `herald` of this interpreter's environment (works from a venv without activating it)."""
+    beside = Path(sys.executable).parent / "herald"
+    return [str(beside)] if beside.exists() else [sys.executable, "-m", "herald.cli"]
+
+
+@dataclass
+class ClusterSettings:
+    base_dir: str = "local-cluster"
+    brokers: int = 2
+    storage_nodes: int = 3
+    ensemble_size: int = 3
+    write_quorum: int = 2
+    ack_quorum: int = 2
+    heartbeat_interval: float = 1.0  # seconds; a broker expires after 3 silent heartbeats
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+
+class ClusterProcess:
+    """One process of the cluster: started, stopped, killed, paused and resumed by name."""
+
+    def __init__(self, name: str, args: list[str], log_dir: Path, ready_text: str, port: int,
+                 env: dict[str, str]) -> None:
+        self.name = name
+        self.args = args
+        self.log_path = log_dir / f"{name}.log"
+        self.ready_text = ready_text
+        self.port = port
+        self.env = env
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self, timeout: float = 60.0) -> None:
+        self.starts += 1
+        marker = f"==== {self.name} start {self.starts} ====\n"
+        with open(self.log_path, "ab") as log:
+            log.write(marker.encode())
+            log.flush()
+            self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, env=self.env,
+                                         start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = self.log_path.read_text(errors="replace")
+            if self.ready_text in text[text.rfind(marker):]:
+                return
+            if self.proc.poll() is not None:
+                raise ServiceNotReadyError(
+                    f"{self.name} exited with {self.proc.returncode} while starting; see {self.log_path}"
+                )
+            time.sleep(0.05)
+        raise ServiceNotReadyError(f"{self.name} did not start within {timeout}s; see {self.log_path}")
+
+    def kill(self) -> None:
+        """SIGKILL: the process gets no chance to flush or close anything."""
+        if self.running:
+            assert self.proc is not None
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.resume()  # a paused process cannot handle SIGTERM
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+
+    def pause(self) -> None:
+        """SIGSTOP: the process keeps its sockets open but answers nothing."""
+        if self.running:
+            assert self.proc is not None
+            self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.running:
+            assert self.proc is not None
+            self.proc.send_signal(signal.SIGCONT)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+
+class LocalCluster:
+    def __init__(self, settings: ClusterSettings) -> None:
+        if settings.storage_nodes < settings.write_quorum:
+            raise InvalidArgumentError(
+                f"{settings.storage_nodes} storage nodes cannot hold ledgers with write quorum "
+                f"{settings.write_quorum}"
+            )
+        redis = shutil.which("redis-server")
+        if redis is None:
+            raise ServiceNotReadyError("redis-server is not installed (apt-get install redis-server)")
+        self.settings = settings
+        self.base = Path(settings.base_dir).resolve()
+        self.logs = self.base / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **settings.extra_env}
+        herald = _herald_command()
+        redis_port = free_port()
+        (self.base / "redis").mkdir(exist_ok=True)
+        self.metadata_url = f"redis://127.0.0.1:{redis_port}/0"
+        # Metadata writes are few and must survive a crash: append-only file, fsync on every write.
+        self.redis = ClusterProcess(
+            "redis", [redis, "--port", str(redis_port), "--bind", "127.0.0.1", "--dir", str(self.base / "redis"),
+                      "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--protected-mode", "no"],
+            self.logs, "Ready to accept connections", redis_port, env,
+        )
+        self.storage = []
+        for i in range(settings.storage_nodes):
+            port = free_port()
+            data_dir = str(self.base / f"storage-{i}")
+            self.storage.append(ClusterProcess(
+                f"storage-{i}", [*herald, "storage", "--data-dir", data_dir, "--port", str(port)],
+                self.logs, "storage listening on", port, env,
+            ))
+        lookup_port = free_port()
+        self.lookup = ClusterProcess(
+            "lookup", [*herald, "lookup", "--metadata-url", self.metadata_url, "--port", str(lookup_port),
+                       "--heartbeat-interval", str(settings.heartbeat_interval)],
+            self.logs, "lookup listening on", lookup_port, env,
+        )
+        broker_env = {
+            **env,
+            "HERALD_BROKER_ENSEMBLE_SIZE": str(settings.ensemble_size),
+            "HERALD_BROKER_WRITE_QUORUM": str(settings.write_quorum),
+            "HERALD_BROKER_ACK_QUORUM": str(settings.ack_quorum),
+        }
+        nodes = ",".join(node.address for node in self.storage)
+        self.brokers = []
+        for i in range(settings.brokers):
+            port = free_port()
+            self.brokers.append(ClusterProcess(
+                f"broker-{i}", [*herald, "broker", "--metadata-url", self.metadata_url, "--lookup-address",
+                                self.lookup.address, "--storage-nodes", nodes, "--port", str(port),
+                                "--broker-id", f"broker-{i}"],
+                self.logs, "broker listening on", port, broker_env,
+            ))
+
+    @property
+    def service_url(self) -> str:
+        return f"herald://{self.lookup.address}"
+
+    @property
+    def processes(self) -> list[ClusterProcess]:
+        return [self.redis, *self.storage, self.lookup, *self.brokers]
+
+    def process(self, name: str) -> ClusterProcess:
+        for candidate in self.processes:
+            if candidate.name == name:
+                return candidate
+        raise InvalidArgumentError(f"no process named {name!r} in this cluster")
+
+    def broker_at(self, address: str) -> ClusterProcess:
+        for broker in self.brokers:
+            if broker.address == address:
+                return broker
+        raise InvalidArgumentError(f"no broker listens on {address}")
+
+    def start(self) -> None:
+        try:
+            for process in self.processes:
+                process.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        for process in reversed(self.processes):
+            process.stop()
+
+    def describe(self) -> list[tuple[str, str]]:
+        rows = [("service URL", self.service_url), ("metadata", self.metadata_url)]
+        rows += [(p.name, p.address) for p in self.processes if p is not self.redis]
+        rows.append(("logs", str(self.logs)))
+        return rows
