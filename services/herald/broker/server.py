@@ -37,6 +37,19 @@ _SUBSCRIPTION_TYPES = {
 _POSITIONS = {broker_pb2.EARLIEST: InitialPosition.EARLIEST, broker_pb2.LATEST: InitialPosition.LATEST}
 
 
+class _Replies:
+    """Writes replies to one stream. A grpc.aio stream takes one write at a time, and receipts or
+    deliveries (a task of their own) and errors (the reading task) may be written concurrently."""
+
+    def __init__(self, context: Context) -> None:
+        self._context = context
+        self._lock = asyncio.Lock()
+
+    async def write(self, reply: Any) -> None:
+        async with self._lock:
+            await self._context.write(reply)
+
+
 class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     def __init__(self, service: BrokerService) -> None:
         self.service = service
@@ -44,19 +57,20 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     async def Produce(  # type: ignore[override]
         self, request_iterator: AsyncIterator[broker_pb2.ProduceRequest], context: Context
     ) -> None:
+        replies = _Replies(context)
         first = await context.read()
         if first is EOF or not first.HasField("register"):
-            await context.write(_produce_error(errors.InvalidArgumentError(
+            await replies.write(_produce_error(errors.InvalidArgumentError(
                 "a Produce stream must start with RegisterProducer")))
             return
         try:
             producer, last_sequence_id = await self.service.create_producer(
                 first.register.topic, first.register.producer_name or None
             )
-        except errors.HeraldError as error:
-            await context.write(_produce_error(error))
+        except Exception as exc:
+            await replies.write(_produce_error(_as_herald_error(exc, "registering a producer")))
             return
-        await context.write(broker_pb2.ProduceResponse(registered=broker_pb2.ProducerRegistered(
+        await replies.write(broker_pb2.ProduceResponse(registered=broker_pb2.ProducerRegistered(
             producer_name=producer.name, last_sequence_id=last_sequence_id,
             max_message_size=self.service.settings.max_message_size,
         )))
@@ -65,14 +79,14 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         in_flight: asyncio.Queue[tuple[broker_pb2.SendEntry, asyncio.Future[tuple[int, int]]] | None] = (
             asyncio.Queue(_RECEIPT_QUEUE)
         )
-        writer = asyncio.create_task(self._write_receipts(context, in_flight))
+        writer = asyncio.create_task(self._write_receipts(replies, in_flight))
         closed = asyncio.create_task(producer.wait_closed())
         client_finished = False
         try:
             while True:
                 request = await _read_unless(context, closed, writer)
                 if request is None:  # the broker closed the producer (unload, fenced ledger)
-                    await context.write(_produce_error(errors.ServiceNotReadyError(
+                    await replies.write(_produce_error(errors.ServiceNotReadyError(
                         f"producer {producer.name} was closed by the broker: reconnect")))
                     break
                 if request is EOF or request.HasField("close"):
@@ -98,7 +112,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                 await writer
 
     async def _write_receipts(
-        self, context: Context,
+        self, replies: _Replies,
         in_flight: asyncio.Queue[tuple[broker_pb2.SendEntry, asyncio.Future[tuple[int, int]]] | None],
     ) -> None:
         while True:
@@ -109,11 +123,11 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
             try:
                 ledger_id, entry_id = await publish
             except errors.HeraldError as error:
-                await context.write(broker_pb2.ProduceResponse(
+                await replies.write(broker_pb2.ProduceResponse(
                     send_error=broker_pb2.SendError(sequence_id=send.sequence_id, error=error.to_proto())
                 ))
                 continue
-            await context.write(broker_pb2.ProduceResponse(receipt=broker_pb2.SendReceipt(
+            await replies.write(broker_pb2.ProduceResponse(receipt=broker_pb2.SendReceipt(
                 sequence_id=send.sequence_id, highest_sequence_id=send.highest_sequence_id,
                 ledger_id=ledger_id, entry_id=entry_id,
             )))
@@ -121,9 +135,10 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     async def Consume(  # type: ignore[override]
         self, request_iterator: AsyncIterator[broker_pb2.ConsumeRequest], context: Context
     ) -> None:
+        replies = _Replies(context)
         first = await context.read()
         if first is EOF or not first.HasField("subscribe"):
-            await context.write(_consume_error(errors.InvalidArgumentError(
+            await replies.write(_consume_error(errors.InvalidArgumentError(
                 "a Consume stream must start with Subscribe")))
             return
         sub = first.subscribe
@@ -132,22 +147,22 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                 sub.topic, sub.subscription, _SUBSCRIPTION_TYPES[sub.type], _POSITIONS[sub.initial_position],
                 sub.consumer_name or None, sub.priority_level,
             )
-        except errors.HeraldError as error:
-            await context.write(_consume_error(error))
-            return
         except KeyError:
-            await context.write(_consume_error(errors.InvalidArgumentError("unknown subscription type")))
+            await replies.write(_consume_error(errors.InvalidArgumentError("unknown subscription type")))
             return
-        await context.write(broker_pb2.ConsumeResponse(
+        except Exception as exc:
+            await replies.write(_consume_error(_as_herald_error(exc, "subscribing")))
+            return
+        await replies.write(broker_pb2.ConsumeResponse(
             subscribed=broker_pb2.Subscribed(consumer_name=consumer.name)
         ))
-        sender = asyncio.create_task(self._deliver(context, consumer))
+        sender = asyncio.create_task(self._deliver(replies, consumer))
         closed = asyncio.create_task(consumer.wait_closed())
         try:
             while True:
                 request = await _read_unless(context, closed, sender)
                 if request is None:  # closed by the broker (unload) or the sender failed
-                    await context.write(_consume_error(errors.ServiceNotReadyError(
+                    await replies.write(_consume_error(errors.ServiceNotReadyError(
                         f"consumer {consumer.name} was closed by the broker: reconnect")))
                     break
                 if request is EOF or request.HasField("close"):
@@ -155,7 +170,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                 try:
                     self._handle_consumer_command(consumer, request)
                 except errors.HeraldError as error:
-                    await context.write(_consume_error(error))
+                    await replies.write(_consume_error(error))
         finally:
             closed.cancel()
             sender.cancel()
@@ -178,10 +193,10 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
             raise errors.InvalidArgumentError("this stream already has a subscription")
 
     @staticmethod
-    async def _deliver(context: Context, consumer: Consumer) -> None:
+    async def _deliver(replies: _Replies, consumer: Consumer) -> None:
         while True:
             deliveries = await consumer.next_deliveries()
-            await context.write(broker_pb2.ConsumeResponse(entries=broker_pb2.EntryBatch(entries=[
+            await replies.write(broker_pb2.ConsumeResponse(entries=broker_pb2.EntryBatch(entries=[
                 broker_pb2.DeliveredEntry(
                     ledger_id=d.ledger_id, entry_id=d.entry_id, data=d.data, redelivery_count=d.redelivery_count
                 )
@@ -197,6 +212,13 @@ async def _read_unless(context: Context, *stoppers: asyncio.Task[Any]) -> Any:
         return read.result()
     read.cancel()
     return None
+
+
+def _as_herald_error(exc: Exception, operation: str) -> errors.HeraldError:
+    if isinstance(exc, errors.HeraldError):
+        return exc
+    log.exception("internal error while %s", operation)
+    return errors.HeraldError(f"internal error while {operation}: {exc!r}")
 
 
 def _produce_error(error: errors.HeraldError) -> broker_pb2.ProduceResponse:

@@ -55,7 +55,9 @@ def server_options() -> list[tuple[str, int]]:
         ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_BYTES),
         ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_BYTES),
         ("grpc.keepalive_permit_without_calls", 1),
-        ("grpc.http2.min_ping_interval_without_data_ms", 5000),
+        # Clients may ping every second to notice a dead or paused broker quickly; allow it.
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", 1000),
+        ("grpc.http2.max_ping_strikes", 0),
         ("grpc.so_reuseport", 0),
     ]
 
