@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from herald.client import AsyncClient, ConsumerType, InitialPosition
+from herald.local_cluster import ClusterSettings, LocalCluster
 
 RESULTS = Path(__file__).resolve().parent / "results" / "produce_consume.jsonl"
 
@@ -107,22 +108,38 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--max-pending", type=int, default=1000, help="producer max pending messages")
     parser.add_argument("--service-url", help="use a running Herald instead of starting standalone")
+    parser.add_argument("--cluster", metavar="E/QW/QA",
+                        help="start a local cluster (1 broker, E storage nodes) with these quorums instead")
     args = parser.parse_args()
     proc = None
+    cluster = None
     with tempfile.TemporaryDirectory() as tmp:
         url = args.service_url
-        if url is None:
+        if args.cluster:
+            ensemble, write, ack = (int(part) for part in args.cluster.split("/"))
+            cluster = LocalCluster(ClusterSettings(
+                base_dir=tmp, brokers=1, storage_nodes=ensemble, ensemble_size=ensemble, write_quorum=write,
+                ack_quorum=ack,
+            ))
+            cluster.start()
+            url = cluster.service_url
+        elif url is None:
             proc, url = start_standalone(tmp)
         try:
             result = asyncio.run(run(url, args.messages, args.size, args.max_pending))
             if proc is not None:
                 result["server_peak_rss_mb"] = peak_rss_mb(proc.pid)
+            if cluster is not None:
+                result["cluster"] = args.cluster
         finally:
             if proc is not None:
                 proc.terminate()
                 proc.wait(timeout=30)
+            if cluster is not None:
+                cluster.stop()
+    where = f"cluster {args.cluster}" if args.cluster else "standalone"
     print(
-        f"{args.messages} x {args.size} B: produce {result['produce_msg_s']:,.0f} msg/s "
+        f"{where}: {args.messages} x {args.size} B: produce {result['produce_msg_s']:,.0f} msg/s "
         f"({result['produce_mb_s']:.1f} MB/s), consume {result['consume_msg_s']:,.0f} msg/s "
         f"({result['consume_mb_s']:.1f} MB/s), send latency p50 {result['send_p50_ms']:.2f} ms "
         f"p99 {result['send_p99_ms']:.2f} ms, server peak RSS {result.get('server_peak_rss_mb', 0):.0f} MB"
