@@ -1,15 +1,29 @@
-"""Ledger metadata kept in the metadata store at /ledgers/<id>: ensemble, quorums, state and last
-entry, changed only by compare-and-set so that two writers can never both close or recover one
-ledger differently."""
+"""Ledger metadata kept in the metadata store at /ledgers/<id>: ensemble history, quorums, state and
+last entry, changed only by compare-and-set so that two writers can never both close or recover one
+ledger differently.
+
+The ensemble is a history, as BookKeeper's `ensembles: {first entry id: nodes}`: when a node fails
+the writer records a new ensemble from the first entry not yet acknowledged, so each entry's write
+set comes from the ensemble in force for it. JSON form:
+
+    {"ledger_id": 7, "ensembles": [[0, ["a:1", "b:1", "c:1"]], [120, ["a:1", "d:1", "c:1"]]],
+     "write_quorum": 2, "ack_quorum": 2, "state": "OPEN", "last_entry_id": -1, "length": 0, ...}
+
+`length` is the ledger's size in bytes once closed by its writer; while it is OPEN it is the size of
+the entries before the last ensemble's first entry (the writer records it at each ensemble change).
+A ledger closed by recovery records that plus the entries recovered after the LAC: a lower bound
+(see storage.recovery).
+"""
 
 from __future__ import annotations
 
+import bisect
 import json
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
-from herald.common.errors import InvalidArgumentError, LedgerNotFoundError
+from herald.common.errors import InvalidArgumentError, LedgerNotFoundError, MetadataError
 from herald.metadata.store import MetadataStore, Versioned
 
 LEDGER_ID_COUNTER = "/counters/ledger-id"
@@ -23,7 +37,8 @@ def ledger_key(ledger_id: int) -> str:
 @dataclass
 class LedgerMetadata:
     ledger_id: int
-    ensemble: list[str]
+    # [first entry id, nodes] in increasing first entry id; the last one is the current ensemble.
+    ensembles: list[tuple[int, list[str]]]
     write_quorum: int
     ack_quorum: int
     state: LedgerState = "OPEN"
@@ -33,20 +48,61 @@ class LedgerMetadata:
     properties: dict[str, str] = field(default_factory=dict)
 
     @property
+    def ensemble(self) -> list[str]:
+        """The current ensemble: where new entries go."""
+        return self.ensembles[-1][1]
+
+    @property
+    def ensemble_start(self) -> int:
+        """The first entry id of the current ensemble."""
+        return self.ensembles[-1][0]
+
+    @property
     def ensemble_size(self) -> int:
         return len(self.ensemble)
 
+    def ensemble_for(self, entry_id: int) -> list[str]:
+        """The ensemble in force for an entry: the last one starting at or before it."""
+        ensembles = self.ensembles
+        if len(ensembles) == 1 or entry_id >= ensembles[-1][0]:
+            return ensembles[-1][1]
+        at = bisect.bisect_right(ensembles, entry_id, key=lambda item: item[0]) - 1
+        return ensembles[max(at, 0)][1]
+
     def write_set(self, entry_id: int) -> list[str]:
-        """The Qw nodes that hold an entry: BookKeeper's round-robin striping over the ensemble."""
-        size = len(self.ensemble)
-        return [self.ensemble[(entry_id + i) % size] for i in range(self.write_quorum)]
+        """The Qw nodes that hold an entry: BookKeeper's round-robin striping over its ensemble."""
+        ensemble = self.ensemble_for(entry_id)
+        size = len(ensemble)
+        if size == self.write_quorum:
+            return ensemble
+        return [ensemble[(entry_id + i) % size] for i in range(self.write_quorum)]
+
+    def all_nodes(self) -> list[str]:
+        """Every node that any ensemble of the history names, each once."""
+        return list(dict.fromkeys(node for _, nodes in self.ensembles for node in nodes))
+
+    def with_ensemble(self, first_entry_id: int, nodes: list[str], length_before: int) -> LedgerMetadata:
+        """A copy with a new ensemble from first_entry_id on (replacing one that starts there)."""
+        kept = [(first, list(ens)) for first, ens in self.ensembles if first < first_entry_id]
+        copy = LedgerMetadata.from_bytes(self.to_bytes())
+        copy.ensembles = [*kept, (first_entry_id, list(nodes))]
+        copy.length = length_before
+        return copy
 
     def to_bytes(self) -> bytes:
-        return json.dumps(asdict(self), separators=(",", ":")).encode()
+        doc = asdict(self)
+        doc["ensembles"] = [[first, list(nodes)] for first, nodes in self.ensembles]
+        return json.dumps(doc, separators=(",", ":")).encode()
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> LedgerMetadata:
-        return cls(**json.loads(raw))
+        doc: dict[str, Any] = json.loads(raw)
+        if "ensemble" in doc:  # written before ensemble changes existed: one ensemble from entry 0
+            doc["ensembles"] = [[0, doc.pop("ensemble")]]
+        ensembles = [(int(first), [str(n) for n in nodes]) for first, nodes in doc.pop("ensembles")]
+        if not ensembles:
+            raise MetadataError(f"ledger metadata {doc.get('ledger_id')} has no ensemble")
+        return cls(ensembles=ensembles, **doc)
 
 
 def check_quorums(ensemble_size: int, write_quorum: int, ack_quorum: int) -> None:
