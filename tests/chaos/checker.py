@@ -17,6 +17,7 @@ from herald.common.message_id import MessageId
 SOAK = os.environ.get("HERALD_SOAK") == "1"
 PHASE_SECONDS = 20.0 if SOAK else 3.0
 # Fast failure detection for clients of a cluster whose processes are being killed.
+CHECKER = "checker"
 CLIENT_OPTIONS = {"operation_timeout": 60.0, "keep_alive": 1.0}
 
 
@@ -65,6 +66,10 @@ class ContinuousProducer:
     async def _run(self) -> None:
         history = self.history
         async with AsyncClient(self.service_url, **CLIENT_OPTIONS) as client:
+            # The checker's subscription exists before the first message, so whatever the
+            # retention policy, nothing acknowledged may be trimmed before the check reads it.
+            checker = await client.subscribe(self.topic, CHECKER, initial_position=InitialPosition.Earliest)
+            await checker.close()
             producer = await client.create_producer(
                 self.topic, producer_name=self.producer_name, send_timeout=60.0, block_if_queue_full=True,
                 max_pending_messages=2000,
@@ -101,7 +106,7 @@ async def _read_everything(service_url: str, topic: str, subscription: str) -> l
         return out
 
 
-def read_everything(service_url: str, topic: str, subscription: str = "checker") -> list[tuple[MessageId, bytes]]:
+def read_everything(service_url: str, topic: str, subscription: str = CHECKER) -> list[tuple[MessageId, bytes]]:
     return asyncio.run(_read_everything(service_url, topic, subscription))
 
 
