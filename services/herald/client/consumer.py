@@ -10,58 +10,57 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
-import grpc
 import grpc.aio
 
-from herald.api.v1 import broker_pb2, broker_pb2_grpc, common_pb2
+from herald.api.v1 import broker_pb2, common_pb2
 from herald.client.acks import AckTracker
 from herald.client.config import ClientConfig, ConsumerConfig, ConsumerType
-from herald.client.connection import ConnectionPool, remaining, retrying
+from herald.client.connection import ConnectionPool
 from herald.client.lookup import LookupService
 from herald.client.message import EntryInfo, Message
-from herald.common.backoff import Backoff
+from herald.client.stream import CLOSED, CLOSING, OPEN, BrokerStream
 from herald.common.entry import decode_entry, iter_records
 from herald.common.errors import (
     ConnectionError_,
     ConsumerClosedError,
     HeraldError,
-    HeraldTimeoutError,
     InvalidArgumentError,
     NotAllowedError,
     from_proto,
 )
 from herald.common.message_id import MessageId
 from herald.common.names import TopicName
-from herald.common.rpc import EOF, error_from_rpc
+from herald.common.rpc import EOF
+
+if TYPE_CHECKING:
+    from herald.api.v1.broker_pb2_grpc import BrokerServiceAsyncStub
 
 log = logging.getLogger(__name__)
 
 ConsumeCall = grpc.aio.StreamStreamCall[broker_pb2.ConsumeRequest, broker_pb2.ConsumeResponse]
 
-_OPEN, _CLOSING, _CLOSED = "open", "closing", "closed"
-_CLOSE_REQUEST = broker_pb2.ConsumeRequest(close=broker_pb2.CloseConsumer())
 # Past this many acks waiting, flush without waiting for the group time.
 MAX_GROUPED_ACKS = 1000
 
 
-class AsyncConsumer:
+class AsyncConsumer(BrokerStream[broker_pb2.ConsumeRequest, broker_pb2.ConsumeResponse, None]):
     """Receives from one topic through one subscription. Made by `AsyncClient.subscribe`."""
+
+    _role = "consumer"
+    _stream_name = "the consume stream"
+    _log = log
+    _close_request = broker_pb2.ConsumeRequest(close=broker_pb2.CloseConsumer())
 
     def __init__(
         self, topic: str, config: ConsumerConfig, client_config: ClientConfig, pool: ConnectionPool,
         lookup: LookupService, on_closed: Callable[[AsyncConsumer], None],
     ) -> None:
-        self._topic = topic
+        super().__init__(topic, config.consumer_name or "", client_config, pool, lookup)
         self._partition = TopicName.parse(topic).partition_index
         self._config = config
-        self._client_config = client_config
-        self._pool = pool
-        self._lookup = lookup
         self._on_closed = on_closed
-        self._loop = asyncio.get_running_loop()
-        self._state = _OPEN
-        self._name = config.consumer_name or ""
         self._queue: deque[Message] = deque()
         self._waiters: deque[asyncio.Future[Message | None]] = deque()
         self._permits = 0  # messages handed out since the last FLOW
@@ -69,10 +68,6 @@ class AsyncConsumer:
         self._tracker = AckTracker()
         self._ack_timer: asyncio.TimerHandle | None = None
         self._outbox: deque[broker_pb2.ConsumeRequest] = deque()
-        self._writer_wake: asyncio.Future[None] | None = None
-        self._connected = False
-        self._task: asyncio.Task[None] | None = None
-        self._backoff = Backoff(jitter=0.1)
         self.epoch = 0  # counts reconnects: messages from an older epoch will be redelivered
         self.corrupt_entries = 0
 
@@ -101,7 +96,7 @@ class AsyncConsumer:
     @property
     def closed(self) -> bool:
         """True once close() began: receive() and acknowledge() fail from then on."""
-        return self._state is not _OPEN
+        return self._state is not OPEN
 
     async def receive(self, timeout: float | None = None) -> Message | None:  # noqa: ASYNC109
         """The next message; None if none arrives within `timeout` seconds (None: wait)."""
@@ -112,7 +107,7 @@ class AsyncConsumer:
             if self._permits >= self._flow_threshold:
                 self._send_flow()
             return message
-        if self._state is not _OPEN:
+        if self._state is not OPEN:
             raise ConsumerClosedError("consumer closed")
         if timeout is not None and timeout <= 0:
             return None
@@ -163,7 +158,7 @@ class AsyncConsumer:
 
     def acknowledge(self, message: Message | MessageId) -> None:
         """Acknowledge one message (sent to the broker in the next ack group)."""
-        if self._state is not _OPEN:
+        if self._state is not OPEN:
             raise ConsumerClosedError("consumer closed")
         if isinstance(message, Message):
             entry = message._entry
@@ -179,7 +174,7 @@ class AsyncConsumer:
     def acknowledge_cumulative(self, message: Message | MessageId) -> None:
         """Acknowledge this message and every one before it (Exclusive and Failover only)."""
         self.check_cumulative_allowed()
-        if self._state is not _OPEN:
+        if self._state is not OPEN:
             raise ConsumerClosedError("consumer closed")
         if isinstance(message, Message):
             entry = message._entry
@@ -205,37 +200,29 @@ class AsyncConsumer:
     async def close(self) -> None:
         """Send the grouped acks, leave the subscription's consumers and close the stream;
         pending receive() calls fail with ConsumerClosedError. Closing twice does nothing."""
-        if self._state is not _OPEN:
+        if self._state is not OPEN:
             return
-        self._state = _CLOSING
+        self._state = CLOSING
         self._fail_waiters(ConsumerClosedError("consumer closed"))
         self._queue.clear()
         self._flush_acks()
-        task = self._task
-        if task is not None and not task.done():
-            if self._connected:
-                # The writer sends the acks, then CloseConsumer, and half-closes; the broker ends the stream.
-                self._wake_writer()
-                await asyncio.wait({task}, timeout=self._client_config.operation_timeout)
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-        self._state = _CLOSED
+        # The writer sends the acks, then CloseConsumer, and half-closes; the broker ends the stream.
+        await self._stop_stream(graceful=True)
+        self._state = CLOSED
         self._on_closed(self)
 
     async def _shutdown(self) -> None:
         """Close without telling the broker: for AsyncClient.shutdown()."""
-        if self._state is _CLOSED:
+        if self._state is CLOSED:
             return
-        self._state = _CLOSING
+        self._state = CLOSING
         self._fail_waiters(ConsumerClosedError("consumer closed"))
         self._queue.clear()
         if self._ack_timer is not None:
             self._ack_timer.cancel()
             self._ack_timer = None
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-        self._state = _CLOSED
+        await self._stop_stream(graceful=False)
+        self._state = CLOSED
         self._on_closed(self)
 
     async def __aenter__(self) -> AsyncConsumer:
@@ -251,7 +238,7 @@ class AsyncConsumer:
     # ---- delivery (hot) ---------------------------------------------------------------------
 
     def _on_entries(self, entries: Iterable[broker_pb2.DeliveredEntry]) -> None:
-        if self._state is not _OPEN:
+        if self._state is not OPEN:
             return
         messages: list[Message] = []
         skipped = 0
@@ -348,35 +335,19 @@ class AsyncConsumer:
         # While disconnected they wait in the outbox for the next stream.
         self._wake_writer()
 
-    # ---- the connection ---------------------------------------------------------------------
+    # ---- the connection (BrokerStream's hooks) -----------------------------------------------
 
     async def _start(self) -> None:
-        call = await retrying(
-            f"subscribing {self.subscription!r} to {self._topic}", self._client_config.operation_timeout,
-            self._connect,
-        )
-        self._connected = True
+        call = await self._connect_first(f"subscribing {self.subscription!r} to {self._topic}")
         self._task = self._loop.create_task(self._run(call), name=f"herald-consumer-{self.subscription}")
 
-    async def _connect(self, deadline: float) -> ConsumeCall:
-        address = await self._lookup.broker_for(self._topic)
-        channel = await self._pool.get(address)
-        call: ConsumeCall = broker_pb2_grpc.BrokerServiceStub(channel).Consume(None)
-        what = f"subscribing {self.subscription!r} to {self._topic} at {address}"
-        try:
-            await asyncio.wait_for(self._subscribe(call), remaining(deadline))
-        except grpc.aio.AioRpcError as exc:
-            call.cancel()
-            raise error_from_rpc(exc, what) from None
-        except TimeoutError:
-            call.cancel()
-            raise HeraldTimeoutError(f"{what} timed out") from None
-        except BaseException:
-            call.cancel()
-            raise
-        return call
+    def _open_call(self, stub: BrokerServiceAsyncStub) -> ConsumeCall:
+        return stub.Consume(None)
 
-    async def _subscribe(self, call: ConsumeCall) -> None:
+    def _handshake_what(self, address: str) -> str:
+        return f"subscribing {self.subscription!r} to {self._topic} at {address}"
+
+    async def _handshake(self, call: ConsumeCall) -> None:
         config = self._config
         await call.write(broker_pb2.ConsumeRequest(subscribe=broker_pb2.Subscribe(
             topic=self._topic, subscription=config.subscription_name, type=config.consumer_type.value,
@@ -394,98 +365,24 @@ class AsyncConsumer:
             raise ConnectionError_(f"the broker answered a subscription with {kind!r}")
         self._name = reply.subscribed.consumer_name or self._name
         await call.write(broker_pb2.ConsumeRequest(flow=broker_pb2.Flow(permits=config.receiver_queue_size)))
-        self._backoff.reset()
 
-    async def _run(self, call: ConsumeCall) -> None:
-        """Own the stream: serve it, and on failure reconnect, until the consumer closes."""
-        while True:
-            try:
-                await self._serve(call)
-                reason = "the broker ended the stream"
-            except grpc.aio.AioRpcError as exc:
-                reason = str(error_from_rpc(exc, "the consume stream"))
-            except HeraldError as exc:
-                reason = str(exc)
-            except Exception as exc:
-                # A bug here must not leave the consumer silently dead: start over on a new stream.
-                log.exception("consumer %s on %s: unexpected error on the stream", self._name, self._topic)
-                reason = repr(exc)
-            finally:
-                self._connected = False
-                call.cancel()
-            if self._state is not _OPEN:
-                return
-            log.info("consumer %s on %s disconnected: %s; reconnecting", self._name, self._topic, reason)
-            # The broker redelivers everything unacked, so what is queued here would come twice.
-            self._queue.clear()
-            self._permits = 0
-            self.epoch += 1
-            self._outbox = deque(request for request in self._outbox if request.HasField("ack"))
-            next_call = await self._reconnect()
-            if next_call is None:
-                return
-            call = next_call
+    def _on_disconnected(self) -> None:
+        # The broker redelivers everything unacked, so what is queued here would come twice.
+        self._queue.clear()
+        self._permits = 0
+        self.epoch += 1
+        self._outbox = deque(request for request in self._outbox if request.HasField("ack"))
 
-    async def _reconnect(self) -> ConsumeCall | None:
-        while self._state is _OPEN:
-            await asyncio.sleep(self._backoff.next())
-            deadline = self._loop.time() + self._client_config.operation_timeout
-            try:
-                call = await self._connect(deadline)
-            except HeraldError as exc:
-                log.info("consumer %s on %s: reconnect failed: %s", self._name, self._topic, exc)
-                continue
-            if self._state is not _OPEN:
-                call.cancel()
-                return None
-            self._connected = True
-            return call
-        return None
+    def _next_request(self) -> broker_pb2.ConsumeRequest | None:
+        outbox = self._outbox
+        return outbox[0] if outbox else None
 
-    async def _serve(self, call: ConsumeCall) -> None:
-        writer = self._loop.create_task(self._write_loop(call))
-        try:
-            await self._read_loop(call)
-        finally:
-            writer.cancel()
-            await asyncio.gather(writer, return_exceptions=True)
+    def _request_written(self) -> None:
+        self._outbox.popleft()  # only once written: an ack cut off here goes on the next stream
 
-    async def _write_loop(self, call: ConsumeCall) -> None:
-        try:
-            while True:
-                outbox = self._outbox
-                if outbox:
-                    await call.write(outbox[0])
-                    outbox.popleft()  # only once written: an ack cut off here goes on the next stream
-                elif self._state is _OPEN:
-                    self._writer_wake = wake = self._loop.create_future()
-                    await wake
-                else:
-                    await call.write(_CLOSE_REQUEST)
-                    await call.done_writing()
-                    return
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.debug("consumer %s: write failed: %s", self._name, exc)
-            call.cancel()
-
-    def _wake_writer(self) -> None:
-        wake = self._writer_wake
-        if wake is not None:
-            self._writer_wake = None
-            if not wake.done():
-                wake.set_result(None)
-
-    async def _read_loop(self, call: ConsumeCall) -> None:
-        while True:
-            reply = await call.read()
-            if reply is EOF:
-                return
-            assert isinstance(reply, broker_pb2.ConsumeResponse)
-            kind = reply.WhichOneof("reply")
-            if kind == "entries":
-                self._on_entries(reply.entries.entries)
-            elif kind == "error":
-                raise from_proto(reply.error)
-
+    def _on_reply(self, reply: broker_pb2.ConsumeResponse) -> None:
+        kind = reply.WhichOneof("reply")
+        if kind == "entries":
+            self._on_entries(reply.entries.entries)
+        elif kind == "error":
+            raise from_proto(reply.error)

@@ -11,22 +11,21 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-import grpc
 import grpc.aio
 
-from herald.api.v1 import broker_pb2, broker_pb2_grpc
+from herald.api.v1 import broker_pb2
 from herald.client.accumulator import BatchAccumulator, PendingOp, SendCallback, Waiter
 from herald.client.config import ClientConfig, ProducerConfig
-from herald.client.connection import ConnectionPool, remaining, retrying
+from herald.client.connection import ConnectionPool
 from herald.client.lookup import LookupService
-from herald.common.backoff import Backoff
+from herald.client.stream import CLOSED, CLOSING, OPEN, BrokerStream, Reconnect
 from herald.common.entry import entry_checksum_ok
 from herald.common.errors import (
     ChecksumError,
     ConnectionError_,
     HeraldError,
-    HeraldTimeoutError,
     InvalidArgumentError,
     MessageTooLargeError,
     MetadataError,
@@ -39,39 +38,37 @@ from herald.common.errors import (
 )
 from herald.common.message_id import MessageId
 from herald.common.names import TopicName
-from herald.common.rpc import EOF, error_from_rpc
+from herald.common.rpc import EOF
+
+if TYPE_CHECKING:
+    from herald.api.v1.broker_pb2_grpc import BrokerServiceAsyncStub
 
 log = logging.getLogger(__name__)
 
 ProduceCall = grpc.aio.StreamStreamCall[broker_pb2.ProduceRequest, broker_pb2.ProduceResponse]
 
-_OPEN, _CLOSING, _CLOSED, _TERMINATED = "open", "closing", "closed", "terminated"
-_CLOSE_REQUEST = broker_pb2.ProduceRequest(close=broker_pb2.CloseProducer())
+_TERMINATED = "terminated"  # besides the stream's OPEN, CLOSING and CLOSED
 # Errors about one entry that a resend cannot fix: that entry fails, the stream carries on.
 _ENTRY_ERRORS = (MessageTooLargeError, InvalidArgumentError, MetadataError)
 
 
-class _Reconnect(Exception):
-    """Raised inside the stream's tasks to drop the stream and start over."""
-
-
-class AsyncProducer:
+class AsyncProducer(BrokerStream[broker_pb2.ProduceRequest, broker_pb2.ProduceResponse,
+                                 broker_pb2.ProducerRegistered]):
     """Publishes to one topic. Made by `AsyncClient.create_producer`, never directly."""
+
+    _role = "producer"
+    _stream_name = "the produce stream"
+    _log = log
+    _close_request = broker_pb2.ProduceRequest(close=broker_pb2.CloseProducer())
 
     def __init__(
         self, topic: str, config: ProducerConfig, client_config: ClientConfig, pool: ConnectionPool,
         lookup: LookupService, on_closed: Callable[[AsyncProducer], None],
     ) -> None:
-        self._topic = topic
+        super().__init__(topic, config.producer_name or "", client_config, pool, lookup)
         self._partition = TopicName.parse(topic).partition_index
         self._config = config
-        self._client_config = client_config
-        self._pool = pool
-        self._lookup = lookup
         self._on_closed = on_closed
-        self._loop = asyncio.get_running_loop()
-        self._state = _OPEN
-        self._name = config.producer_name or ""
         self._max_message_size = config.max_message_size
         self._max_pending = config.max_pending_messages
         self._block = config.block_if_queue_full
@@ -86,11 +83,7 @@ class AsyncProducer:
         self._unsent: deque[PendingOp] = deque()  # the ones the writer has yet to write
         self._pending_count = 0  # messages in the open batch and in pending ops
         self._room_waiters: deque[asyncio.Future[None]] = deque()
-        self._writer_wake: asyncio.Future[None] | None = None
         self._timeout_timer: asyncio.TimerHandle | None = None
-        self._connected = False
-        self._task: asyncio.Task[None] | None = None
-        self._backoff = Backoff(jitter=0.1)
 
     # ---- public API -------------------------------------------------------------------------
 
@@ -118,7 +111,7 @@ class AsyncProducer:
     @property
     def closed(self) -> bool:
         """True once close() began (or the topic was terminated): sends fail from then on."""
-        return self._state is not _OPEN
+        return self._state is not OPEN
 
     async def send(
         self, value: bytes, *, key: str | None = None, properties: dict[str, str] | None = None,
@@ -154,7 +147,7 @@ class AsyncProducer:
 
     async def flush(self) -> None:
         """Send the open batch and wait until every message queued so far is stored."""
-        if self._state is not _OPEN:
+        if self._state is not OPEN:
             raise self._closed_error()
         self._acc.flush()
         if not self._pending:
@@ -167,31 +160,23 @@ class AsyncProducer:
     async def close(self) -> None:
         """Close the producer. Messages not yet stored fail with ProducerClosedError (call
         `flush()` first to wait for them). Closing twice does nothing."""
-        if self._state in (_CLOSING, _CLOSED):
+        if self._state in (CLOSING, CLOSED):
             return
-        self._state = _CLOSING
+        self._state = CLOSING
         self._fail_all(ProducerClosedError("producer closed"))
-        task = self._task
-        if task is not None and not task.done():
-            if self._connected:
-                # The writer sends CloseProducer and half-closes; wait for the broker to end the stream.
-                self._wake_writer()
-                await asyncio.wait({task}, timeout=self._client_config.operation_timeout)
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-        self._state = _CLOSED
+        # The writer sends CloseProducer and half-closes; the broker ends the stream.
+        await self._stop_stream(graceful=True)
+        self._state = CLOSED
         self._on_closed(self)
 
     async def _shutdown(self) -> None:
         """Close without telling the broker: for AsyncClient.shutdown()."""
-        if self._state is _CLOSED:
+        if self._state is CLOSED:
             return
-        self._state = _CLOSING
+        self._state = CLOSING
         self._fail_all(ProducerClosedError("producer closed"))
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-        self._state = _CLOSED
+        await self._stop_stream(graceful=False)
+        self._state = CLOSED
         self._on_closed(self)
 
     async def __aenter__(self) -> AsyncProducer:
@@ -206,7 +191,7 @@ class AsyncProducer:
     # ---- the send path (hot) ----------------------------------------------------------------
 
     def _check_sendable(self, size: int) -> None:
-        if self._state is not _OPEN:
+        if self._state is not OPEN:
             raise self._closed_error()
         if size > self._max_message_size:
             raise MessageTooLargeError(
@@ -251,7 +236,7 @@ class AsyncProducer:
     async def wait_for_room(self) -> None:
         """Wait until fewer than max_pending_messages are pending (or the producer closes)."""
         while self._pending_count >= self._max_pending:
-            if self._state is not _OPEN:
+            if self._state is not OPEN:
                 raise self._closed_error()
             # The open batch may hold much of the queue: ship it now rather than after the delay.
             self._acc.flush()
@@ -263,7 +248,7 @@ class AsyncProducer:
                 if not waiter.done():
                     waiter.cancel()
                     self._room_waiters.remove(waiter)
-        if self._state is not _OPEN:
+        if self._state is not OPEN:
             raise self._closed_error()
 
     def _queue_full(self) -> ProducerQueueIsFullError:
@@ -285,13 +270,6 @@ class AsyncProducer:
         self._wake_writer()
         if self._timeout_timer is None and self._config.send_timeout > 0:
             self._timeout_timer = self._loop.call_later(self._config.send_timeout, self._check_send_timeout)
-
-    def _wake_writer(self) -> None:
-        wake = self._writer_wake
-        if wake is not None:
-            self._writer_wake = None
-            if not wake.done():
-                wake.set_result(None)
 
     def _release(self, count: int) -> None:
         self._pending_count -= count
@@ -337,44 +315,21 @@ class AsyncProducer:
         else:
             self._timeout_timer = self._loop.call_later(timeout - age, self._check_send_timeout)
 
-    # ---- the connection ---------------------------------------------------------------------
+    # ---- the connection (BrokerStream's hooks) -----------------------------------------------
 
     async def _start(self) -> None:
         """Register with the topic's broker (retrying what may pass within the operation
         timeout), then run the stream in the background."""
-        call, registered = await retrying(
-            f"creating a producer on {self._topic}", self._client_config.operation_timeout, self._first_connect
-        )
-        self._on_registered(registered, first=True)
+        call = await self._connect_first(f"creating a producer on {self._topic}")
         self._task = self._loop.create_task(self._run(call), name=f"herald-producer-{self._name}")
 
-    async def _first_connect(self, deadline: float) -> tuple[ProduceCall, broker_pb2.ProducerRegistered]:
-        try:
-            return await self._connect(deadline)
-        except ProducerBusyError as exc:
-            # Another live producer holds the name: say so now, not after the operation timeout.
-            # (Reconnects do retry it: the broker may not have noticed our old stream is gone.)
-            exc.retryable = False
-            raise
+    def _open_call(self, stub: BrokerServiceAsyncStub) -> ProduceCall:
+        return stub.Produce(None)
 
-    async def _connect(self, deadline: float) -> tuple[ProduceCall, broker_pb2.ProducerRegistered]:
-        address = await self._lookup.broker_for(self._topic)
-        channel = await self._pool.get(address)
-        call: ProduceCall = broker_pb2_grpc.BrokerServiceStub(channel).Produce(None)
-        what = f"registering producer {self._name or '(unnamed)'} on {self._topic} at {address}"
-        try:
-            return call, await asyncio.wait_for(self._register(call), remaining(deadline))
-        except grpc.aio.AioRpcError as exc:
-            call.cancel()
-            raise error_from_rpc(exc, what) from None
-        except TimeoutError:
-            call.cancel()
-            raise HeraldTimeoutError(f"{what} timed out") from None
-        except BaseException:
-            call.cancel()
-            raise
+    def _handshake_what(self, address: str) -> str:
+        return f"registering producer {self._name or '(unnamed)'} on {self._topic} at {address}"
 
-    async def _register(self, call: ProduceCall) -> broker_pb2.ProducerRegistered:
+    async def _handshake(self, call: ProduceCall) -> broker_pb2.ProducerRegistered:
         await call.write(broker_pb2.ProduceRequest(
             register=broker_pb2.RegisterProducer(topic=self._topic, producer_name=self._name)
         ))
@@ -389,7 +344,19 @@ class AsyncProducer:
             raise from_proto(reply.error)
         raise ConnectionError_(f"the broker answered a producer registration with {kind!r}")
 
-    def _on_registered(self, registered: broker_pb2.ProducerRegistered, first: bool) -> None:
+    def _first_connect_failed(self, error: HeraldError) -> None:
+        if isinstance(error, ProducerBusyError):
+            # Another live producer holds the name: say so now, not after the operation timeout.
+            # (Reconnects do retry it: the broker may not have noticed our old stream is gone.)
+            error.retryable = False
+
+    def _reconnect_failed(self, error: HeraldError) -> bool:
+        if isinstance(error, TopicTerminatedError):
+            self._terminate(error)
+            return True
+        return False
+
+    def _on_connected(self, registered: broker_pb2.ProducerRegistered, first: bool) -> None:
         self._name = registered.producer_name or self._name
         self._acc.producer_name = self._name
         if registered.max_message_size > 0:
@@ -400,102 +367,26 @@ class AsyncProducer:
             self._next_sequence_id = self._last_sequence_id + 1
         # Everything not yet acknowledged goes again, in order; dedup drops what was stored.
         self._unsent = deque(self._pending)
-        self._connected = True
-        self._backoff.reset()
         log.debug("producer %s registered on %s (last sequence id %d)", self._name, self._topic,
                   registered.last_sequence_id)
 
-    async def _run(self, call: ProduceCall) -> None:
-        """Own the stream: serve it, and on failure reconnect, until the producer closes."""
-        while True:
-            try:
-                await self._serve(call)
-                reason = "the broker ended the stream"
-            except _Reconnect as exc:
-                reason = str(exc)
-            except grpc.aio.AioRpcError as exc:
-                reason = str(error_from_rpc(exc, "the produce stream"))
-            except HeraldError as exc:
-                reason = str(exc)
-            except Exception as exc:
-                # A bug here must not leave the producer silently dead: start over on a new stream.
-                log.exception("producer %s on %s: unexpected error on the stream", self._name, self._topic)
-                reason = repr(exc)
-            finally:
-                self._connected = False
-                call.cancel()
-            if self._state is not _OPEN:
-                return
-            log.info("producer %s on %s disconnected: %s; reconnecting", self._name, self._topic, reason)
-            next_call = await self._reconnect()
-            if next_call is None:
-                return
-            call = next_call
+    def _next_request(self) -> broker_pb2.ProduceRequest | None:
+        # Taken before it is written: after a failed write, registration refills _unsent anyway.
+        unsent = self._unsent
+        return unsent.popleft().request() if unsent else None
 
-    async def _reconnect(self) -> ProduceCall | None:
-        while self._state is _OPEN:
-            await asyncio.sleep(self._backoff.next())
-            deadline = self._loop.time() + self._client_config.operation_timeout
-            try:
-                call, registered = await self._connect(deadline)
-            except TopicTerminatedError as exc:
-                self._terminate(exc)
-                return None
-            except HeraldError as exc:
-                log.info("producer %s on %s: reconnect failed: %s", self._name, self._topic, exc)
-                continue
-            if self._state is not _OPEN:
-                call.cancel()
-                return None
-            self._on_registered(registered, first=False)
-            return call
-        return None
-
-    async def _serve(self, call: ProduceCall) -> None:
-        writer = self._loop.create_task(self._write_loop(call))
-        try:
-            await self._read_loop(call)
-        finally:
-            writer.cancel()
-            await asyncio.gather(writer, return_exceptions=True)
-
-    async def _write_loop(self, call: ProduceCall) -> None:
-        try:
-            while True:
-                unsent = self._unsent
-                if unsent:
-                    await call.write(unsent.popleft().request())
-                elif self._state is _OPEN:
-                    self._writer_wake = wake = self._loop.create_future()
-                    await wake
-                else:
-                    await call.write(_CLOSE_REQUEST)
-                    await call.done_writing()
-                    return
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            # The reader notices a failed call by itself; anything else must not leave it waiting.
-            log.debug("producer %s: write failed: %s", self._name, exc)
-            call.cancel()
-
-    async def _read_loop(self, call: ProduceCall) -> None:
-        while True:
-            reply = await call.read()
-            if reply is EOF:
-                return
-            assert isinstance(reply, broker_pb2.ProduceResponse)
-            kind = reply.WhichOneof("reply")
-            if kind == "receipt":
-                self._on_receipt(reply.receipt)
-            elif kind == "send_error":
-                self._on_send_error(reply.send_error)
-            elif kind == "error":
-                error = from_proto(reply.error)
-                if isinstance(error, TopicTerminatedError):
-                    self._terminate(error)
-                    return
-                raise error
+    def _on_reply(self, reply: broker_pb2.ProduceResponse) -> None:
+        kind = reply.WhichOneof("reply")
+        if kind == "receipt":
+            self._on_receipt(reply.receipt)
+        elif kind == "send_error":
+            self._on_send_error(reply.send_error)
+        elif kind == "error":
+            error = from_proto(reply.error)
+            if isinstance(error, TopicTerminatedError):
+                self._terminate(error)
+                raise Reconnect("topic terminated")  # ends the stream; _run sees the state and stops
+            raise error
 
     def _on_receipt(self, receipt: broker_pb2.SendReceipt) -> None:
         pending = self._pending
@@ -511,7 +402,7 @@ class AsyncProducer:
                 log.debug("producer %s: receipt for %d behind the head %d; ignored",
                           self._name, sequence_id, op.sequence_id)
                 return
-            raise _Reconnect(f"receipt for sequence id {sequence_id} is ahead of the oldest pending "
+            raise Reconnect(f"receipt for sequence id {sequence_id} is ahead of the oldest pending "
                              f"one ({op.sequence_id}): resending")
         pending.popleft()
         if op.highest_sequence_id > self._last_sequence_id:
@@ -523,18 +414,18 @@ class AsyncProducer:
         error = from_proto(send_error.error)
         if isinstance(error, TopicTerminatedError):
             self._terminate(error)
-            raise _Reconnect("topic terminated")  # ends the stream; _run sees the state and stops
+            raise Reconnect("topic terminated")  # ends the stream; _run sees the state and stops
         head = self._pending[0] if self._pending else None
         is_head = head is not None and head.sequence_id == send_error.sequence_id
         if isinstance(error, ChecksumError):
             if head is not None and is_head and not entry_checksum_ok(head.entry):
                 self._fail_head(ChecksumError(f"entry with sequence id {head.sequence_id} was corrupted "
                                               f"in the producer's memory: {error}"))
-            raise _Reconnect(f"checksum error from the broker for sequence id {send_error.sequence_id}")
+            raise Reconnect(f"checksum error from the broker for sequence id {send_error.sequence_id}")
         if is_head and isinstance(error, _ENTRY_ERRORS):
             self._fail_head(error)
             return
-        raise _Reconnect(f"send of sequence id {send_error.sequence_id} failed: {error}")
+        raise Reconnect(f"send of sequence id {send_error.sequence_id} failed: {error}")
 
     def _fail_head(self, error: HeraldError) -> None:
         op = self._pending.popleft()
