@@ -50,9 +50,15 @@ class AllowAll:
     async def acquire(self, topic: str) -> None:
         return None
 
+    async def release(self, topic: str) -> bool:
+        return False
+
 
 class OwnsNothing:
     async def acquire(self, topic: str) -> None:
+        raise NotOwnerError(f"topic {topic} is owned by another broker")
+
+    async def release(self, topic: str) -> bool:
         raise NotOwnerError(f"topic {topic} is owned by another broker")
 
 
@@ -211,7 +217,8 @@ async def test_resend_while_the_first_copy_is_in_flight_is_unknown(cluster: Clus
 # ---- managed ledger ----
 
 async def test_full_ledgers_roll_over_and_reads_cross_them(cluster: Cluster) -> None:
-    settings = BrokerSettings(max_entries_per_ledger=10, min_ledger_rollover_seconds=0)
+    # Kept by retention: there is no subscription yet.
+    settings = BrokerSettings(max_entries_per_ledger=10, min_ledger_rollover_seconds=0, retention_time_seconds=-1)
     service = await cluster.broker(settings)
     receipts = await publish_all(service, "p", 0, 35)
     ledgers = sorted({ledger for ledger, _ in receipts})
@@ -255,7 +262,7 @@ async def test_failed_ledger_creation_fails_adds_fast_then_recovers(cluster: Clu
 async def test_storage_outage_fails_writes_then_the_log_continues_without_gaps(
     cluster: Cluster, tmp_path: Path,
 ) -> None:
-    service = await cluster.broker(BrokerSettings(ledger_creation_retry_seconds=0.2))
+    service = await cluster.broker(BrokerSettings(ledger_creation_retry_seconds=0.2, retention_time_seconds=-1))
     before = await publish_all(service, "p", 0, 5)
     port = cluster.storage_server.port
     await cluster.storage_server.stop()  # the only storage node goes away
@@ -560,7 +567,7 @@ async def test_bad_names_and_foreign_topics_are_refused(cluster: Cluster) -> Non
 
 
 async def test_managed_ledger_positions_skip_empty_ledgers(cluster: Cluster) -> None:
-    settings = BrokerSettings(max_entries_per_ledger=2, min_ledger_rollover_seconds=0)
+    settings = BrokerSettings(max_entries_per_ledger=2, min_ledger_rollover_seconds=0, retention_time_seconds=-1)
     service = await cluster.broker(settings)
     receipts = await publish_all(service, "p", 0, 5)
     ledger: ManagedLedger = (await service.get_topic(TOPIC)).ledger

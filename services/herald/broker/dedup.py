@@ -4,8 +4,9 @@ For each producer name the topic remembers the highest sequence id pushed (accep
 and the highest persisted (confirmed by storage). A message at or below the pushed mark is a
 duplicate when it is also at or below the persisted mark, and unknown otherwise (the earlier copy
 is still being written: the producer retries). The persisted marks survive failover: a snapshot
-{position, producers} is written to `/dedup/<managed ledger>` every N entries and on close, and a
-broker loading the topic replays the entries written after the snapshot's position.
+{position, producers} is written to `/dedup/<managed ledger>` every N entries, on close, and before
+retention deletes ledgers after its position; a broker loading the topic replays the entries
+written after the snapshot's position.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class MessageDeduplication:
         self._since_snapshot = 0
         self._version = NOT_EXISTS
         self._snapshot_task: asyncio.Task[None] | None = None
+        self._snapshot_lock = asyncio.Lock()  # one compare-and-set at a time
         self._closed = False
         self._fenced = False
 
@@ -138,21 +140,34 @@ class MessageDeduplication:
         log.info("dedup %s recovered %d producers, replayed %d entries", self.key, len(self._persisted), replayed)
         return replayed
 
+    @property
+    def snapshot_position(self) -> Position:
+        """The position of the last snapshot written (or loaded): recovery replays from after it."""
+        return self._snapshot_position
+
+    async def snapshot(self) -> Position:
+        """Write a snapshot of everything persisted so far (unless one is current); returns the
+        snapshot's position. Retention calls it before deleting ledgers recovery would replay."""
+        if self.enabled and not self._closed:
+            await self._take_snapshot()
+        return self._snapshot_position
+
     async def _take_snapshot(self) -> None:
-        position = self._last_position
-        if position == self._snapshot_position or self._fenced:
-            return
-        doc = {"position": list(position), "producers": self._persisted}
-        payload = json.dumps(doc, separators=(",", ":")).encode()  # taken before any await: consistent
-        try:
-            self._version = await self._store.put(self.key, payload, expected_version=self._version)
-            self._snapshot_position = position
-        except BadVersionError:
-            # Another broker owns the topic now; its snapshots win.
-            log.warning("dedup snapshot %s was changed by another broker: no longer writing it", self.key)
-            self._fenced = True
-        except HeraldError as exc:
-            log.warning("dedup snapshot %s failed: %s", self.key, exc)
+        async with self._snapshot_lock:
+            position = self._last_position
+            if position == self._snapshot_position or self._fenced:
+                return
+            doc = {"position": list(position), "producers": self._persisted}
+            payload = json.dumps(doc, separators=(",", ":")).encode()  # taken before any await: consistent
+            try:
+                self._version = await self._store.put(self.key, payload, expected_version=self._version)
+                self._snapshot_position = position
+            except BadVersionError:
+                # Another broker owns the topic now; its snapshots win.
+                log.warning("dedup snapshot %s was changed by another broker: no longer writing it", self.key)
+                self._fenced = True
+            except HeraldError as exc:
+                log.warning("dedup snapshot %s failed: %s", self.key, exc)
 
     async def close(self) -> None:
         """Wait for a snapshot in progress and take a final one. Idempotent."""

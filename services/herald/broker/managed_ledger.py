@@ -5,24 +5,26 @@ Its list of ledgers lives in the metadata store at `/managed-ledgers/<name>` as 
 by compare-and-set: losing a CAS means another broker took the topic over, and the ledger becomes
 Fenced. Adds are pipelined to the open ledger and complete in order; while a full ledger is being
 closed and its successor created they wait in a queue. Reads cross ledger boundaries and are
-served from the entry cache when they can be.
+served from the entry cache when they can be. Consumed ledgers past retention are trimmed from the
+head of the list (broker.retention decides which; trim_ledgers() deletes them). The list and its
+position arithmetic live in broker.ledger_list.
 """
 
 from __future__ import annotations
 
 import asyncio
-import bisect
 import enum
 import functools
 import json
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
-from typing import NamedTuple, Protocol
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from herald.broker.entry_cache import EntryCache
+from herald.broker.ledger_list import BEFORE_FIRST, LedgerInfo, LedgerList, Position
+from herald.broker.pending_add import PendingAdd
 from herald.broker.settings import BrokerSettings
 from herald.common.errors import (
     BadVersionError,
@@ -35,25 +37,16 @@ from herald.common.errors import (
 )
 from herald.metadata.store import NOT_EXISTS, MetadataStore
 
+__all__ = ["BEFORE_FIRST", "LedgerInfo", "LedgerStorage", "ManagedLedger", "PendingAdd", "Position", "State"]
+
 log = logging.getLogger(__name__)
 
 # A failed add is retried on a fresh ledger this many times before it (and all after it) fail.
 MAX_ADD_ATTEMPTS = 3
 # Storage read handles kept open for closed ledgers.
 MAX_READ_HANDLES = 16
-
-
-class Position(NamedTuple):
-    """Where an entry lives; ordered like (ledger id, entry id)."""
-
-    ledger_id: int
-    entry_id: int
-
-    def __str__(self) -> str:
-        return f"{self.ledger_id}:{self.entry_id}"
-
-
-BEFORE_FIRST = Position(-1, -1)
+# Seconds close() lets ledger deletions still running finish.
+BACKGROUND_DELETE_GRACE = 2.0
 
 
 class LedgerHandle(Protocol):
@@ -92,51 +85,6 @@ class State(enum.Enum):
     TERMINATED = "Terminated"
 
 
-@dataclass(slots=True)
-class LedgerInfo:
-    """One ledger of the list; for the open ledger, entries and size count confirmed adds."""
-
-    ledger_id: int
-    entries: int = 0
-    size: int = 0
-    created_at: float = 0.0
-
-
-class PendingAdd:
-    """One add on its way to storage (BookKeeper's OpAddEntry): queued, then issued to the open
-    ledger, then completed (in order) with a position or an error. `callback` runs synchronously at
-    completion, in add order, before the future's waiters wake."""
-
-    __slots__ = ("attempts", "callback", "data", "done", "error", "future", "position", "task")
-
-    def __init__(self, data: bytes, callback: Callable[[PendingAdd], None] | None) -> None:
-        self.data = data
-        self.callback = callback
-        self.future: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
-        self.position: Position | None = None
-        self.error: BaseException | None = None
-        self.done = False
-        self.attempts = 0
-        self.task: asyncio.Task[None] | None = None
-
-    def succeed(self, position: Position) -> None:
-        self.position = position
-        self.error = None
-        if self.callback is not None:
-            self.callback(self)
-        if not self.future.done():
-            self.future.set_result(position)
-
-    def fail(self, error: BaseException) -> None:
-        self.error = error
-        if self.callback is not None:
-            self.callback(self)
-        if not self.future.done():
-            self.future.set_exception(error)
-            # A caller that only used the callback must not trigger "exception never retrieved".
-            self.future.exception()
-
-
 class ManagedLedger:
     def __init__(
         self,
@@ -157,8 +105,7 @@ class ManagedLedger:
         self.state = State.NONE
         self._version = NOT_EXISTS
         self._terminated = False
-        self._ledgers: list[LedgerInfo] = []
-        self._ids: list[int] = []  # ledger ids, for bisect
+        self._list = LedgerList()
         self._current: LedgerHandle | None = None
         self._issued = 0  # entries issued to the open ledger (confirmed or in flight)
         self._issued_bytes = 0
@@ -170,6 +117,11 @@ class ManagedLedger:
         self._read_handles: dict[int, LedgerHandle] = {}
         self._unlisted: list[int] = []  # left out of the list; deleted once the list is written
         self._background: set[asyncio.Task[None]] = set()
+        # Metadata writes (rollover, trimming, close) one at a time, each from the list as it is
+        # then: two compare-and-sets on one version would make the second look like fencing.
+        self._metadata_lock = asyncio.Lock()
+        # Called after a rollover closed a ledger (retention may trim it once it is consumed).
+        self.on_ledger_closed: Callable[[], None] | None = None
 
     # ---- lifecycle ----
 
@@ -182,13 +134,14 @@ class ManagedLedger:
             self._version = got.version
             self._terminated = bool(doc.get("terminated", False))
             for item in doc.get("ledgers", []):
-                self._append_info(LedgerInfo(**item))
-        if self._ledgers:
-            last = self._ledgers[-1]
+                self._list.append(LedgerInfo(**item))
+        if self._list:
+            last = self._list[-1]
             # Fences the ledger on its storage nodes, so a previous owner still writing fails,
             # and closes it at its last durable entry.
             handle = await self._storage.open_ledger(last.ledger_id, recover=True)
             last.entries = handle.last_add_confirmed + 1
+            last.closed_at = last.closed_at or time.time()
             if last.entries:
                 self._keep_read_handle(last.ledger_id, handle)
             self._drop_empty_last_ledger()
@@ -207,7 +160,7 @@ class ManagedLedger:
             except HeraldError as exc:
                 self.state = State.NONE
                 raise PersistenceError(f"could not create a ledger for {self.name}: {exc}") from exc
-            self._append_info(LedgerInfo(handle.ledger_id, created_at=time.time()))
+            self._list.append(LedgerInfo(handle.ledger_id, created_at=time.time()))
             try:
                 await self._write_metadata()
             except BaseException:
@@ -218,15 +171,16 @@ class ManagedLedger:
             self._set_current(handle)
             self.state = State.LEDGER_OPENED
         log.info("managed ledger %s opened: %d ledgers, %d entries, state %s",
-                 self.name, len(self._ledgers), self.number_of_entries_total, self.state.value)
+                 self.name, len(self._list), self.number_of_entries_total, self.state.value)
 
-    async def close(self) -> None:
+    async def close(self, *, owned: bool = True) -> None:
         """Stop accepting adds, let those in flight finish, close the open ledger and record it.
+        owned=False: another broker may own the topic now, so nothing is written (as when fenced).
         Idempotent."""
         if self.state in (State.CLOSED, State.NONE):
             self.state = State.CLOSED
             return
-        previous = self.state
+        previous = self.state if owned else State.FENCED
         self.state = State.CLOSED
         self._fail_waiting(PersistenceError(f"topic {self.name} is closing: reconnect and retry"))
         await self._stop_roll_task()
@@ -240,7 +194,10 @@ class ManagedLedger:
                 self._delete_unlisted()
             except HeraldError as exc:
                 log.warning("managed ledger %s: could not record its close: %s", self.name, exc)
-        # Deleting empty ledgers can wait for a storage timeout; left undone they are only garbage.
+        # Deleting ledgers (empty, or trimmed) can wait for a storage timeout: they get a moment,
+        # then are cut off. Left undone they are only garbage in storage, listed nowhere.
+        if self._background:
+            await asyncio.wait(list(self._background), timeout=BACKGROUND_DELETE_GRACE)
         for task in list(self._background):
             task.cancel()
         if self._background:
@@ -308,7 +265,7 @@ class ManagedLedger:
         return PersistenceError(f"topic {self.name} is closed: reconnect and retry")
 
     def _current_is_full(self) -> bool:
-        info = self._ledgers[-1]
+        info = self._list[-1]
         age = time.time() - info.created_at
         if age < self._settings.min_ledger_rollover_seconds:
             return False
@@ -339,7 +296,7 @@ class ManagedLedger:
 
     def _complete_in_order(self) -> None:
         flight = self._in_flight
-        info = self._ledgers[-1] if self._ledgers else None
+        info = self._list[-1] if self._list else None
         while flight and flight[0].done:
             op = flight[0]
             if op.error is not None:
@@ -359,7 +316,7 @@ class ManagedLedger:
         elif self.state is State.LEDGER_OPENED:
             # Like Pulsar: close the broken ledger and re-send the unconfirmed adds to a new one.
             log.warning("managed ledger %s: write to ledger %s failed (%s): rolling over",
-                        self.name, self._ids[-1], error)
+                        self.name, self.current_ledger_id, error)
             self.state = State.CLOSING_LEDGER
             self._start_roll()
 
@@ -425,6 +382,8 @@ class ManagedLedger:
                         return
                 if self.state is not State.CLOSED_LEDGER or not await self._create_ledger():
                     return
+                if self.on_ledger_closed is not None and len(self._list) > 1:
+                    self.on_ledger_closed()
                 if not self._issue_waiting():
                     return
         except Exception as exc:  # never leave adds waiting on a dead task
@@ -452,9 +411,8 @@ class ManagedLedger:
     def _drop_empty_last_ledger(self) -> None:
         # A ledger closed without entries (its first write failed) holds nothing to read: leave it
         # out of the list so failures do not grow it; storage drops it once the list is written.
-        if self._ledgers and self._ledgers[-1].entries == 0:
-            self._ids.pop()
-            self._unlisted.append(self._ledgers.pop().ledger_id)
+        if self._list and self._list[-1].entries == 0:
+            self._unlisted.append(self._list.pop_last().ledger_id)
 
     def _delete_unlisted(self) -> None:
         """Delete from storage the ledgers the list (as just written) no longer names."""
@@ -468,6 +426,9 @@ class ManagedLedger:
         handle, self._current = self._current, None
         if handle is None:
             return
+        info = self._list.find(handle.ledger_id)
+        if info is not None:
+            info.closed_at = time.time()
         try:
             await handle.close()
         except HeraldError as exc:
@@ -498,7 +459,7 @@ class ManagedLedger:
         self._delete_unlisted()
         if self.state is not State.CREATING_LEDGER:  # closed or fenced meanwhile
             return False
-        self._append_info(info)
+        self._list.append(info)
         self._set_current(handle)
         self.state = State.LEDGER_OPENED
         return True
@@ -525,17 +486,12 @@ class ManagedLedger:
         self._issued = 0
         self._issued_bytes = 0
 
-    def _append_info(self, info: LedgerInfo) -> None:
-        self._ledgers.append(info)
-        self._ids.append(info.ledger_id)
-
     async def _write_metadata(self, extra: LedgerInfo | None = None) -> None:
-        ledgers = [asdict(info) for info in self._ledgers]
-        if extra is not None:
-            ledgers.append(asdict(extra))
-        doc = {"ledgers": ledgers, "terminated": self._terminated}
-        self._version = await self._store.put(
-            self.key, json.dumps(doc, separators=(",", ":")).encode(), expected_version=self._version)
+        """Record the list (plus `extra`, a ledger being added) by compare-and-set."""
+        async with self._metadata_lock:
+            doc = {"ledgers": self._list.to_json(extra), "terminated": self._terminated}
+            self._version = await self._store.put(
+                self.key, json.dumps(doc, separators=(",", ":")).encode(), expected_version=self._version)
 
     async def _delete_quietly(self, ledger_id: int) -> None:
         try:
@@ -543,24 +499,50 @@ class ManagedLedger:
         except HeraldError as exc:
             log.warning("managed ledger %s: could not delete ledger %s: %s", self.name, ledger_id, exc)
 
+    # ---- retention ----
+
+    async def trim_ledgers(self, ledger_ids: Sequence[int]) -> list[int]:
+        """Delete ledgers from the head of the list (never the last one): first from the list, by
+        compare-and-set, then from storage in the background. Returns the ids deleted; none when
+        the list no longer starts with them or the ledger is closed or fenced."""
+        ids = list(ledger_ids)
+        async with self._metadata_lock:
+            count = len(ids)
+            if (not ids or self.state in (State.NONE, State.CLOSED, State.FENCED)
+                    or count >= len(self._list) or self._list.ids[:count] != ids):
+                return []
+            doc = {"ledgers": self._list.to_json()[count:], "terminated": self._terminated}
+            try:
+                self._version = await self._store.put(
+                    self.key, json.dumps(doc, separators=(",", ":")).encode(), expected_version=self._version)
+            except BadVersionError as exc:
+                self._fence(exc)
+                return []
+            self._list.remove_first(count)
+        for ledger_id in ids:
+            self._cache.invalidate_ledger(ledger_id)
+            self._read_handles.pop(ledger_id, None)
+        self._unlisted.extend(ids)
+        self._delete_unlisted()
+        log.info("managed ledger %s: deleted ledgers %s (no subscription needs them; retention keeps them no "
+                 "longer)", self.name, ids)
+        return ids
+
     # ---- positions ----
 
     @property
     def current_ledger_id(self) -> int:
-        return self._ids[-1] if self._ids else -1
+        return self._list[-1].ledger_id if self._list else -1
 
     @property
     def last_confirmed_position(self) -> Position:
         """The last durable entry; (ledger, -1) when there is none yet."""
-        for info in reversed(self._ledgers):
-            if info.entries > 0:
-                return Position(info.ledger_id, info.entries - 1)
-        return Position(self._ids[0], -1) if self._ids else BEFORE_FIRST
+        return self._list.last_confirmed_position
 
     @property
     def first_position(self) -> Position:
         """Where the first entry is (or will be)."""
-        return self.normalize(Position(-1, 0))
+        return self._list.first_position
 
     @staticmethod
     def next_position(position: Position) -> Position:
@@ -568,61 +550,30 @@ class ManagedLedger:
         return Position(position.ledger_id, position.entry_id + 1)
 
     def normalize(self, position: Position) -> Position:
-        """The first entry at or after `position`, skipping empty and missing ledgers; past the
-        end, the position the next entry of the last ledger would have."""
-        ledgers = self._ledgers
-        if not ledgers:
-            return position
-        i = bisect.bisect_left(self._ids, position.ledger_id)
-        entry = 0
-        if i < len(ledgers) and ledgers[i].ledger_id == position.ledger_id:
-            if position.entry_id < ledgers[i].entries or i == len(ledgers) - 1:
-                return Position(position.ledger_id, max(position.entry_id, 0))
-            i += 1
-        while i < len(ledgers):
-            if ledgers[i].entries > 0 or i == len(ledgers) - 1:
-                return Position(ledgers[i].ledger_id, entry)
-            i += 1
-        last = ledgers[-1]
-        return Position(last.ledger_id, last.entries)
+        """The first entry at or after `position` (see LedgerList.normalize)."""
+        return self._list.normalize(position)
 
     def has_entry(self, position: Position) -> bool:
-        i = bisect.bisect_left(self._ids, position.ledger_id)
-        return (i < len(self._ids) and self._ids[i] == position.ledger_id
-                and 0 <= position.entry_id < self._ledgers[i].entries)
+        return self._list.has_entry(position)
 
     def has_entries_from(self, position: Position) -> bool:
         return self.normalize(position) <= self.last_confirmed_position
 
     def number_of_entries(self, after: Position, up_to: Position) -> int:
         """How many entries p there are with after < p <= up_to."""
-        if up_to <= after:
-            return 0
-        ledgers = self._ledgers
-        count = 0
-        i = bisect.bisect_left(self._ids, after.ledger_id)
-        while i < len(ledgers) and ledgers[i].ledger_id <= up_to.ledger_id:
-            info = ledgers[i]
-            low = after.entry_id + 1 if info.ledger_id == after.ledger_id else 0
-            high = info.entries - 1
-            if info.ledger_id == up_to.ledger_id:
-                high = min(high, up_to.entry_id)
-            if high >= low:
-                count += high - low + 1
-            i += 1
-        return count
+        return self._list.number_of_entries(after, up_to)
 
     @property
     def number_of_entries_total(self) -> int:
-        return sum(info.entries for info in self._ledgers)
+        return self._list.number_of_entries_total
 
     @property
     def storage_size(self) -> int:
-        return sum(info.size for info in self._ledgers)
+        return self._list.size_total
 
     @property
     def ledgers(self) -> list[LedgerInfo]:
-        return list(self._ledgers)
+        return list(self._list)
 
     # ---- reads ----
 
@@ -634,8 +585,9 @@ class ManagedLedger:
             last = self.last_confirmed_position
             if position > last:
                 break
-            i = bisect.bisect_left(self._ids, position.ledger_id)
-            end = self._ledgers[i].entries - 1
+            info = self._list.find(position.ledger_id)
+            assert info is not None  # normalize() names a listed ledger
+            end = info.entries - 1
             if position.ledger_id == last.ledger_id:
                 end = min(end, last.entry_id)
             end = min(end, position.entry_id + max_entries - len(result) - 1)

@@ -15,7 +15,7 @@ import grpc.aio
 
 from herald.api.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_grpc, lookup_pb2
 from herald.broker.consumer import Consumer
-from herald.broker.ownership import BrokerOwnership
+from herald.broker.ownership import BrokerOwnership, OwnershipMonitor
 from herald.broker.registration import LookupRegistration
 from herald.broker.service import BrokerService
 from herald.broker.settings import BrokerSettings
@@ -260,6 +260,15 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                            for s in stats.subscriptions],
         )
 
+    async def UnloadTopic(
+        self, request: admin_pb2.UnloadTopicRequest, context: Context
+    ) -> admin_pb2.UnloadTopicResponse:
+        try:
+            await self.service.unload_topic(request.topic)
+        except errors.HeraldError as error:
+            await abort(context, error)
+        return admin_pb2.UnloadTopicResponse()
+
 
 class BrokerServer:
     """A broker: the core service plus its gRPC server, storage client and lookup registration."""
@@ -267,11 +276,16 @@ class BrokerServer:
     def __init__(self, settings: BrokerSettings, store: MetadataStore) -> None:
         self.settings = settings
         self.store = store
-        self.storage = StorageClient(store, list(settings.storage_nodes))
+        self.storage = StorageClient(
+            store, list(settings.storage_nodes), settings.storage_operation_timeout,
+            add_timeout=settings.storage_add_timeout, read_timeout=settings.storage_read_timeout,
+            quarantine_seconds=settings.storage_quarantine_seconds,
+        )
         self._server: grpc.aio.Server | None = None
         self.port = 0
         self.service: BrokerService | None = None
         self.registration: LookupRegistration | None = None
+        self.monitor: OwnershipMonitor | None = None
 
     @property
     def address(self) -> str:
@@ -283,7 +297,7 @@ class BrokerServer:
         server = grpc.aio.server(options=server_options())
         self.port = server.add_insecure_port(f"{self.settings.host}:{self.settings.port}")
         broker_id = self.settings.broker_id or self.address
-        ownership = BrokerOwnership(self.store, broker_id, self.address)
+        ownership = BrokerOwnership(self.store, broker_id, self.address, self.settings.unload_exclusion_seconds)
         await self.storage.start()
         service = BrokerService(self.settings, self.store, self.storage, ownership)
         self.service = service
@@ -296,6 +310,8 @@ class BrokerServer:
             load=self._load, owned_topics=service.topic_names, on_lease_lost=service.close_all,
         )
         await self.registration.start()
+        self.monitor = OwnershipMonitor(self.store, ownership, service.served_topics, service.ownership_lost)
+        self.monitor.start()
         log.info("broker %s listening on %s", broker_id, self.address)
 
     def _load(self) -> lookup_pb2.BrokerLoad:
@@ -308,6 +324,9 @@ class BrokerServer:
         )
 
     async def stop(self, grace: float = 2.0) -> None:
+        if self.monitor is not None:
+            await self.monitor.stop()
+            self.monitor = None
         if self.registration is not None:
             await self.registration.stop()
             self.registration = None

@@ -1,5 +1,6 @@
 """The broker service: the topics this broker serves, loaded on first use (after ownership says the
-topic is ours) and unloaded on request, on fencing, or when the broker loses its lease.
+topic is ours) and unloaded on request (releasing its ownership, so the topic moves), on fencing,
+when its ownership record vanished or names another broker, or when the broker loses its lease.
 
 This is the whole surface a protocol adapter needs: create_producer, subscribe, stats, topic lists.
 Names are validated here, at the edge of the core.
@@ -24,7 +25,7 @@ from herald.broker.producer import Producer
 from herald.broker.settings import BrokerSettings
 from herald.broker.subscription import SubscriptionType
 from herald.broker.topic import PersistentTopic, TopicStats
-from herald.common.errors import InvalidArgumentError, NotAllowedError
+from herald.common.errors import InvalidArgumentError, NotAllowedError, NotOwnerError, ServiceNotReadyError
 from herald.common.names import TopicName
 from herald.metadata.store import MetadataStore
 
@@ -34,6 +35,10 @@ log = logging.getLogger(__name__)
 class TopicOwnership(Protocol):
     async def acquire(self, topic: str) -> None:
         """Return when this broker may serve the topic; NotOwnerError otherwise."""
+
+    async def release(self, topic: str) -> bool:
+        """Give up the topic's ownership (so the next lookup assigns it anew); False when it had
+        no owner, NotOwnerError when another broker owns it."""
 
 
 @dataclass(slots=True)
@@ -61,7 +66,8 @@ class BrokerService:
         self.entry_cache = EntryCacheManager(settings.entry_cache_max_bytes)
         self._topics: dict[str, PersistentTopic] = {}
         self._loading: dict[str, asyncio.Task[PersistentTopic]] = {}
-        self._unloads: set[asyncio.Task[None]] = set()
+        # Topics being closed here: refused meanwhile (the client looks them up again).
+        self._unloading: dict[str, asyncio.Task[None]] = {}
         self._rate_sample = (time.monotonic(), 0, 0)
 
     # ---- topics ----
@@ -77,6 +83,8 @@ class BrokerService:
         """The loaded topic; loads it (once, however many ask at the same time) when it is not."""
         name = self.parse_topic(topic)
         key = str(name)
+        if key in self._unloading:
+            raise ServiceNotReadyError(f"topic {key} is being unloaded from this broker: look it up again")
         loaded = self._topics.get(key)
         if loaded is not None:
             return loaded
@@ -124,6 +132,10 @@ class BrokerService:
     def topic_names(self) -> list[str]:
         return list(self._topics)
 
+    def served_topics(self) -> set[str]:
+        """Topics loaded here (not those still loading: their ownership is being checked)."""
+        return set(self._topics)
+
     async def list_topics(self, namespace: str) -> list[str]:
         """Every persistent topic of a namespace ("tenant/namespace"), served here or not."""
         parts = namespace.split("/")
@@ -137,20 +149,60 @@ class BrokerService:
         return (await self.get_topic(topic)).stats()
 
     async def unload_topic(self, topic: str) -> None:
-        """Close the topic here (its clients reconnect and look it up again)."""
+        """Move the topic off this broker: close it here (producers and consumers are told to
+        reconnect; cursors, the dedup snapshot and the managed ledger are persisted), then release
+        its ownership, so that the next lookup assigns it anew (to another broker, if one is
+        live). NotOwnerError when another broker owns it and it was not served here."""
         key = str(self.parse_topic(topic))
-        task = self._loading.get(key)
-        if task is not None:
+        while (running := self._unloading.get(key)) is not None:
             with contextlib.suppress(Exception):
-                await asyncio.shield(task)
-        loaded = self._topics.pop(key, None)
-        if loaded is not None:
-            await loaded.close()
+                await asyncio.shield(running)  # a local close in progress: release after it
+        await asyncio.shield(self._start_unload(key, release=True, owned=True))
+
+    def ownership_lost(self, topic: str) -> None:
+        """The topic's ownership record vanished or names another broker: close the topic here
+        without writing anything (another broker may serve it already) or touching the record."""
+        if topic in self._topics or topic in self._loading:
+            self._start_unload(topic, release=False, owned=False)
 
     def _topic_fenced(self, topic: PersistentTopic) -> None:
-        task = asyncio.get_running_loop().create_task(self.unload_topic(topic.name), name=f"unload {topic.name}")
-        self._unloads.add(task)
-        task.add_done_callback(self._unloads.discard)
+        if self._topics.get(topic.name) is topic:
+            self._start_unload(topic.name, release=False, owned=False)
+
+    def _start_unload(self, key: str, *, release: bool, owned: bool) -> asyncio.Task[None]:
+        task = self._unloading.get(key)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(
+                self._unload(key, release=release, owned=owned), name=f"unload {key}")
+            self._unloading[key] = task
+            task.add_done_callback(self._unload_done(key))
+        return task
+
+    def _unload_done(self, key: str) -> Callable[[asyncio.Task[None]], None]:
+        def done(task: asyncio.Task[None]) -> None:
+            if self._unloading.get(key) is task:
+                del self._unloading[key]
+            if not task.cancelled() and (exc := task.exception()) is not None and not isinstance(exc, NotOwnerError):
+                log.warning("unloading topic %s failed: %r", key, exc)
+
+        return done
+
+    async def _unload(self, key: str, *, release: bool, owned: bool) -> None:
+        # Runs as its own task: a caller that gives up must not cut a close or release in half.
+        loading = self._loading.get(key)
+        if loading is not None:
+            await asyncio.wait([loading])  # loaded, failed or cancelled: whichever, it is settled
+        topic = self._topics.pop(key, None)
+        if topic is not None:
+            await topic.close(owned=owned)
+        if not release:
+            return
+        try:
+            await self.ownership.release(key)
+        except NotOwnerError:
+            if topic is None:
+                raise
+        log.info("topic %s unloaded%s", key, " and released" if topic is not None else "")
 
     async def close_all(self) -> None:
         """Unload every topic (at stop, or when the broker lost its lease). The service stays
@@ -166,8 +218,8 @@ class BrokerService:
         for topic, result in zip(topics, results, strict=True):
             if isinstance(result, BaseException):
                 log.warning("closing topic %s failed: %r", topic.name, result)
-        if self._unloads:
-            await asyncio.gather(*list(self._unloads), return_exceptions=True)
+        if self._unloading:
+            await asyncio.gather(*list(self._unloading.values()), return_exceptions=True)
 
     # ---- producers and consumers ----
 

@@ -22,6 +22,14 @@ class BrokerSettings:
     lookup_address: str = ""
     storage_nodes: list[str] = field(default_factory=list)
 
+    # Storage client: an add or read a node has not answered within these seconds fails over to
+    # another node (a paused node keeps its connections open), and a failed node is left out of
+    # new ensembles for storage_quarantine_seconds.
+    storage_operation_timeout: float = 30.0
+    storage_add_timeout: float = 5.0
+    storage_read_timeout: float = 5.0
+    storage_quarantine_seconds: float = 30.0
+
     # Producers. A producer stream that ends cleanly gets its outstanding receipts for this long.
     receipt_drain_seconds: float = 30.0
     deduplication_enabled: bool = True
@@ -43,6 +51,19 @@ class BrokerSettings:
 
     # Cursors: dirty cursors are persisted at least this often (and on close).
     cursor_flush_interval: float = 1.0
+
+    # Retention (Pulsar's meaning): a ledger every subscription has consumed (with no subscription:
+    # any but the open one) is kept while it closed less than retention_time_seconds ago AND lies
+    # within the newest retention_size_bytes of the topic; -1 is no limit, 0 keeps nothing.
+    # Herald's default keeps consumed data for 7 days (Kafka's default) rather than Pulsar's
+    # 0 / 0, so that a subscription made after the fact still finds recent messages.
+    retention_time_seconds: float = 7 * 24 * 3600.0
+    retention_size_bytes: int = -1
+    retention_check_interval: float = 60.0
+
+    # Unloading a topic keeps lookup from giving it back to this broker for this long (when another
+    # broker is live), so that an unload moves the topic.
+    unload_exclusion_seconds: float = 10.0
 
     # Entry cache shared by all topics of this broker, in bytes.
     entry_cache_max_bytes: int = 64 * MIB

@@ -3,7 +3,8 @@ ledger entries are appended to, and the subscriptions that read it.
 
 publish() is the hot path: checks, dedup and the add are queued synchronously, so the order of
 publish() calls is the order of entries in the log; completion (dedup's persisted mark, counters,
-waking dispatchers) runs in that order too, from the managed ledger's completion callback.
+waking dispatchers) runs in that order too, from the managed ledger's completion callback. A
+retention trimmer deletes the ledgers every subscription has consumed (broker.retention).
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from dataclasses import dataclass, field
 from herald.broker.consumer import Consumer
 from herald.broker.cursor import InitialPosition, ManagedCursor
 from herald.broker.dedup import DedupStatus, MessageDeduplication
-from herald.broker.managed_ledger import ManagedLedger, PendingAdd
+from herald.broker.managed_ledger import ManagedLedger, PendingAdd, Position
 from herald.broker.producer import Producer
+from herald.broker.retention import RetentionPolicy, RetentionTrimmer
 from herald.broker.settings import BrokerSettings
 from herald.broker.subscription import Subscription, SubscriptionType
 from herald.common.errors import (
@@ -96,6 +98,12 @@ class PersistentTopic:
         self._subscribe_lock = asyncio.Lock()
         self._flush_task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
+        self.retention = RetentionTrimmer(
+            ledger, self._mark_delete_positions, dedup,
+            RetentionPolicy(settings.retention_time_seconds, settings.retention_size_bytes),
+            settings.retention_check_interval,
+        )
+        ledger.on_ledger_closed = self.retention.request
 
     async def load(self) -> None:
         """Attach the subscriptions that already exist and start persisting cursors."""
@@ -103,6 +111,10 @@ class PersistentTopic:
             self.subscriptions[cursor.name] = Subscription(self.name, cursor, self.ledger, self.settings)
         self._flush_task = asyncio.get_running_loop().create_task(
             self._flush_cursors(), name=f"cursor flush {self.name}")
+        self.retention.start()
+
+    def _mark_delete_positions(self) -> list[Position]:
+        return [sub.cursor.mark_delete_position for sub in self.subscriptions.values()]
 
     def _check_open(self) -> None:
         if self.closed:
@@ -260,12 +272,15 @@ class PersistentTopic:
         if self._on_fenced is not None:
             self._on_fenced(self)
 
-    async def close(self) -> None:
+    async def close(self, *, owned: bool = True) -> None:
         """Disconnect producers and consumers, let accepted writes finish, persist cursors and the
-        dedup snapshot, close the managed ledger. Idempotent."""
+        dedup snapshot, close the managed ledger. owned=False (ownership was lost: another broker
+        may serve the topic already) persists nothing, as when fenced. Idempotent."""
         if self.closed:
             return
         self.closed = True
+        if not owned:
+            self.fenced = True
         for producer in list(self.producers.values()):
             producer.close()
         self.producers.clear()
@@ -273,9 +288,10 @@ class PersistentTopic:
         task, self._flush_task = self._flush_task, None
         if task is not None:
             await task
+        await self.retention.stop()
         for sub in list(self.subscriptions.values()):
             await sub.close(persist=not self.fenced)
-        await self.ledger.close()
+        await self.ledger.close(owned=not self.fenced)
         if not self.fenced:
             await self.dedup.close()
         log.info("topic %s closed", self.name)

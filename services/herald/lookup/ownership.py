@@ -1,11 +1,13 @@
 """Topic ownership: /ownership/<topic> names the broker serving a topic. The key is ephemeral on
 that broker's lease, so a broker that expires drops all its topics at once and the next lookup
-assigns them again; assignment is a compare-and-set, so concurrent lookups agree on one owner."""
+assigns them again; assignment is a compare-and-set, so concurrent lookups agree on one owner.
+A broker that unloads a topic deletes its key and leaves /unloading/<topic> naming itself for a few
+seconds: the next assignment passes it over while another broker is live, so the topic moves."""
 
 from __future__ import annotations
 
 from herald.common.errors import BadVersionError, ServiceNotReadyError
-from herald.common.ownership import OWNERSHIP_PREFIX, Owner, ownership_key
+from herald.common.ownership import OWNERSHIP_PREFIX, Owner, ownership_key, unloading_key
 from herald.lookup.placement import least_loaded
 from herald.lookup.registry import BrokerRecord, BrokerRegistry
 from herald.metadata.store import NOT_EXISTS, LeaseExpiredError, MetadataStore
@@ -28,7 +30,7 @@ class OwnershipAssigner:
                     return owner
             if not brokers:
                 raise ServiceNotReadyError("no broker is available: none has registered with lookup")
-            chosen = least_loaded(brokers, await self._assigned_counts())
+            chosen = least_loaded(brokers, await self._assigned_counts(), await self._unloaded_by(topic))
             try:
                 return await self._assign(topic, chosen, current.version if current else NOT_EXISTS)
             except (BadVersionError, LeaseExpiredError):
@@ -42,6 +44,11 @@ class OwnershipAssigner:
         )
         self.assignments += 1
         return owner
+
+    async def _unloaded_by(self, topic: str) -> set[str]:
+        """The broker that unloaded the topic moments ago, if any: not to be given it back."""
+        marker = await self.store.get(unloading_key(topic))
+        return {marker.value.decode()} if marker is not None else set()
 
     async def _assigned_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}

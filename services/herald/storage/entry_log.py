@@ -8,7 +8,9 @@ File format: the 8-byte magic `HRLDELG1`, then records, each a 28-byte header an
 
     u32 data length | i64 ledger id | i64 entry id | u32 crc32c(data) | u32 crc32c(those 24 bytes)
 
-A location packs (file id, offset of the record) into one u64: file id << 40 | offset.
+A location packs (file id, offset of the record) into one u64: file id << 40 | offset. Files are
+immutable once the log moves past them; deleted ledgers leave dead bytes in them, which compaction
+(storage.compaction) reclaims by copying the live entries to the current file.
 """
 
 from __future__ import annotations
@@ -67,6 +69,11 @@ class EntryToWrite:
     data_crc: int
 
 
+class EntryLogFileGone(EntryNotFoundError):
+    """The entry log file a location points into was deleted (its ledger was deleted, or the file
+    was compacted after the location was looked up: look it up again)."""
+
+
 @dataclass(slots=True)
 class _Reader:
     fd: int
@@ -112,6 +119,15 @@ class EntryLog:
     def file_ids(self) -> list[int]:
         with self._lock:
             return sorted(self._files)
+
+    def sealed_file_ids(self) -> list[int]:
+        """Files no longer written (nor waiting for a checkpoint's fsync): their bytes are final."""
+        with self._lock:
+            return sorted(i for i in self._files if i not in self._writers)
+
+    def file_size(self, file_id: int) -> int:
+        """The file's size in bytes, its header included. Any thread."""
+        return self._path(file_id).stat().st_size
 
     # ---- writing (the journal's writer thread, or recovery before it starts) ----------------
 
@@ -185,6 +201,10 @@ class EntryLog:
 
     def read(self, location: int, ledger_id: int, entry_id: int) -> bytes:
         """The entry at location, after checking it is (ledger_id, entry_id) and intact."""
+        return self.read_record(location, ledger_id, entry_id)[0]
+
+    def read_record(self, location: int, ledger_id: int, entry_id: int) -> tuple[bytes, int]:
+        """The entry at location and its stored crc32c, checked as read() checks it."""
         file_id, offset = unpack_location(location)
         reader = self._acquire(file_id, ledger_id, entry_id)
         try:
@@ -209,7 +229,7 @@ class EntryLog:
             if actual != data_crc:
                 raise ChecksumError(f"{where} is corrupt: its data checksum is {actual:#010x}, "
                                     f"{data_crc:#010x} was stored; read it from another storage node")
-            return data
+            return data, data_crc
         finally:
             self._release(reader)
 
@@ -220,12 +240,29 @@ class EntryLog:
                 try:
                     fd = os.open(self._path(file_id), os.O_RDONLY)
                 except FileNotFoundError:
-                    raise EntryNotFoundError(
+                    raise EntryLogFileGone(
                         f"entry {entry_id} of ledger {ledger_id}: its entry log file {file_id} is gone "
-                        "(the ledger was deleted)") from None
+                        "(the ledger was deleted, or the file compacted)") from None
                 reader = self._readers[file_id] = _Reader(fd)
             reader.refs += 1
             return reader
+
+    def scan(self, file_id: int) -> dict[int, int]:
+        """Bytes per ledger in a sealed file, read from its record headers (for files found at
+        start-up, whose usage was not seen being written). Stops at the first damaged header: what
+        follows is a torn tail no index points into. Any thread."""
+        usage: dict[int, int] = {}
+        with open(self._path(file_id), "rb", buffering=1024 * 1024) as f:
+            if f.read(len(FILE_MAGIC)) != FILE_MAGIC:
+                return usage
+            while len(header := f.read(HEADER_SIZE)) == HEADER_SIZE:
+                head = header[: _HEAD.size]
+                if crc32c(head) != _CRC.unpack_from(header, _HEAD.size)[0]:
+                    break
+                length, ledger_id, _, _ = _HEAD.unpack(head)
+                usage[ledger_id] = usage.get(ledger_id, 0) + HEADER_SIZE + length
+                f.seek(length, os.SEEK_CUR)
+        return usage
 
     def _release(self, reader: _Reader) -> None:
         with self._lock:

@@ -244,6 +244,11 @@ class Journal:
         file_id, result = await self._control(action)
         return int(file_id), result
 
+    async def call_on_writer(self, action: Callable[[], Any]) -> Any:
+        """Run action on the writer thread between two batches (e.g. an entry log append that must
+        not interleave with the adds'); returns its result."""
+        return await self._control(action)
+
     async def _control(self, action: Callable[[], Any]) -> Any:
         if self._loop is None or self._thread is None or not self._thread.is_alive():
             raise ServiceNotReadyError("the journal is not running")

@@ -5,7 +5,8 @@ covers it; the writer thread then appends it to the entry log and the event loop
 location in the index (batch after batch, in journal order, so the live state and a replay agree).
 Reads go index -> entry log, never to the journal. A checkpoint makes the entry log durable, saves
 the index snapshot (with fencing and LACs) and deletes the journal files it covers; a restart loads
-the snapshot and replays only the journal written after it.
+the snapshot and replays only the journal written after it. Entry log files with no live entry are
+deleted at checkpoints, and mostly-dead ones compacted (storage.compaction).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from herald.common.errors import (
     LedgerNotFoundError,
     ServiceNotReadyError,
 )
-from herald.storage.entry_log import OFFSET_BITS, EntryLog
+from herald.storage.compaction import CompactionStats, EntryLogUsage, FileCompaction
+from herald.storage.entry_log import FILE_MAGIC, HEADER_SIZE, OFFSET_BITS, EntryLog, EntryLogFileGone
 from herald.storage.index import MISSING, LedgerIndex, Snapshot, load_snapshot, save_snapshot
 from herald.storage.journal import Journal, JournalRecord, RecordKind
 from herald.storage.settings import StorageSettings
@@ -75,11 +77,14 @@ class LedgerStore:
         self._ledgers: dict[int, LedgerIndex] = {}
         # Live entries per entry log file: a file with none left is deleted at a checkpoint.
         self._file_refs: Counter[int] = Counter()
+        # Bytes per ledger per entry log file: which files are worth compacting.
+        self._usage = EntryLogUsage()
         self._dirty = False  # something was journaled since the last checkpoint
         self._state: Literal["new", "open", "closing", "closed"] = "new"
         self._checkpoint_lock = asyncio.Lock()
         self._persist_lock = threading.Lock()  # a cancelled checkpoint's thread may still be running
         self._checkpoint_task: asyncio.Task[None] | None = None
+        self._compaction_task: asyncio.Task[None] | None = None
         self._closed = asyncio.Event()
         self.checkpoint_count = 0
         self.recovery: RecoveryStats | None = None
@@ -116,6 +121,8 @@ class LedgerStore:
             await self.close(checkpoint=False)
             raise
         self._checkpoint_task = asyncio.create_task(self._checkpoint_loop(), name="storage-checkpoints")
+        if self._settings.compaction_threshold > 0 and self._settings.compaction_interval > 0:
+            self._compaction_task = asyncio.create_task(self._compaction_loop(), name="storage-compaction")
         log.info("ledger store open in %s: %s", self._root, stats)
         return stats
 
@@ -130,10 +137,11 @@ class LedgerStore:
         opened = self._state == "open"
         self._state = "closing"
         try:
-            if self._checkpoint_task is not None:
-                self._checkpoint_task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._checkpoint_task
+            for task in (self._compaction_task, self._checkpoint_task):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
             if opened and checkpoint:
                 try:
                     await self.checkpoint()
@@ -217,6 +225,7 @@ class LedgerStore:
                 # A second copy of an entry (re-replication, a writer's retry) replaces the first.
                 previous = ledger.put(record.entry_id, location)
                 refs[location >> OFFSET_BITS] += 1
+                self._usage.added(location >> OFFSET_BITS, record.ledger_id, HEADER_SIZE + len(record.data))
                 if previous != MISSING:
                     refs[previous >> OFFSET_BITS] -= 1
                 if record.last_add_confirmed > ledger.last_add_confirmed:
@@ -278,7 +287,15 @@ class LedgerStore:
                 wanted.append((entry_id, location))
             if not wanted and carried is None:
                 return
-            chunk, carried = await asyncio.to_thread(self._read_chunk, ledger_id, wanted, max_bytes, carried)
+            try:
+                chunk, carried = await asyncio.to_thread(self._read_chunk, ledger_id, wanted, max_bytes, carried)
+            except EntryLogFileGone:
+                # Compaction moved the entries and deleted their old file after the lookup: look
+                # them up again. Unmoved entries in a deleted file are a deleted ledger's: an error.
+                current = self._ledger_or_raise(ledger_id)
+                if all(current.get(entry_id) == location for entry_id, location in wanted):
+                    raise
+                continue
             yield chunk
             next_id = (chunk[-1] if carried is None else carried)[0] + 1
 
@@ -309,27 +326,46 @@ class LedgerStore:
         """Make everything journaled so far durable without the journal, and drop the journal files
         that only held it. Returns False if there was nothing new to checkpoint."""
         async with self._checkpoint_lock:
-            self._check_open_or_closing()
-            if not self._dirty:
-                return False
-            self._dirty = False
-            try:
-                journal_file_id, open_logs = await self._journal.rotate(self._entry_log.open_for_writing)
-                assert isinstance(open_logs, list)
-                # Every record in the journal files before journal_file_id is applied by now.
-                snapshot = Snapshot(journal_file_id, {i: ledger.copy() for i, ledger in self._ledgers.items()})
-                # Files older than the one being written at the rotation get no new entries.
-                writing = max(open_logs)
-                unreferenced = [i for i in self._entry_log.file_ids()
-                                if i < writing and self._file_refs.get(i, 0) <= 0]
-                await asyncio.to_thread(self._persist, snapshot, open_logs, unreferenced)
-            except BaseException:
-                self._dirty = True
-                raise
-            for file_id in unreferenced:
-                self._file_refs.pop(file_id, None)
-            self.checkpoint_count += 1
-            return True
+            return await self._checkpoint()
+
+    async def _checkpoint(self) -> bool:
+        self._check_open_or_closing()
+        if not self._dirty:
+            # The snapshot on disk matches the index: entry log files it leaves unreferenced (say,
+            # after a crash between a compaction's snapshot and its delete) can go at once.
+            unreferenced = self._unreferenced(self._entry_log.sealed_file_ids())
+            if unreferenced:
+                await asyncio.to_thread(self._delete_entry_logs, unreferenced)
+                self._forget_entry_logs(unreferenced)
+            return False
+        self._dirty = False
+        try:
+            journal_file_id, open_logs = await self._journal.rotate(self._entry_log.open_for_writing)
+            assert isinstance(open_logs, list)
+            # Every record in the journal files before journal_file_id is applied by now.
+            snapshot = Snapshot(journal_file_id, {i: ledger.copy() for i, ledger in self._ledgers.items()})
+            # Files older than the one being written at the rotation get no new entries.
+            writing = max(open_logs)
+            unreferenced = self._unreferenced([i for i in self._entry_log.file_ids() if i < writing])
+            await asyncio.to_thread(self._persist, snapshot, open_logs, unreferenced)
+        except BaseException:
+            self._dirty = True
+            raise
+        self._forget_entry_logs(unreferenced)
+        self.checkpoint_count += 1
+        return True
+
+    def _unreferenced(self, file_ids: list[int]) -> list[int]:
+        return [i for i in file_ids if self._file_refs.get(i, 0) <= 0]
+
+    def _delete_entry_logs(self, file_ids: list[int]) -> None:
+        with self._persist_lock:
+            self._entry_log.delete_files(file_ids)
+
+    def _forget_entry_logs(self, file_ids: list[int]) -> None:
+        for file_id in file_ids:
+            self._file_refs.pop(file_id, None)
+            self._usage.forget(file_id)
 
     def _check_open_or_closing(self) -> None:
         if self._state not in ("open", "closing"):
@@ -341,6 +377,59 @@ class LedgerStore:
             save_snapshot(self._root, snapshot)
             self._journal.delete_files_before(snapshot.journal_file_id)
             self._entry_log.delete_files(unreferenced)
+
+    # ---- compaction -----------------------------------------------------------------------------
+
+    async def compact(self, threshold: float | None = None) -> CompactionStats:
+        """Compact every sealed entry log file whose live fraction is below threshold (default: the
+        setting), one file at a time, each followed by the checkpoint that makes its copies durable
+        and then deletes it. Files with no live entry are deleted without copying anything."""
+        threshold = self._settings.compaction_threshold if threshold is None else threshold
+        total = CompactionStats()
+        async with self._checkpoint_lock:
+            self._check_open()
+            await self._checkpoint()  # seals the files rotated since the last one
+            candidates = await self._compaction_candidates(threshold)
+        for file_id in candidates:
+            async with self._checkpoint_lock:
+                self._check_open()
+                if file_id not in self._entry_log.sealed_file_ids():
+                    continue
+                compaction = FileCompaction(file_id, self._entry_log, self._journal, self._ledgers,
+                                            self._file_refs, self._usage)
+                try:
+                    stats = await compaction.move_live_entries()
+                finally:
+                    # Whatever was repointed must reach the snapshot before the file may go.
+                    self._dirty = self._dirty or compaction.stats.entries_moved > 0
+                await self._checkpoint()
+            total.add(stats)
+        return total
+
+    async def _compaction_candidates(self, threshold: float) -> list[int]:
+        sealed = [i for i in self._entry_log.sealed_file_ids() if self._file_refs.get(i, 0) > 0]
+        unknown = [i for i in sealed if not self._usage.known(i)]
+        if unknown:
+            scanned = await asyncio.to_thread(lambda: {i: self._entry_log.scan(i) for i in unknown})
+            for file_id, usage in scanned.items():
+                self._usage.set(file_id, usage)
+        sizes = await asyncio.to_thread(lambda: {i: self._entry_log.file_size(i) - len(FILE_MAGIC) for i in sealed})
+        candidates = []
+        for file_id in sealed:
+            live = self._usage.live_bytes(file_id, self._ledgers.__contains__)
+            if sizes[file_id] > 0 and live < threshold * sizes[file_id]:
+                candidates.append(file_id)
+        return candidates
+
+    async def _compaction_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._settings.compaction_interval)
+            try:
+                stats = await self.compact()
+                if stats.files_compacted:
+                    log.info("compaction: %s", stats)
+            except Exception:
+                log.exception("entry log compaction failed; the files stay as they are until the next one")
 
     async def _checkpoint_loop(self) -> None:
         while True:

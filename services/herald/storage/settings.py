@@ -23,6 +23,11 @@ class StorageSettings:
     journal_max_queued_bytes: int = 128 * MIB
     # An entry log file is closed and a new one started once it grows past this size.
     entry_log_max_size: int = 512 * MIB
+    # Entry log compaction: every compaction_interval seconds, a sealed entry log file whose live
+    # bytes (entries of ledgers not deleted) are below this fraction of it has them copied to the
+    # current file and is deleted (BookKeeper's minor/major compaction in one). 0 disables it.
+    compaction_threshold: float = 0.5
+    compaction_interval: float = 60.0
     # Default upper bound of the entry bytes in one ReadEntries response chunk.
     read_chunk_max_bytes: int = 1 * MIB
     # Adds of one AddEntries stream that may wait for their journal fsync at the same time.

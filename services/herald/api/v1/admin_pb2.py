@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15herald/v1/admin.proto\x12\therald.v1\"&\n\x11ListTopicsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\"$\n\x12ListTopicsResponse\x12\x0e\n\x06topics\x18\x01 \x03(\t\"\"\n\x11TopicStatsRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"X\n\rProducerStats\x12\x15\n\rproducer_name\x18\x01 \x01(\t\x12\x16\n\x0emsg_in_counter\x18\x02 \x01(\x03\x12\x18\n\x10\x62ytes_in_counter\x18\x03 \x01(\x03\"t\n\x11SubscriptionStats\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\x12\x11\n\tconsumers\x18\x03 \x01(\x05\x12\x17\n\x0fmsg_out_counter\x18\x04 \x01(\x03\x12\x17\n\x0f\x62\x61\x63klog_entries\x18\x05 \x01(\x03\"\xd6\x01\n\nTopicStats\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x16\n\x0emsg_in_counter\x18\x02 \x01(\x03\x12\x18\n\x10\x62ytes_in_counter\x18\x03 \x01(\x03\x12\x0f\n\x07\x65ntries\x18\x04 \x01(\x03\x12\x14\n\x0cstorage_size\x18\x05 \x01(\x03\x12+\n\tproducers\x18\x06 \x03(\x0b\x32\x18.herald.v1.ProducerStats\x12\x33\n\rsubscriptions\x18\x07 \x03(\x0b\x32\x1c.herald.v1.SubscriptionStats2\x9f\x01\n\x0c\x41\x64minService\x12I\n\nListTopics\x12\x1c.herald.v1.ListTopicsRequest\x1a\x1d.herald.v1.ListTopicsResponse\x12\x44\n\rGetTopicStats\x12\x1c.herald.v1.TopicStatsRequest\x1a\x15.herald.v1.TopicStatsb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15herald/v1/admin.proto\x12\therald.v1\"&\n\x11ListTopicsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\"$\n\x12ListTopicsResponse\x12\x0e\n\x06topics\x18\x01 \x03(\t\"\"\n\x11TopicStatsRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"#\n\x12UnloadTopicRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"\x15\n\x13UnloadTopicResponse\"X\n\rProducerStats\x12\x15\n\rproducer_name\x18\x01 \x01(\t\x12\x16\n\x0emsg_in_counter\x18\x02 \x01(\x03\x12\x18\n\x10\x62ytes_in_counter\x18\x03 \x01(\x03\"t\n\x11SubscriptionStats\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\x12\x11\n\tconsumers\x18\x03 \x01(\x05\x12\x17\n\x0fmsg_out_counter\x18\x04 \x01(\x03\x12\x17\n\x0f\x62\x61\x63klog_entries\x18\x05 \x01(\x03\"\xd6\x01\n\nTopicStats\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x16\n\x0emsg_in_counter\x18\x02 \x01(\x03\x12\x18\n\x10\x62ytes_in_counter\x18\x03 \x01(\x03\x12\x0f\n\x07\x65ntries\x18\x04 \x01(\x03\x12\x14\n\x0cstorage_size\x18\x05 \x01(\x03\x12+\n\tproducers\x18\x06 \x03(\x0b\x32\x18.herald.v1.ProducerStats\x12\x33\n\rsubscriptions\x18\x07 \x03(\x0b\x32\x1c.herald.v1.SubscriptionStats2\xed\x01\n\x0c\x41\x64minService\x12I\n\nListTopics\x12\x1c.herald.v1.ListTopicsRequest\x1a\x1d.herald.v1.ListTopicsResponse\x12\x44\n\rGetTopicStats\x12\x1c.herald.v1.TopicStatsRequest\x1a\x15.herald.v1.TopicStats\x12L\n\x0bUnloadTopic\x12\x1d.herald.v1.UnloadTopicRequest\x1a\x1e.herald.v1.UnloadTopicResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,12 +38,16 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LISTTOPICSRESPONSE']._serialized_end=112
   _globals['_TOPICSTATSREQUEST']._serialized_start=114
   _globals['_TOPICSTATSREQUEST']._serialized_end=148
-  _globals['_PRODUCERSTATS']._serialized_start=150
-  _globals['_PRODUCERSTATS']._serialized_end=238
-  _globals['_SUBSCRIPTIONSTATS']._serialized_start=240
-  _globals['_SUBSCRIPTIONSTATS']._serialized_end=356
-  _globals['_TOPICSTATS']._serialized_start=359
-  _globals['_TOPICSTATS']._serialized_end=573
-  _globals['_ADMINSERVICE']._serialized_start=576
-  _globals['_ADMINSERVICE']._serialized_end=735
+  _globals['_UNLOADTOPICREQUEST']._serialized_start=150
+  _globals['_UNLOADTOPICREQUEST']._serialized_end=185
+  _globals['_UNLOADTOPICRESPONSE']._serialized_start=187
+  _globals['_UNLOADTOPICRESPONSE']._serialized_end=208
+  _globals['_PRODUCERSTATS']._serialized_start=210
+  _globals['_PRODUCERSTATS']._serialized_end=298
+  _globals['_SUBSCRIPTIONSTATS']._serialized_start=300
+  _globals['_SUBSCRIPTIONSTATS']._serialized_end=416
+  _globals['_TOPICSTATS']._serialized_start=419
+  _globals['_TOPICSTATS']._serialized_end=633
+  _globals['_ADMINSERVICE']._serialized_start=636
+  _globals['_ADMINSERVICE']._serialized_end=873
 # @@protoc_insertion_point(module_scope)

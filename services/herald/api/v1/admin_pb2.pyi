@@ -79,6 +79,40 @@ class TopicStatsRequest(_message.Message):
 Global___TopicStatsRequest: _TypeAlias = TopicStatsRequest  # noqa: Y015
 
 @_typing.final
+class UnloadTopicRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UnloadTopicRequest: _TypeAlias = UnloadTopicRequest  # noqa: Y015
+
+@_typing.final
+class UnloadTopicResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UnloadTopicResponse: _TypeAlias = UnloadTopicResponse  # noqa: Y015
+
+@_typing.final
 class ProducerStats(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -45,6 +45,11 @@ class AdminServiceStub:
                 request_serializer=herald_dot_v1_dot_admin__pb2.TopicStatsRequest.SerializeToString,
                 response_deserializer=herald_dot_v1_dot_admin__pb2.TopicStats.FromString,
                 _registered_method=True)
+        self.UnloadTopic = channel.unary_unary(
+                '/herald.v1.AdminService/UnloadTopic',
+                request_serializer=herald_dot_v1_dot_admin__pb2.UnloadTopicRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_admin__pb2.UnloadTopicResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -62,6 +67,15 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UnloadTopic(self, request, context):
+        """Close the topic on this broker (its clients reconnect) and release its ownership, so that
+        the next lookup assigns it anew, to another broker when one is live. NOT_OWNER when another
+        broker owns it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -74,6 +88,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.GetTopicStats,
                     request_deserializer=herald_dot_v1_dot_admin__pb2.TopicStatsRequest.FromString,
                     response_serializer=herald_dot_v1_dot_admin__pb2.TopicStats.SerializeToString,
+            ),
+            'UnloadTopic': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnloadTopic,
+                    request_deserializer=herald_dot_v1_dot_admin__pb2.UnloadTopicRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_admin__pb2.UnloadTopicResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -130,6 +149,33 @@ class AdminService:
             '/herald.v1.AdminService/GetTopicStats',
             herald_dot_v1_dot_admin__pb2.TopicStatsRequest.SerializeToString,
             herald_dot_v1_dot_admin__pb2.TopicStats.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UnloadTopic(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.AdminService/UnloadTopic',
+            herald_dot_v1_dot_admin__pb2.UnloadTopicRequest.SerializeToString,
+            herald_dot_v1_dot_admin__pb2.UnloadTopicResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -34,12 +34,22 @@ class AdminServiceStub:
     def __new__(cls, channel: _aio.Channel) -> AdminServiceAsyncStub: ...
     ListTopics: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListTopicsRequest, _admin_pb2.ListTopicsResponse]
     GetTopicStats: _grpc.UnaryUnaryMultiCallable[_admin_pb2.TopicStatsRequest, _admin_pb2.TopicStats]
+    UnloadTopic: _grpc.UnaryUnaryMultiCallable[_admin_pb2.UnloadTopicRequest, _admin_pb2.UnloadTopicResponse]
+    """Close the topic on this broker (its clients reconnect) and release its ownership, so that
+    the next lookup assigns it anew, to another broker when one is live. NOT_OWNER when another
+    broker owns it.
+    """
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     ListTopics: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListTopicsRequest, _admin_pb2.ListTopicsResponse]  # type: ignore[assignment]
     GetTopicStats: _aio.UnaryUnaryMultiCallable[_admin_pb2.TopicStatsRequest, _admin_pb2.TopicStats]  # type: ignore[assignment]
+    UnloadTopic: _aio.UnaryUnaryMultiCallable[_admin_pb2.UnloadTopicRequest, _admin_pb2.UnloadTopicResponse]  # type: ignore[assignment]
+    """Close the topic on this broker (its clients reconnect) and release its ownership, so that
+    the next lookup assigns it anew, to another broker when one is live. NOT_OWNER when another
+    broker owns it.
+    """
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -55,5 +65,16 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.TopicStatsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.TopicStats, _abc.Awaitable[_admin_pb2.TopicStats]]: ...
+
+    @_abc_1.abstractmethod
+    def UnloadTopic(
+        self,
+        request: _admin_pb2.UnloadTopicRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.UnloadTopicResponse, _abc.Awaitable[_admin_pb2.UnloadTopicResponse]]:
+        """Close the topic on this broker (its clients reconnect) and release its ownership, so that
+        the next lookup assigns it anew, to another broker when one is live. NOT_OWNER when another
+        broker owns it.
+        """
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
