@@ -138,11 +138,12 @@ def main() -> None:
             if cluster is not None:
                 cluster.stop()
     where = f"cluster {args.cluster}" if args.cluster else "standalone"
+    rss = f", server peak RSS {result['server_peak_rss_mb']:.0f} MB" if "server_peak_rss_mb" in result else ""
     print(
         f"{where}: {args.messages} x {args.size} B: produce {result['produce_msg_s']:,.0f} msg/s "
         f"({result['produce_mb_s']:.1f} MB/s), consume {result['consume_msg_s']:,.0f} msg/s "
         f"({result['consume_mb_s']:.1f} MB/s), send latency p50 {result['send_p50_ms']:.2f} ms "
-        f"p99 {result['send_p99_ms']:.2f} ms, server peak RSS {result.get('server_peak_rss_mb', 0):.0f} MB"
+        f"p99 {result['send_p99_ms']:.2f} ms{rss}"
     )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     with RESULTS.open("a") as handle:
