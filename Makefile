@@ -31,7 +31,7 @@ test: setup lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 test-soak: setup
-	HERALD_SOAK=1 $(PY) -m pytest -q -m slow $(PYTEST_ARGS)
+	HERALD_SOAK=1 $(PY) -m pytest -q tests/chaos $(PYTEST_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check services tests bench proto
@@ -44,6 +44,8 @@ proto: setup
 bench: setup
 	$(PY) bench/produce_consume.py --messages 200000 --size 100
 	$(PY) bench/produce_consume.py --messages 100000 --size 1024
+	$(PY) bench/produce_consume.py --messages 200000 --size 100 --cluster 3/2/2
+	$(PY) bench/failover_gap.py
 
 clean:
 	rm -rf $(VENV) $(DATA_DIR) .pytest_cache .mypy_cache .ruff_cache

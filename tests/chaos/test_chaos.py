@@ -8,10 +8,14 @@ import time
 from pathlib import Path
 
 import grpc
+import pytest
 from herald.api.v1 import lookup_pb2, lookup_pb2_grpc
 from herald.local_cluster import LocalCluster
 
 from tests.chaos.checker import PHASE_SECONDS, ContinuousProducer, check, read_everything
+
+# Each scenario is bounded: minutes in the soak version, well under two in the CI one.
+pytestmark = pytest.mark.timeout(900)
 
 
 def owner_of(cluster: LocalCluster, topic: str) -> str:

@@ -23,7 +23,9 @@ def services(redis_url: str, herald_env: dict[str, str], tmp_path: Path) -> Iter
     metadata_url = redis_url.rsplit("/", 1)[0] + f"/{db}"
     subprocess.run(["redis-cli", "-u", metadata_url, "flushdb"], check=True, capture_output=True)
     storage_port, lookup_port, broker_port = free_port(), free_port(), free_port()
-    env = {**herald_env, "HERALD_BROKER_METADATA_URL": metadata_url, "HERALD_LOOKUP_HEARTBEAT_INTERVAL": "0.5"}
+    env = {**herald_env, "HERALD_BROKER_METADATA_URL": metadata_url, "HERALD_LOOKUP_HEARTBEAT_INTERVAL": "0.5",
+           # One storage node: ledgers of one copy (the broker's cluster default is 3/2/2).
+           "HERALD_BROKER_ENSEMBLE_SIZE": "1", "HERALD_BROKER_WRITE_QUORUM": "1", "HERALD_BROKER_ACK_QUORUM": "1"}
     commands = [
         (["storage", "--data-dir", str(tmp_path / "storage"), "--port", str(storage_port)], storage_port),
         (["lookup", "--metadata-url", metadata_url, "--port", str(lookup_port)], lookup_port),

@@ -70,11 +70,14 @@ class Cluster:
     services: list[BrokerService]
 
     async def broker(self, settings: BrokerSettings | None = None, ownership: object = None) -> BrokerService:
-        """A broker: a fresh storage client and service over the shared store and storage node."""
+        """A broker: a fresh storage client and service over the shared store and storage node
+        (one node, so its ledgers are 1/1/1 whatever the cluster default)."""
         client = StorageClient(self.store, [self.storage_server.address])
         await client.start()
         self.clients.append(client)
-        service = BrokerService(settings or BrokerSettings(), self.store, client,
+        settings = settings or BrokerSettings()
+        settings.ensemble_size = settings.write_quorum = settings.ack_quorum = 1
+        service = BrokerService(settings, self.store, client,
                                 ownership or AllowAll())  # type: ignore[arg-type]
         self.services.append(service)
         return service

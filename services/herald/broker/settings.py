@@ -45,9 +45,11 @@ class BrokerSettings:
     min_ledger_rollover_seconds: float = 600.0
     # After a failed ledger creation, adds fail fast for this long instead of piling up.
     ledger_creation_retry_seconds: float = 10.0
-    ensemble_size: int = 1
-    write_quorum: int = 1
-    ack_quorum: int = 1
+    # Storage quorums of new ledgers: E nodes, Qw copies of each entry, acknowledged after Qa.
+    # A cluster's default; standalone (one storage node) runs 1/1/1.
+    ensemble_size: int = 3
+    write_quorum: int = 2
+    ack_quorum: int = 2
 
     # Cursors: dirty cursors are persisted at least this often (and on close).
     cursor_flush_interval: float = 1.0
