@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable, Collection
 
 from herald.common.errors import BadVersionError, HeraldError, NotOwnerError, ServiceNotReadyError
 from herald.common.ownership import OWNERSHIP_PREFIX, Owner, ownership_key, unloading_key
+from herald.common.tasks import cancel_and_wait
 from herald.metadata.store import LeaseExpiredError, MetadataStore, Versioned, WatchEvent
 
 log = logging.getLogger(__name__)
@@ -104,10 +105,7 @@ class OwnershipMonitor:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
 
     async def _run(self, watch: AsyncIterator[WatchEvent]) -> None:
         while True:

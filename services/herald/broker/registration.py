@@ -15,6 +15,7 @@ import grpc.aio
 from herald.api.v1 import lookup_pb2, lookup_pb2_grpc
 from herald.broker.ownership import BrokerOwnership
 from herald.common.rpc import channel_options
+from herald.common.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -99,10 +100,7 @@ class LookupRegistration:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
         if self._stub is not None and self.ownership.lease_id:
             with contextlib.suppress(grpc.aio.AioRpcError):
                 await self._stub.UnregisterBroker(

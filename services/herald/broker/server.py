@@ -22,6 +22,7 @@ from herald.broker.settings import BrokerSettings
 from herald.broker.subscription import InitialPosition, SubscriptionType
 from herald.common import errors
 from herald.common.rpc import EOF, abort, server_options
+from herald.common.tasks import cancel_and_wait
 from herald.metadata.store import MetadataStore
 from herald.storage.client import StorageClient
 
@@ -107,9 +108,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                     in_flight.put_nowait(None)
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(asyncio.shield(writer), self.service.settings.receipt_drain_seconds)
-            writer.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await writer
+            await cancel_and_wait(writer, swallow_errors=True)
 
     async def _write_receipts(
         self, replies: _Replies,
@@ -173,9 +172,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                     await replies.write(_consume_error(error))
         finally:
             closed.cancel()
-            sender.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await sender
+            await cancel_and_wait(sender, swallow_errors=True)
             await consumer.close()
 
     @staticmethod

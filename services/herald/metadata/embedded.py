@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from herald.common.errors import BadVersionError, MetadataError
+from herald.common.tasks import cancel_and_wait
 from herald.metadata.store import (
     LeaseExpiredError,
     MetadataStore,
@@ -105,9 +106,7 @@ class EmbeddedMetadataStore(MetadataStore):
             if not self._started:
                 return
             assert self._reaper is not None and self._executor is not None and self._loop is not None
-            self._reaper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reaper
+            await cancel_and_wait(self._reaper)
             # Queued behind every operation already submitted, so they finish first.
             await self._loop.run_in_executor(self._executor, self._close_db)
             self._executor.shutdown(wait=False)  # idle by now: its thread exits at once

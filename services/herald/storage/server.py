@@ -15,7 +15,6 @@ AddEntryBatches is the same with many adds per message and the results done toge
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import signal
 from collections import deque
@@ -28,6 +27,7 @@ import grpc.aio
 from herald.api.v1 import storage_pb2, storage_pb2_grpc
 from herald.common.errors import HeraldError, PersistenceError, ServiceNotReadyError
 from herald.common.rpc import abort, server_options
+from herald.common.tasks import cancel_and_wait
 from herald.storage.ledger_store import LedgerStore
 from herald.storage.settings import StorageSettings
 
@@ -212,9 +212,7 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
 
 
 async def _stop_reader(reader: asyncio.Task[None], stream: _AddStream) -> None:
-    reader.cancel()
-    with contextlib.suppress(asyncio.CancelledError, Exception):
-        await reader
+    await cancel_and_wait(reader, swallow_errors=True)
     stream.abandon()
 
 
