@@ -11,7 +11,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -19,15 +18,9 @@ import time
 from pathlib import Path
 
 from herald.client import AsyncClient, ConsumerType, InitialPosition
-from herald.local_cluster import ClusterSettings, LocalCluster
+from herald.local_cluster import ClusterSettings, LocalCluster, free_port
 
 RESULTS = Path(__file__).resolve().parent / "results" / "produce_consume.jsonl"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def start_standalone(data_dir: str) -> tuple[subprocess.Popen[bytes], str]:

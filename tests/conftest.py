@@ -13,16 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from herald.local_cluster import ClusterSettings, LocalCluster
+from herald.local_cluster import ClusterSettings, LocalCluster, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_for_port(port: int, timeout: float = 30.0, proc: subprocess.Popen[bytes] | None = None) -> None:
