@@ -56,6 +56,10 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture
 def herald_env() -> dict[str, str]:
+    return service_env()
+
+
+def service_env() -> dict[str, str]:
     """Environment for service subprocesses: the venv first on PATH, no proxies."""
     env = dict(os.environ)
     env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
@@ -129,6 +133,18 @@ class StandaloneProcess:
 def standalone(tmp_path: Path, herald_env: dict[str, str]) -> Iterator[StandaloneProcess]:
     """A running `herald standalone` with its own data dir; stopped after the test."""
     server = StandaloneProcess(tmp_path / "data", herald_env)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def shared_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneProcess]:
+    """One `herald standalone` for a whole test module (tests use their own topic names): starting a
+    process per test costs seconds. Tests that restart or kill it use `standalone` instead."""
+    server = StandaloneProcess(tmp_path_factory.mktemp("shared") / "data", service_env())
     server.start()
     try:
         yield server

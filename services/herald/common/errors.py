@@ -122,6 +122,28 @@ class TooManyRequestsError(HeraldError):
     retryable = True
 
 
+class BacklogQuotaExceededError(HeraldError):
+    """The topic's backlog is over its quota and its policy is producer_exception."""
+
+    code = common_pb2.BACKLOG_QUOTA_EXCEEDED
+
+
+class NotFoundError(HeraldError):
+    """A tenant, namespace or subscription that does not exist."""
+
+    code = common_pb2.NOT_FOUND
+
+
+class AlreadyExistsError(HeraldError):
+    code = common_pb2.ALREADY_EXISTS
+
+
+class PreconditionFailedError(HeraldError):
+    """The operation needs a state the resource is not in (e.g. no clients connected)."""
+
+    code = common_pb2.PRECONDITION_FAILED
+
+
 # Client-side errors (never sent on the wire).
 class ConnectionError_(HeraldError):
     """A connection to a service failed or was lost."""
@@ -157,6 +179,7 @@ _BY_CODE: dict[int, type[HeraldError]] = {
         TopicTerminatedError, FencedError, LedgerNotFoundError, EntryNotFoundError,
         ServiceNotReadyError, HeraldTimeoutError, DuplicateUnknownError, ProducerNotFoundError,
         ConsumerNotFoundError, NotAllowedError, BadVersionError, TooManyRequestsError,
+        BacklogQuotaExceededError, NotFoundError, AlreadyExistsError, PreconditionFailedError,
     )
 }
 

@@ -23,31 +23,124 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from herald.api.v1 import common_pb2 as herald_dot_v1_dot_common__pb2
+from herald.api.v1 import broker_pb2 as herald_dot_v1_dot_broker__pb2
+from herald.api.v1 import lookup_pb2 as herald_dot_v1_dot_lookup__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15herald/v1/admin.proto\x12\therald.v1\"&\n\x11ListTopicsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\"$\n\x12ListTopicsResponse\x12\x0e\n\x06topics\x18\x01 \x03(\t\"\"\n\x11TopicStatsRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"#\n\x12UnloadTopicRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"\x15\n\x13UnloadTopicResponse\"X\n\rProducerStats\x12\x15\n\rproducer_name\x18\x01 \x01(\t\x12\x16\n\x0emsg_in_counter\x18\x02 \x01(\x03\x12\x18\n\x10\x62ytes_in_counter\x18\x03 \x01(\x03\"t\n\x11SubscriptionStats\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\x12\x11\n\tconsumers\x18\x03 \x01(\x05\x12\x17\n\x0fmsg_out_counter\x18\x04 \x01(\x03\x12\x17\n\x0f\x62\x61\x63klog_entries\x18\x05 \x01(\x03\"\xd6\x01\n\nTopicStats\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x16\n\x0emsg_in_counter\x18\x02 \x01(\x03\x12\x18\n\x10\x62ytes_in_counter\x18\x03 \x01(\x03\x12\x0f\n\x07\x65ntries\x18\x04 \x01(\x03\x12\x14\n\x0cstorage_size\x18\x05 \x01(\x03\x12+\n\tproducers\x18\x06 \x03(\x0b\x32\x18.herald.v1.ProducerStats\x12\x33\n\rsubscriptions\x18\x07 \x03(\x0b\x32\x1c.herald.v1.SubscriptionStats2\xed\x01\n\x0c\x41\x64minService\x12I\n\nListTopics\x12\x1c.herald.v1.ListTopicsRequest\x1a\x1d.herald.v1.ListTopicsResponse\x12\x44\n\rGetTopicStats\x12\x1c.herald.v1.TopicStatsRequest\x1a\x15.herald.v1.TopicStats\x12L\n\x0bUnloadTopic\x12\x1d.herald.v1.UnloadTopicRequest\x1a\x1e.herald.v1.UnloadTopicResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15herald/v1/admin.proto\x12\therald.v1\x1a\x16herald/v1/common.proto\x1a\x16herald/v1/broker.proto\x1a\x16herald/v1/lookup.proto\";\n\x0fRetentionPolicy\x12\x14\n\x0ctime_seconds\x18\x01 \x01(\x03\x12\x12\n\nsize_bytes\x18\x02 \x01(\x03\"i\n\x0c\x42\x61\x63klogQuota\x12\x13\n\x0blimit_bytes\x18\x01 \x01(\x03\x12\x15\n\rlimit_seconds\x18\x02 \x01(\x03\x12-\n\x06policy\x18\x03 \x01(\x0e\x32\x1d.herald.v1.BacklogQuotaPolicy\"T\n\x11PersistencePolicy\x12\x15\n\rensemble_size\x18\x01 \x01(\x05\x12\x14\n\x0cwrite_quorum\x18\x02 \x01(\x05\x12\x12\n\nack_quorum\x18\x03 \x01(\x05\"\xd6\x04\n\x08Policies\x12-\n\tretention\x18\x01 \x01(\x0b\x32\x1a.herald.v1.RetentionPolicy\x12 \n\x13message_ttl_seconds\x18\x02 \x01(\x03H\x00\x88\x01\x01\x12.\n\rbacklog_quota\x18\x03 \x01(\x0b\x32\x17.herald.v1.BacklogQuota\x12$\n\x17max_producers_per_topic\x18\x04 \x01(\x05H\x01\x88\x01\x01\x12$\n\x17max_consumers_per_topic\x18\x05 \x01(\x05H\x02\x88\x01\x01\x12+\n\x1emax_consumers_per_subscription\x18\x06 \x01(\x05H\x03\x88\x01\x01\x12\"\n\x15\x64\x65\x64uplication_enabled\x18\x07 \x01(\x08H\x04\x88\x01\x01\x12 \n\x13\x65ncryption_required\x18\x08 \x01(\x08H\x05\x88\x01\x01\x12\x31\n\x0bpersistence\x18\t \x01(\x0b\x32\x1c.herald.v1.PersistencePolicy\x12\x1d\n\x10max_message_size\x18\n \x01(\x05H\x06\x88\x01\x01\x42\x16\n\x14_message_ttl_secondsB\x1a\n\x18_max_producers_per_topicB\x1a\n\x18_max_consumers_per_topicB!\n\x1f_max_consumers_per_subscriptionB\x18\n\x16_deduplication_enabledB\x16\n\x14_encryption_requiredB\x13\n\x11_max_message_size\"l\n\x12SetPoliciesRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12%\n\x08policies\x18\x03 \x01(\x0b\x32\x13.herald.v1.Policies\x12\r\n\x05\x63lear\x18\x04 \x03(\t\"E\n\x06Tenant\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x61\x64min_roles\x18\x02 \x03(\t\x12\x18\n\x10\x61llowed_clusters\x18\x03 \x03(\t\"\x1d\n\rTenantRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x14\n\x12ListTenantsRequest\"&\n\x13ListTenantsResponse\x12\x0f\n\x07tenants\x18\x01 \x03(\t\"#\n\x13\x44\x65leteTenantRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x16\n\x14\x44\x65leteTenantResponse\"%\n\x10NamespaceRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\"\'\n\x15ListNamespacesRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\",\n\x16ListNamespacesResponse\x12\x12\n\nnamespaces\x18\x01 \x03(\t\"R\n\x16\x43reateNamespaceRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12%\n\x08policies\x18\x02 \x01(\x0b\x32\x13.herald.v1.Policies\"+\n\x16\x44\x65leteNamespaceRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\"\x19\n\x17\x44\x65leteNamespaceResponse\"\x1d\n\x0cTopicRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"&\n\x11ListTopicsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\"$\n\x12ListTopicsResponse\x12\x0e\n\x06topics\x18\x01 \x03(\t\"7\n\x12\x43reateTopicRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x01(\x05\"\x15\n\x13\x43reateTopicResponse\"<\n\x17UpdatePartitionsRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x01(\x05\"(\n\x12PartitionsResponse\x12\x12\n\npartitions\x18\x01 \x01(\x05\"2\n\x12\x44\x65leteTopicRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\r\n\x05\x66orce\x18\x02 \x01(\x08\"\x15\n\x13\x44\x65leteTopicResponse\"\"\n\x11TopicStatsRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"#\n\x12UnloadTopicRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"\x15\n\x13UnloadTopicResponse\";\n\x16TerminateTopicResponse\x12!\n\x04last\x18\x01 \x01(\x0b\x32\x13.herald.v1.Position\"\x88\x01\n\rProducerStats\x12\x15\n\rproducer_name\x18\x01 \x01(\t\x12\x16\n\x0emsg_in_counter\x18\x02 \x01(\x03\x12\x18\n\x10\x62ytes_in_counter\x18\x03 \x01(\x03\x12\x13\n\x0bmsg_rate_in\x18\x04 \x01(\x01\x12\x19\n\x11msg_throughput_in\x18\x05 \x01(\x01\"\xec\x01\n\rConsumerStats\x12\x15\n\rconsumer_name\x18\x01 \x01(\t\x12\x17\n\x0fmsg_out_counter\x18\x02 \x01(\x03\x12\x19\n\x11\x62ytes_out_counter\x18\x03 \x01(\x03\x12\x14\n\x0cmsg_rate_out\x18\x04 \x01(\x01\x12\x1a\n\x12msg_throughput_out\x18\x05 \x01(\x01\x12\x18\n\x10unacked_messages\x18\x06 \x01(\x03\x12\x19\n\x11\x61vailable_permits\x18\x07 \x01(\x05\x12\x16\n\x0epriority_level\x18\x08 \x01(\x05\x12\x11\n\tis_active\x18\t \x01(\x08\"\x98\x03\n\x11SubscriptionStats\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\x12\x11\n\tconsumers\x18\x03 \x01(\x05\x12\x17\n\x0fmsg_out_counter\x18\x04 \x01(\x03\x12\x17\n\x0f\x62\x61\x63klog_entries\x18\x05 \x01(\x03\x12\x13\n\x0bmsg_backlog\x18\x06 \x01(\x03\x12\x14\n\x0c\x62\x61\x63klog_size\x18\x07 \x01(\x03\x12\x18\n\x10unacked_messages\x18\x08 \x01(\x03\x12\x14\n\x0cmsg_rate_out\x18\t \x01(\x01\x12\x1a\n\x12msg_throughput_out\x18\n \x01(\x01\x12\x14\n\x0c\x64\x65\x61\x64_letters\x18\x0b \x01(\x03\x12\x18\n\x10\x64\x65layed_messages\x18\x0c \x01(\x03\x12\x0f\n\x07\x64urable\x18\r \x01(\x08\x12\x1b\n\x13msg_expired_counter\x18\x0e \x01(\x03\x12\x30\n\x0e\x63onsumer_stats\x18\x0f \x03(\x0b\x32\x18.herald.v1.ConsumerStats\x12\x1b\n\x13msg_dropped_counter\x18\x10 \x01(\x03\"\x8b\x04\n\nTopicStats\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x16\n\x0emsg_in_counter\x18\x02 \x01(\x03\x12\x18\n\x10\x62ytes_in_counter\x18\x03 \x01(\x03\x12\x0f\n\x07\x65ntries\x18\x04 \x01(\x03\x12\x14\n\x0cstorage_size\x18\x05 \x01(\x03\x12+\n\tproducers\x18\x06 \x03(\x0b\x32\x18.herald.v1.ProducerStats\x12\x33\n\rsubscriptions\x18\x07 \x03(\x0b\x32\x1c.herald.v1.SubscriptionStats\x12\x13\n\x0bmsg_rate_in\x18\x08 \x01(\x01\x12\x19\n\x11msg_throughput_in\x18\t \x01(\x01\x12\x14\n\x0cmsg_rate_out\x18\n \x01(\x01\x12\x1a\n\x12msg_throughput_out\x18\x0b \x01(\x01\x12\x17\n\x0fmsg_out_counter\x18\x0c \x01(\x03\x12\x19\n\x11\x62ytes_out_counter\x18\r \x01(\x03\x12\x14\n\x0c\x62\x61\x63klog_size\x18\x0e \x01(\x03\x12\x12\n\nterminated\x18\x0f \x01(\x08\x12\x12\n\npersistent\x18\x10 \x01(\x08\x12\x1b\n\x13msg_dropped_counter\x18\x11 \x01(\x03\x12\x12\n\npartitions\x18\x12 \x01(\x05\x12.\n\x0fpartition_stats\x18\x13 \x03(\x0b\x32\x15.herald.v1.TopicStats\"?\n\x0bLedgerStats\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x0f\n\x07\x65ntries\x18\x02 \x01(\x03\x12\x0c\n\x04size\x18\x03 \x01(\x03\"\xcb\x02\n\x0b\x43ursorStats\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x31\n\x14mark_delete_position\x18\x02 \x01(\x0b\x32\x13.herald.v1.Position\x12*\n\rread_position\x18\x03 \x01(\x0b\x32\x13.herald.v1.Position\x12\x36\n\x19individually_acked_ranges\x18\x04 \x03(\x0b\x32\x13.herald.v1.Position\x12\x17\n\x0f\x62\x61\x63klog_entries\x18\x05 \x01(\x03\x12\x0f\n\x07\x64urable\x18\x06 \x01(\x08\x12:\n\nproperties\x18\x07 \x03(\x0b\x32&.herald.v1.CursorStats.PropertiesEntry\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xfc\x01\n\rInternalStats\x12\r\n\x05topic\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\x19\n\x11number_of_entries\x18\x03 \x01(\x03\x12\x12\n\ntotal_size\x18\x04 \x01(\x03\x12\x19\n\x11\x63urrent_ledger_id\x18\x05 \x01(\x03\x12\x31\n\x14last_confirmed_entry\x18\x06 \x01(\x0b\x32\x13.herald.v1.Position\x12\'\n\x07ledgers\x18\x07 \x03(\x0b\x32\x16.herald.v1.LedgerStats\x12\'\n\x07\x63ursors\x18\x08 \x03(\x0b\x32\x16.herald.v1.CursorStats\"2\n\x19ListSubscriptionsResponse\x12\x15\n\rsubscriptions\x18\x01 \x03(\t\"\x9e\x01\n\x19\x43reateSubscriptionRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\'\n\x08position\x18\x03 \x01(\x0b\x32\x13.herald.v1.PositionH\x00\x12*\n\x04\x65\x64ge\x18\x04 \x01(\x0e\x32\x1a.herald.v1.InitialPositionH\x00\x42\x07\n\x05start\"\x1c\n\x1a\x43reateSubscriptionResponse\"O\n\x19\x44\x65leteSubscriptionRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\r\n\x05\x66orce\x18\x03 \x01(\x08\"\x1c\n\x1a\x44\x65leteSubscriptionResponse\"\xb0\x01\n\x12ResetCursorRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\'\n\x08position\x18\x03 \x01(\x0b\x32\x13.herald.v1.PositionH\x00\x12\x16\n\x0cpublish_time\x18\x04 \x01(\x03H\x00\x12*\n\x04\x65\x64ge\x18\x05 \x01(\x0e\x32\x1a.herald.v1.InitialPositionH\x00\x42\x08\n\x06target\"\x15\n\x13ResetCursorResponse\"V\n\x13SkipMessagesRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\r\n\x05\x63ount\x18\x03 \x01(\x03\x12\x0b\n\x03\x61ll\x18\x04 \x01(\x08\"\'\n\x14SkipMessagesResponse\x12\x0f\n\x07skipped\x18\x01 \x01(\x03\"I\n\x13PeekMessagesRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\r\n\x05\x63ount\x18\x03 \x01(\x05\"B\n\x14PeekMessagesResponse\x12*\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x19.herald.v1.DeliveredEntry\"\x14\n\x12ListBrokersRequest\"=\n\x13ListBrokersResponse\x12&\n\x07\x62rokers\x18\x01 \x03(\x0b\x32\x15.herald.v1.BrokerInfo*f\n\x12\x42\x61\x63klogQuotaPolicy\x12\x19\n\x15PRODUCER_REQUEST_HOLD\x10\x00\x12\x16\n\x12PRODUCER_EXCEPTION\x10\x01\x12\x1d\n\x19\x43ONSUMER_BACKLOG_EVICTION\x10\x02\x32\xbd\x11\n\x0c\x41\x64minService\x12L\n\x0bListTenants\x12\x1d.herald.v1.ListTenantsRequest\x1a\x1e.herald.v1.ListTenantsResponse\x12\x38\n\tGetTenant\x12\x18.herald.v1.TenantRequest\x1a\x11.herald.v1.Tenant\x12\x34\n\x0c\x43reateTenant\x12\x11.herald.v1.Tenant\x1a\x11.herald.v1.Tenant\x12\x34\n\x0cUpdateTenant\x12\x11.herald.v1.Tenant\x1a\x11.herald.v1.Tenant\x12O\n\x0c\x44\x65leteTenant\x12\x1e.herald.v1.DeleteTenantRequest\x1a\x1f.herald.v1.DeleteTenantResponse\x12U\n\x0eListNamespaces\x12 .herald.v1.ListNamespacesRequest\x1a!.herald.v1.ListNamespacesResponse\x12I\n\x0f\x43reateNamespace\x12!.herald.v1.CreateNamespaceRequest\x1a\x13.herald.v1.Policies\x12X\n\x0f\x44\x65leteNamespace\x12!.herald.v1.DeleteNamespaceRequest\x1a\".herald.v1.DeleteNamespaceResponse\x12H\n\x14GetNamespacePolicies\x12\x1b.herald.v1.NamespaceRequest\x1a\x13.herald.v1.Policies\x12J\n\x14SetNamespacePolicies\x12\x1d.herald.v1.SetPoliciesRequest\x1a\x13.herald.v1.Policies\x12I\n\nListTopics\x12\x1c.herald.v1.ListTopicsRequest\x1a\x1d.herald.v1.ListTopicsResponse\x12L\n\x0b\x43reateTopic\x12\x1d.herald.v1.CreateTopicRequest\x1a\x1e.herald.v1.CreateTopicResponse\x12G\n\rGetPartitions\x12\x17.herald.v1.TopicRequest\x1a\x1d.herald.v1.PartitionsResponse\x12U\n\x10UpdatePartitions\x12\".herald.v1.UpdatePartitionsRequest\x1a\x1d.herald.v1.PartitionsResponse\x12L\n\x0b\x44\x65leteTopic\x12\x1d.herald.v1.DeleteTopicRequest\x1a\x1e.herald.v1.DeleteTopicResponse\x12\x44\n\rGetTopicStats\x12\x1c.herald.v1.TopicStatsRequest\x1a\x15.herald.v1.TopicStats\x12\x45\n\x10GetInternalStats\x12\x17.herald.v1.TopicRequest\x1a\x18.herald.v1.InternalStats\x12L\n\x0bUnloadTopic\x12\x1d.herald.v1.UnloadTopicRequest\x1a\x1e.herald.v1.UnloadTopicResponse\x12L\n\x0eTerminateTopic\x12\x17.herald.v1.TopicRequest\x1a!.herald.v1.TerminateTopicResponse\x12@\n\x10GetTopicPolicies\x12\x17.herald.v1.TopicRequest\x1a\x13.herald.v1.Policies\x12\x44\n\x14GetEffectivePolicies\x12\x17.herald.v1.TopicRequest\x1a\x13.herald.v1.Policies\x12\x46\n\x10SetTopicPolicies\x12\x1d.herald.v1.SetPoliciesRequest\x1a\x13.herald.v1.Policies\x12R\n\x11ListSubscriptions\x12\x17.herald.v1.TopicRequest\x1a$.herald.v1.ListSubscriptionsResponse\x12\x61\n\x12\x43reateSubscription\x12$.herald.v1.CreateSubscriptionRequest\x1a%.herald.v1.CreateSubscriptionResponse\x12\x61\n\x12\x44\x65leteSubscription\x12$.herald.v1.DeleteSubscriptionRequest\x1a%.herald.v1.DeleteSubscriptionResponse\x12L\n\x0bResetCursor\x12\x1d.herald.v1.ResetCursorRequest\x1a\x1e.herald.v1.ResetCursorResponse\x12O\n\x0cSkipMessages\x12\x1e.herald.v1.SkipMessagesRequest\x1a\x1f.herald.v1.SkipMessagesResponse\x12O\n\x0cPeekMessages\x12\x1e.herald.v1.PeekMessagesRequest\x1a\x1f.herald.v1.PeekMessagesResponse\x12L\n\x0bListBrokers\x12\x1d.herald.v1.ListBrokersRequest\x1a\x1e.herald.v1.ListBrokersResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'herald.v1.admin_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_LISTTOPICSREQUEST']._serialized_start=36
-  _globals['_LISTTOPICSREQUEST']._serialized_end=74
-  _globals['_LISTTOPICSRESPONSE']._serialized_start=76
-  _globals['_LISTTOPICSRESPONSE']._serialized_end=112
-  _globals['_TOPICSTATSREQUEST']._serialized_start=114
-  _globals['_TOPICSTATSREQUEST']._serialized_end=148
-  _globals['_UNLOADTOPICREQUEST']._serialized_start=150
-  _globals['_UNLOADTOPICREQUEST']._serialized_end=185
-  _globals['_UNLOADTOPICRESPONSE']._serialized_start=187
-  _globals['_UNLOADTOPICRESPONSE']._serialized_end=208
-  _globals['_PRODUCERSTATS']._serialized_start=210
-  _globals['_PRODUCERSTATS']._serialized_end=298
-  _globals['_SUBSCRIPTIONSTATS']._serialized_start=300
-  _globals['_SUBSCRIPTIONSTATS']._serialized_end=416
-  _globals['_TOPICSTATS']._serialized_start=419
-  _globals['_TOPICSTATS']._serialized_end=633
-  _globals['_ADMINSERVICE']._serialized_start=636
-  _globals['_ADMINSERVICE']._serialized_end=873
+  _globals['_CURSORSTATS_PROPERTIESENTRY']._loaded_options = None
+  _globals['_CURSORSTATS_PROPERTIESENTRY']._serialized_options = b'8\001'
+  _globals['_BACKLOGQUOTAPOLICY']._serialized_start=4987
+  _globals['_BACKLOGQUOTAPOLICY']._serialized_end=5089
+  _globals['_RETENTIONPOLICY']._serialized_start=108
+  _globals['_RETENTIONPOLICY']._serialized_end=167
+  _globals['_BACKLOGQUOTA']._serialized_start=169
+  _globals['_BACKLOGQUOTA']._serialized_end=274
+  _globals['_PERSISTENCEPOLICY']._serialized_start=276
+  _globals['_PERSISTENCEPOLICY']._serialized_end=360
+  _globals['_POLICIES']._serialized_start=363
+  _globals['_POLICIES']._serialized_end=961
+  _globals['_SETPOLICIESREQUEST']._serialized_start=963
+  _globals['_SETPOLICIESREQUEST']._serialized_end=1071
+  _globals['_TENANT']._serialized_start=1073
+  _globals['_TENANT']._serialized_end=1142
+  _globals['_TENANTREQUEST']._serialized_start=1144
+  _globals['_TENANTREQUEST']._serialized_end=1173
+  _globals['_LISTTENANTSREQUEST']._serialized_start=1175
+  _globals['_LISTTENANTSREQUEST']._serialized_end=1195
+  _globals['_LISTTENANTSRESPONSE']._serialized_start=1197
+  _globals['_LISTTENANTSRESPONSE']._serialized_end=1235
+  _globals['_DELETETENANTREQUEST']._serialized_start=1237
+  _globals['_DELETETENANTREQUEST']._serialized_end=1272
+  _globals['_DELETETENANTRESPONSE']._serialized_start=1274
+  _globals['_DELETETENANTRESPONSE']._serialized_end=1296
+  _globals['_NAMESPACEREQUEST']._serialized_start=1298
+  _globals['_NAMESPACEREQUEST']._serialized_end=1335
+  _globals['_LISTNAMESPACESREQUEST']._serialized_start=1337
+  _globals['_LISTNAMESPACESREQUEST']._serialized_end=1376
+  _globals['_LISTNAMESPACESRESPONSE']._serialized_start=1378
+  _globals['_LISTNAMESPACESRESPONSE']._serialized_end=1422
+  _globals['_CREATENAMESPACEREQUEST']._serialized_start=1424
+  _globals['_CREATENAMESPACEREQUEST']._serialized_end=1506
+  _globals['_DELETENAMESPACEREQUEST']._serialized_start=1508
+  _globals['_DELETENAMESPACEREQUEST']._serialized_end=1551
+  _globals['_DELETENAMESPACERESPONSE']._serialized_start=1553
+  _globals['_DELETENAMESPACERESPONSE']._serialized_end=1578
+  _globals['_TOPICREQUEST']._serialized_start=1580
+  _globals['_TOPICREQUEST']._serialized_end=1609
+  _globals['_LISTTOPICSREQUEST']._serialized_start=1611
+  _globals['_LISTTOPICSREQUEST']._serialized_end=1649
+  _globals['_LISTTOPICSRESPONSE']._serialized_start=1651
+  _globals['_LISTTOPICSRESPONSE']._serialized_end=1687
+  _globals['_CREATETOPICREQUEST']._serialized_start=1689
+  _globals['_CREATETOPICREQUEST']._serialized_end=1744
+  _globals['_CREATETOPICRESPONSE']._serialized_start=1746
+  _globals['_CREATETOPICRESPONSE']._serialized_end=1767
+  _globals['_UPDATEPARTITIONSREQUEST']._serialized_start=1769
+  _globals['_UPDATEPARTITIONSREQUEST']._serialized_end=1829
+  _globals['_PARTITIONSRESPONSE']._serialized_start=1831
+  _globals['_PARTITIONSRESPONSE']._serialized_end=1871
+  _globals['_DELETETOPICREQUEST']._serialized_start=1873
+  _globals['_DELETETOPICREQUEST']._serialized_end=1923
+  _globals['_DELETETOPICRESPONSE']._serialized_start=1925
+  _globals['_DELETETOPICRESPONSE']._serialized_end=1946
+  _globals['_TOPICSTATSREQUEST']._serialized_start=1948
+  _globals['_TOPICSTATSREQUEST']._serialized_end=1982
+  _globals['_UNLOADTOPICREQUEST']._serialized_start=1984
+  _globals['_UNLOADTOPICREQUEST']._serialized_end=2019
+  _globals['_UNLOADTOPICRESPONSE']._serialized_start=2021
+  _globals['_UNLOADTOPICRESPONSE']._serialized_end=2042
+  _globals['_TERMINATETOPICRESPONSE']._serialized_start=2044
+  _globals['_TERMINATETOPICRESPONSE']._serialized_end=2103
+  _globals['_PRODUCERSTATS']._serialized_start=2106
+  _globals['_PRODUCERSTATS']._serialized_end=2242
+  _globals['_CONSUMERSTATS']._serialized_start=2245
+  _globals['_CONSUMERSTATS']._serialized_end=2481
+  _globals['_SUBSCRIPTIONSTATS']._serialized_start=2484
+  _globals['_SUBSCRIPTIONSTATS']._serialized_end=2892
+  _globals['_TOPICSTATS']._serialized_start=2895
+  _globals['_TOPICSTATS']._serialized_end=3418
+  _globals['_LEDGERSTATS']._serialized_start=3420
+  _globals['_LEDGERSTATS']._serialized_end=3483
+  _globals['_CURSORSTATS']._serialized_start=3486
+  _globals['_CURSORSTATS']._serialized_end=3817
+  _globals['_CURSORSTATS_PROPERTIESENTRY']._serialized_start=3768
+  _globals['_CURSORSTATS_PROPERTIESENTRY']._serialized_end=3817
+  _globals['_INTERNALSTATS']._serialized_start=3820
+  _globals['_INTERNALSTATS']._serialized_end=4072
+  _globals['_LISTSUBSCRIPTIONSRESPONSE']._serialized_start=4074
+  _globals['_LISTSUBSCRIPTIONSRESPONSE']._serialized_end=4124
+  _globals['_CREATESUBSCRIPTIONREQUEST']._serialized_start=4127
+  _globals['_CREATESUBSCRIPTIONREQUEST']._serialized_end=4285
+  _globals['_CREATESUBSCRIPTIONRESPONSE']._serialized_start=4287
+  _globals['_CREATESUBSCRIPTIONRESPONSE']._serialized_end=4315
+  _globals['_DELETESUBSCRIPTIONREQUEST']._serialized_start=4317
+  _globals['_DELETESUBSCRIPTIONREQUEST']._serialized_end=4396
+  _globals['_DELETESUBSCRIPTIONRESPONSE']._serialized_start=4398
+  _globals['_DELETESUBSCRIPTIONRESPONSE']._serialized_end=4426
+  _globals['_RESETCURSORREQUEST']._serialized_start=4429
+  _globals['_RESETCURSORREQUEST']._serialized_end=4605
+  _globals['_RESETCURSORRESPONSE']._serialized_start=4607
+  _globals['_RESETCURSORRESPONSE']._serialized_end=4628
+  _globals['_SKIPMESSAGESREQUEST']._serialized_start=4630
+  _globals['_SKIPMESSAGESREQUEST']._serialized_end=4716
+  _globals['_SKIPMESSAGESRESPONSE']._serialized_start=4718
+  _globals['_SKIPMESSAGESRESPONSE']._serialized_end=4757
+  _globals['_PEEKMESSAGESREQUEST']._serialized_start=4759
+  _globals['_PEEKMESSAGESREQUEST']._serialized_end=4832
+  _globals['_PEEKMESSAGESRESPONSE']._serialized_start=4834
+  _globals['_PEEKMESSAGESRESPONSE']._serialized_end=4900
+  _globals['_LISTBROKERSREQUEST']._serialized_start=4902
+  _globals['_LISTBROKERSREQUEST']._serialized_end=4922
+  _globals['_LISTBROKERSRESPONSE']._serialized_start=4924
+  _globals['_LISTBROKERSRESPONSE']._serialized_end=4985
+  _globals['_ADMINSERVICE']._serialized_start=5092
+  _globals['_ADMINSERVICE']._serialized_end=7329
 # @@protoc_insertion_point(module_scope)

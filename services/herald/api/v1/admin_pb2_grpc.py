@@ -35,33 +35,260 @@ class AdminServiceStub:
         Args:
             channel: A grpc.Channel.
         """
+        self.ListTenants = channel.unary_unary(
+                '/herald.v1.AdminService/ListTenants',
+                request_serializer=herald_dot_v1_dot_admin__pb2.ListTenantsRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_admin__pb2.ListTenantsResponse.FromString,
+                _registered_method=True)
+        self.GetTenant = channel.unary_unary(
+                '/herald.v1.AdminService/GetTenant',
+                request_serializer=herald_dot_v1_dot_admin__pb2.TenantRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_admin__pb2.Tenant.FromString,
+                _registered_method=True)
+        self.CreateTenant = channel.unary_unary(
+                '/herald.v1.AdminService/CreateTenant',
+                request_serializer=herald_dot_v1_dot_admin__pb2.Tenant.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_admin__pb2.Tenant.FromString,
+                _registered_method=True)
+        self.UpdateTenant = channel.unary_unary(
+                '/herald.v1.AdminService/UpdateTenant',
+                request_serializer=herald_dot_v1_dot_admin__pb2.Tenant.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_admin__pb2.Tenant.FromString,
+                _registered_method=True)
+        self.DeleteTenant = channel.unary_unary(
+                '/herald.v1.AdminService/DeleteTenant',
+                request_serializer=herald_dot_v1_dot_admin__pb2.DeleteTenantRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_admin__pb2.DeleteTenantResponse.FromString,
+                _registered_method=True)
+        self.ListNamespaces = channel.unary_unary(
+                '/herald.v1.AdminService/ListNamespaces',
+                request_serializer=herald_dot_v1_dot_admin__pb2.ListNamespacesRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_admin__pb2.ListNamespacesResponse.FromString,
+                _registered_method=True)
+        self.CreateNamespace = channel.unary_unary(
+                '/herald.v1.AdminService/CreateNamespace',
+                request_serializer=herald_dot_v1_dot_admin__pb2.CreateNamespaceRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_admin__pb2.Policies.FromString,
+                _registered_method=True)
+        self.DeleteNamespace = channel.unary_unary(
+                '/herald.v1.AdminService/DeleteNamespace',
+                request_serializer=herald_dot_v1_dot_admin__pb2.DeleteNamespaceRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_admin__pb2.DeleteNamespaceResponse.FromString,
+                _registered_method=True)
+        self.GetNamespacePolicies = channel.unary_unary(
+                '/herald.v1.AdminService/GetNamespacePolicies',
+                request_serializer=herald_dot_v1_dot_admin__pb2.NamespaceRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_admin__pb2.Policies.FromString,
+                _registered_method=True)
+        self.SetNamespacePolicies = channel.unary_unary(
+                '/herald.v1.AdminService/SetNamespacePolicies',
+                request_serializer=herald_dot_v1_dot_admin__pb2.SetPoliciesRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_admin__pb2.Policies.FromString,
+                _registered_method=True)
         self.ListTopics = channel.unary_unary(
                 '/herald.v1.AdminService/ListTopics',
                 request_serializer=herald_dot_v1_dot_admin__pb2.ListTopicsRequest.SerializeToString,
                 response_deserializer=herald_dot_v1_dot_admin__pb2.ListTopicsResponse.FromString,
+                _registered_method=True)
+        self.CreateTopic = channel.unary_unary(
+                '/herald.v1.AdminService/CreateTopic',
+                request_serializer=herald_dot_v1_dot_admin__pb2.CreateTopicRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_admin__pb2.CreateTopicResponse.FromString,
+                _registered_method=True)
+        self.GetPartitions = channel.unary_unary(
+                '/herald.v1.AdminService/GetPartitions',
+                request_serializer=herald_dot_v1_dot_admin__pb2.TopicRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_admin__pb2.PartitionsResponse.FromString,
+                _registered_method=True)
+        self.UpdatePartitions = channel.unary_unary(
+                '/herald.v1.AdminService/UpdatePartitions',
+                request_serializer=herald_dot_v1_dot_admin__pb2.UpdatePartitionsRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_admin__pb2.PartitionsResponse.FromString,
+                _registered_method=True)
+        self.DeleteTopic = channel.unary_unary(
+                '/herald.v1.AdminService/DeleteTopic',
+                request_serializer=herald_dot_v1_dot_admin__pb2.DeleteTopicRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_admin__pb2.DeleteTopicResponse.FromString,
                 _registered_method=True)
         self.GetTopicStats = channel.unary_unary(
                 '/herald.v1.AdminService/GetTopicStats',
                 request_serializer=herald_dot_v1_dot_admin__pb2.TopicStatsRequest.SerializeToString,
                 response_deserializer=herald_dot_v1_dot_admin__pb2.TopicStats.FromString,
                 _registered_method=True)
+        self.GetInternalStats = channel.unary_unary(
+                '/herald.v1.AdminService/GetInternalStats',
+                request_serializer=herald_dot_v1_dot_admin__pb2.TopicRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_admin__pb2.InternalStats.FromString,
+                _registered_method=True)
         self.UnloadTopic = channel.unary_unary(
                 '/herald.v1.AdminService/UnloadTopic',
                 request_serializer=herald_dot_v1_dot_admin__pb2.UnloadTopicRequest.SerializeToString,
                 response_deserializer=herald_dot_v1_dot_admin__pb2.UnloadTopicResponse.FromString,
+                _registered_method=True)
+        self.TerminateTopic = channel.unary_unary(
+                '/herald.v1.AdminService/TerminateTopic',
+                request_serializer=herald_dot_v1_dot_admin__pb2.TopicRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_admin__pb2.TerminateTopicResponse.FromString,
+                _registered_method=True)
+        self.GetTopicPolicies = channel.unary_unary(
+                '/herald.v1.AdminService/GetTopicPolicies',
+                request_serializer=herald_dot_v1_dot_admin__pb2.TopicRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_admin__pb2.Policies.FromString,
+                _registered_method=True)
+        self.GetEffectivePolicies = channel.unary_unary(
+                '/herald.v1.AdminService/GetEffectivePolicies',
+                request_serializer=herald_dot_v1_dot_admin__pb2.TopicRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_admin__pb2.Policies.FromString,
+                _registered_method=True)
+        self.SetTopicPolicies = channel.unary_unary(
+                '/herald.v1.AdminService/SetTopicPolicies',
+                request_serializer=herald_dot_v1_dot_admin__pb2.SetPoliciesRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_admin__pb2.Policies.FromString,
+                _registered_method=True)
+        self.ListSubscriptions = channel.unary_unary(
+                '/herald.v1.AdminService/ListSubscriptions',
+                request_serializer=herald_dot_v1_dot_admin__pb2.TopicRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_admin__pb2.ListSubscriptionsResponse.FromString,
+                _registered_method=True)
+        self.CreateSubscription = channel.unary_unary(
+                '/herald.v1.AdminService/CreateSubscription',
+                request_serializer=herald_dot_v1_dot_admin__pb2.CreateSubscriptionRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_admin__pb2.CreateSubscriptionResponse.FromString,
+                _registered_method=True)
+        self.DeleteSubscription = channel.unary_unary(
+                '/herald.v1.AdminService/DeleteSubscription',
+                request_serializer=herald_dot_v1_dot_admin__pb2.DeleteSubscriptionRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_admin__pb2.DeleteSubscriptionResponse.FromString,
+                _registered_method=True)
+        self.ResetCursor = channel.unary_unary(
+                '/herald.v1.AdminService/ResetCursor',
+                request_serializer=herald_dot_v1_dot_admin__pb2.ResetCursorRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_admin__pb2.ResetCursorResponse.FromString,
+                _registered_method=True)
+        self.SkipMessages = channel.unary_unary(
+                '/herald.v1.AdminService/SkipMessages',
+                request_serializer=herald_dot_v1_dot_admin__pb2.SkipMessagesRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_admin__pb2.SkipMessagesResponse.FromString,
+                _registered_method=True)
+        self.PeekMessages = channel.unary_unary(
+                '/herald.v1.AdminService/PeekMessages',
+                request_serializer=herald_dot_v1_dot_admin__pb2.PeekMessagesRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_admin__pb2.PeekMessagesResponse.FromString,
+                _registered_method=True)
+        self.ListBrokers = channel.unary_unary(
+                '/herald.v1.AdminService/ListBrokers',
+                request_serializer=herald_dot_v1_dot_admin__pb2.ListBrokersRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_admin__pb2.ListBrokersResponse.FromString,
                 _registered_method=True)
 
 
 class AdminServiceServicer:
     """Missing associated documentation comment in .proto file."""
 
+    def ListTenants(self, request, context):
+        """---- tenants ----
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetTenant(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateTenant(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateTenant(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteTenant(self, request, context):
+        """refused while it has namespaces
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListNamespaces(self, request, context):
+        """---- namespaces ----
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateNamespace(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteNamespace(self, request, context):
+        """refused while it has topics
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetNamespacePolicies(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetNamespacePolicies(self, request, context):
+        """Sets the fields present in `policies`, removes those named in `clear`; returns the result.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListTopics(self, request, context):
+        """---- topics ----
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateTopic(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetPartitions(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdatePartitions(self, request, context):
+        """grow only
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteTopic(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetTopicStats(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetInternalStats(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -76,23 +303,224 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def TerminateTopic(self, request, context):
+        """No more writes: producers get TOPIC_TERMINATED; consumers get ReachedEndOfTopic once done.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetTopicPolicies(self, request, context):
+        """the topic's own overrides
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetEffectivePolicies(self, request, context):
+        """topic > namespace > broker defaults
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetTopicPolicies(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSubscriptions(self, request, context):
+        """---- subscriptions ----
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateSubscription(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteSubscription(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResetCursor(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SkipMessages(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PeekMessages(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListBrokers(self, request, context):
+        """---- brokers ----
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
+            'ListTenants': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTenants,
+                    request_deserializer=herald_dot_v1_dot_admin__pb2.ListTenantsRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_admin__pb2.ListTenantsResponse.SerializeToString,
+            ),
+            'GetTenant': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTenant,
+                    request_deserializer=herald_dot_v1_dot_admin__pb2.TenantRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_admin__pb2.Tenant.SerializeToString,
+            ),
+            'CreateTenant': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateTenant,
+                    request_deserializer=herald_dot_v1_dot_admin__pb2.Tenant.FromString,
+                    response_serializer=herald_dot_v1_dot_admin__pb2.Tenant.SerializeToString,
+            ),
+            'UpdateTenant': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateTenant,
+                    request_deserializer=herald_dot_v1_dot_admin__pb2.Tenant.FromString,
+                    response_serializer=herald_dot_v1_dot_admin__pb2.Tenant.SerializeToString,
+            ),
+            'DeleteTenant': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteTenant,
+                    request_deserializer=herald_dot_v1_dot_admin__pb2.DeleteTenantRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_admin__pb2.DeleteTenantResponse.SerializeToString,
+            ),
+            'ListNamespaces': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListNamespaces,
+                    request_deserializer=herald_dot_v1_dot_admin__pb2.ListNamespacesRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_admin__pb2.ListNamespacesResponse.SerializeToString,
+            ),
+            'CreateNamespace': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateNamespace,
+                    request_deserializer=herald_dot_v1_dot_admin__pb2.CreateNamespaceRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_admin__pb2.Policies.SerializeToString,
+            ),
+            'DeleteNamespace': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteNamespace,
+                    request_deserializer=herald_dot_v1_dot_admin__pb2.DeleteNamespaceRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_admin__pb2.DeleteNamespaceResponse.SerializeToString,
+            ),
+            'GetNamespacePolicies': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetNamespacePolicies,
+                    request_deserializer=herald_dot_v1_dot_admin__pb2.NamespaceRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_admin__pb2.Policies.SerializeToString,
+            ),
+            'SetNamespacePolicies': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetNamespacePolicies,
+                    request_deserializer=herald_dot_v1_dot_admin__pb2.SetPoliciesRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_admin__pb2.Policies.SerializeToString,
+            ),
             'ListTopics': grpc.unary_unary_rpc_method_handler(
                     servicer.ListTopics,
                     request_deserializer=herald_dot_v1_dot_admin__pb2.ListTopicsRequest.FromString,
                     response_serializer=herald_dot_v1_dot_admin__pb2.ListTopicsResponse.SerializeToString,
+            ),
+            'CreateTopic': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateTopic,
+                    request_deserializer=herald_dot_v1_dot_admin__pb2.CreateTopicRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_admin__pb2.CreateTopicResponse.SerializeToString,
+            ),
+            'GetPartitions': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetPartitions,
+                    request_deserializer=herald_dot_v1_dot_admin__pb2.TopicRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_admin__pb2.PartitionsResponse.SerializeToString,
+            ),
+            'UpdatePartitions': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdatePartitions,
+                    request_deserializer=herald_dot_v1_dot_admin__pb2.UpdatePartitionsRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_admin__pb2.PartitionsResponse.SerializeToString,
+            ),
+            'DeleteTopic': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteTopic,
+                    request_deserializer=herald_dot_v1_dot_admin__pb2.DeleteTopicRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_admin__pb2.DeleteTopicResponse.SerializeToString,
             ),
             'GetTopicStats': grpc.unary_unary_rpc_method_handler(
                     servicer.GetTopicStats,
                     request_deserializer=herald_dot_v1_dot_admin__pb2.TopicStatsRequest.FromString,
                     response_serializer=herald_dot_v1_dot_admin__pb2.TopicStats.SerializeToString,
             ),
+            'GetInternalStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetInternalStats,
+                    request_deserializer=herald_dot_v1_dot_admin__pb2.TopicRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_admin__pb2.InternalStats.SerializeToString,
+            ),
             'UnloadTopic': grpc.unary_unary_rpc_method_handler(
                     servicer.UnloadTopic,
                     request_deserializer=herald_dot_v1_dot_admin__pb2.UnloadTopicRequest.FromString,
                     response_serializer=herald_dot_v1_dot_admin__pb2.UnloadTopicResponse.SerializeToString,
+            ),
+            'TerminateTopic': grpc.unary_unary_rpc_method_handler(
+                    servicer.TerminateTopic,
+                    request_deserializer=herald_dot_v1_dot_admin__pb2.TopicRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_admin__pb2.TerminateTopicResponse.SerializeToString,
+            ),
+            'GetTopicPolicies': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTopicPolicies,
+                    request_deserializer=herald_dot_v1_dot_admin__pb2.TopicRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_admin__pb2.Policies.SerializeToString,
+            ),
+            'GetEffectivePolicies': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetEffectivePolicies,
+                    request_deserializer=herald_dot_v1_dot_admin__pb2.TopicRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_admin__pb2.Policies.SerializeToString,
+            ),
+            'SetTopicPolicies': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetTopicPolicies,
+                    request_deserializer=herald_dot_v1_dot_admin__pb2.SetPoliciesRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_admin__pb2.Policies.SerializeToString,
+            ),
+            'ListSubscriptions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSubscriptions,
+                    request_deserializer=herald_dot_v1_dot_admin__pb2.TopicRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_admin__pb2.ListSubscriptionsResponse.SerializeToString,
+            ),
+            'CreateSubscription': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateSubscription,
+                    request_deserializer=herald_dot_v1_dot_admin__pb2.CreateSubscriptionRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_admin__pb2.CreateSubscriptionResponse.SerializeToString,
+            ),
+            'DeleteSubscription': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteSubscription,
+                    request_deserializer=herald_dot_v1_dot_admin__pb2.DeleteSubscriptionRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_admin__pb2.DeleteSubscriptionResponse.SerializeToString,
+            ),
+            'ResetCursor': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResetCursor,
+                    request_deserializer=herald_dot_v1_dot_admin__pb2.ResetCursorRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_admin__pb2.ResetCursorResponse.SerializeToString,
+            ),
+            'SkipMessages': grpc.unary_unary_rpc_method_handler(
+                    servicer.SkipMessages,
+                    request_deserializer=herald_dot_v1_dot_admin__pb2.SkipMessagesRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_admin__pb2.SkipMessagesResponse.SerializeToString,
+            ),
+            'PeekMessages': grpc.unary_unary_rpc_method_handler(
+                    servicer.PeekMessages,
+                    request_deserializer=herald_dot_v1_dot_admin__pb2.PeekMessagesRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_admin__pb2.PeekMessagesResponse.SerializeToString,
+            ),
+            'ListBrokers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListBrokers,
+                    request_deserializer=herald_dot_v1_dot_admin__pb2.ListBrokersRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_admin__pb2.ListBrokersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -104,6 +532,276 @@ def add_AdminServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class AdminService:
     """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def ListTenants(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.AdminService/ListTenants',
+            herald_dot_v1_dot_admin__pb2.ListTenantsRequest.SerializeToString,
+            herald_dot_v1_dot_admin__pb2.ListTenantsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTenant(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.AdminService/GetTenant',
+            herald_dot_v1_dot_admin__pb2.TenantRequest.SerializeToString,
+            herald_dot_v1_dot_admin__pb2.Tenant.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateTenant(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.AdminService/CreateTenant',
+            herald_dot_v1_dot_admin__pb2.Tenant.SerializeToString,
+            herald_dot_v1_dot_admin__pb2.Tenant.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateTenant(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.AdminService/UpdateTenant',
+            herald_dot_v1_dot_admin__pb2.Tenant.SerializeToString,
+            herald_dot_v1_dot_admin__pb2.Tenant.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteTenant(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.AdminService/DeleteTenant',
+            herald_dot_v1_dot_admin__pb2.DeleteTenantRequest.SerializeToString,
+            herald_dot_v1_dot_admin__pb2.DeleteTenantResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListNamespaces(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.AdminService/ListNamespaces',
+            herald_dot_v1_dot_admin__pb2.ListNamespacesRequest.SerializeToString,
+            herald_dot_v1_dot_admin__pb2.ListNamespacesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateNamespace(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.AdminService/CreateNamespace',
+            herald_dot_v1_dot_admin__pb2.CreateNamespaceRequest.SerializeToString,
+            herald_dot_v1_dot_admin__pb2.Policies.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteNamespace(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.AdminService/DeleteNamespace',
+            herald_dot_v1_dot_admin__pb2.DeleteNamespaceRequest.SerializeToString,
+            herald_dot_v1_dot_admin__pb2.DeleteNamespaceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetNamespacePolicies(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.AdminService/GetNamespacePolicies',
+            herald_dot_v1_dot_admin__pb2.NamespaceRequest.SerializeToString,
+            herald_dot_v1_dot_admin__pb2.Policies.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetNamespacePolicies(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.AdminService/SetNamespacePolicies',
+            herald_dot_v1_dot_admin__pb2.SetPoliciesRequest.SerializeToString,
+            herald_dot_v1_dot_admin__pb2.Policies.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
 
     @staticmethod
     def ListTopics(request,
@@ -122,6 +820,114 @@ class AdminService:
             '/herald.v1.AdminService/ListTopics',
             herald_dot_v1_dot_admin__pb2.ListTopicsRequest.SerializeToString,
             herald_dot_v1_dot_admin__pb2.ListTopicsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateTopic(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.AdminService/CreateTopic',
+            herald_dot_v1_dot_admin__pb2.CreateTopicRequest.SerializeToString,
+            herald_dot_v1_dot_admin__pb2.CreateTopicResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetPartitions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.AdminService/GetPartitions',
+            herald_dot_v1_dot_admin__pb2.TopicRequest.SerializeToString,
+            herald_dot_v1_dot_admin__pb2.PartitionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdatePartitions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.AdminService/UpdatePartitions',
+            herald_dot_v1_dot_admin__pb2.UpdatePartitionsRequest.SerializeToString,
+            herald_dot_v1_dot_admin__pb2.PartitionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteTopic(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.AdminService/DeleteTopic',
+            herald_dot_v1_dot_admin__pb2.DeleteTopicRequest.SerializeToString,
+            herald_dot_v1_dot_admin__pb2.DeleteTopicResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -160,6 +966,33 @@ class AdminService:
             _registered_method=True)
 
     @staticmethod
+    def GetInternalStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.AdminService/GetInternalStats',
+            herald_dot_v1_dot_admin__pb2.TopicRequest.SerializeToString,
+            herald_dot_v1_dot_admin__pb2.InternalStats.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def UnloadTopic(request,
             target,
             options=(),
@@ -176,6 +1009,303 @@ class AdminService:
             '/herald.v1.AdminService/UnloadTopic',
             herald_dot_v1_dot_admin__pb2.UnloadTopicRequest.SerializeToString,
             herald_dot_v1_dot_admin__pb2.UnloadTopicResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TerminateTopic(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.AdminService/TerminateTopic',
+            herald_dot_v1_dot_admin__pb2.TopicRequest.SerializeToString,
+            herald_dot_v1_dot_admin__pb2.TerminateTopicResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTopicPolicies(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.AdminService/GetTopicPolicies',
+            herald_dot_v1_dot_admin__pb2.TopicRequest.SerializeToString,
+            herald_dot_v1_dot_admin__pb2.Policies.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetEffectivePolicies(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.AdminService/GetEffectivePolicies',
+            herald_dot_v1_dot_admin__pb2.TopicRequest.SerializeToString,
+            herald_dot_v1_dot_admin__pb2.Policies.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetTopicPolicies(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.AdminService/SetTopicPolicies',
+            herald_dot_v1_dot_admin__pb2.SetPoliciesRequest.SerializeToString,
+            herald_dot_v1_dot_admin__pb2.Policies.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSubscriptions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.AdminService/ListSubscriptions',
+            herald_dot_v1_dot_admin__pb2.TopicRequest.SerializeToString,
+            herald_dot_v1_dot_admin__pb2.ListSubscriptionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateSubscription(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.AdminService/CreateSubscription',
+            herald_dot_v1_dot_admin__pb2.CreateSubscriptionRequest.SerializeToString,
+            herald_dot_v1_dot_admin__pb2.CreateSubscriptionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteSubscription(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.AdminService/DeleteSubscription',
+            herald_dot_v1_dot_admin__pb2.DeleteSubscriptionRequest.SerializeToString,
+            herald_dot_v1_dot_admin__pb2.DeleteSubscriptionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResetCursor(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.AdminService/ResetCursor',
+            herald_dot_v1_dot_admin__pb2.ResetCursorRequest.SerializeToString,
+            herald_dot_v1_dot_admin__pb2.ResetCursorResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SkipMessages(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.AdminService/SkipMessages',
+            herald_dot_v1_dot_admin__pb2.SkipMessagesRequest.SerializeToString,
+            herald_dot_v1_dot_admin__pb2.SkipMessagesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PeekMessages(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.AdminService/PeekMessages',
+            herald_dot_v1_dot_admin__pb2.PeekMessagesRequest.SerializeToString,
+            herald_dot_v1_dot_admin__pb2.PeekMessagesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListBrokers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.AdminService/ListBrokers',
+            herald_dot_v1_dot_admin__pb2.ListBrokersRequest.SerializeToString,
+            herald_dot_v1_dot_admin__pb2.ListBrokersResponse.FromString,
             options,
             channel_credentials,
             insecure,

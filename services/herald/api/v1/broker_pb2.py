@@ -26,17 +26,19 @@ _sym_db = _symbol_database.Default()
 from herald.api.v1 import common_pb2 as herald_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16herald/v1/broker.proto\x12\therald.v1\x1a\x16herald/v1/common.proto\"\x9d\x01\n\x0eProduceRequest\x12/\n\x08register\x18\x01 \x01(\x0b\x32\x1b.herald.v1.RegisterProducerH\x00\x12$\n\x04send\x18\x02 \x01(\x0b\x32\x14.herald.v1.SendEntryH\x00\x12)\n\x05\x63lose\x18\x03 \x01(\x0b\x32\x18.herald.v1.CloseProducerH\x00\x42\t\n\x07\x63ommand\"8\n\x10RegisterProducer\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x15\n\rproducer_name\x18\x02 \x01(\t\"b\n\tSendEntry\x12\x13\n\x0bsequence_id\x18\x01 \x01(\x03\x12\x1b\n\x13highest_sequence_id\x18\x02 \x01(\x03\x12\x14\n\x0cnum_messages\x18\x03 \x01(\x05\x12\r\n\x05\x65ntry\x18\x04 \x01(\x0c\"\x0f\n\rCloseProducer\"\xc9\x01\n\x0fProduceResponse\x12\x33\n\nregistered\x18\x01 \x01(\x0b\x32\x1d.herald.v1.ProducerRegisteredH\x00\x12)\n\x07receipt\x18\x02 \x01(\x0b\x32\x16.herald.v1.SendReceiptH\x00\x12*\n\nsend_error\x18\x03 \x01(\x0b\x32\x14.herald.v1.SendErrorH\x00\x12!\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x10.herald.v1.ErrorH\x00\x42\x07\n\x05reply\"_\n\x12ProducerRegistered\x12\x15\n\rproducer_name\x18\x01 \x01(\t\x12\x18\n\x10last_sequence_id\x18\x02 \x01(\x03\x12\x18\n\x10max_message_size\x18\x03 \x01(\x05\"d\n\x0bSendReceipt\x12\x13\n\x0bsequence_id\x18\x01 \x01(\x03\x12\x1b\n\x13highest_sequence_id\x18\x02 \x01(\x03\x12\x11\n\tledger_id\x18\x03 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x04 \x01(\x03\"A\n\tSendError\x12\x13\n\x0bsequence_id\x18\x01 \x01(\x03\x12\x1f\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x10.herald.v1.Error\"\xea\x01\n\x0e\x43onsumeRequest\x12)\n\tsubscribe\x18\x01 \x01(\x0b\x32\x14.herald.v1.SubscribeH\x00\x12\x1f\n\x04\x66low\x18\x02 \x01(\x0b\x32\x0f.herald.v1.FlowH\x00\x12\x1d\n\x03\x61\x63k\x18\x03 \x01(\x0b\x32\x0e.herald.v1.AckH\x00\x12\x37\n\tredeliver\x18\x04 \x01(\x0b\x32\".herald.v1.RedeliverUnacknowledgedH\x00\x12)\n\x05\x63lose\x18\x05 \x01(\x0b\x32\x18.herald.v1.CloseConsumerH\x00\x42\t\n\x07\x63ommand\"\xc0\x01\n\tSubscribe\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12)\n\x04type\x18\x03 \x01(\x0e\x32\x1b.herald.v1.SubscriptionType\x12\x34\n\x10initial_position\x18\x04 \x01(\x0e\x32\x1a.herald.v1.InitialPosition\x12\x15\n\rconsumer_name\x18\x05 \x01(\t\x12\x16\n\x0epriority_level\x18\x06 \x01(\x05\"\x17\n\x04\x46low\x12\x0f\n\x07permits\x18\x01 \x01(\x05\"A\n\x03\x41\x63k\x12&\n\tpositions\x18\x01 \x03(\x0b\x32\x13.herald.v1.Position\x12\x12\n\ncumulative\x18\x02 \x01(\x08\"A\n\x17RedeliverUnacknowledged\x12&\n\tpositions\x18\x01 \x03(\x0b\x32\x13.herald.v1.Position\"\x0f\n\rCloseConsumer\"\x94\x01\n\x0f\x43onsumeResponse\x12+\n\nsubscribed\x18\x01 \x01(\x0b\x32\x15.herald.v1.SubscribedH\x00\x12(\n\x07\x65ntries\x18\x02 \x01(\x0b\x32\x15.herald.v1.EntryBatchH\x00\x12!\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x10.herald.v1.ErrorH\x00\x42\x07\n\x05reply\"#\n\nSubscribed\x12\x15\n\rconsumer_name\x18\x01 \x01(\t\"]\n\x0e\x44\x65liveredEntry\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\x12\x18\n\x10redelivery_count\x18\x04 \x01(\x05\"8\n\nEntryBatch\x12*\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x19.herald.v1.DeliveredEntry*K\n\x10SubscriptionType\x12\r\n\tEXCLUSIVE\x10\x00\x12\n\n\x06SHARED\x10\x01\x12\x0c\n\x08\x46\x41ILOVER\x10\x02\x12\x0e\n\nKEY_SHARED\x10\x03*+\n\x0fInitialPosition\x12\n\n\x06LATEST\x10\x00\x12\x0c\n\x08\x45\x41RLIEST\x10\x01\x32\x9b\x01\n\rBrokerService\x12\x44\n\x07Produce\x12\x19.herald.v1.ProduceRequest\x1a\x1a.herald.v1.ProduceResponse(\x01\x30\x01\x12\x44\n\x07\x43onsume\x12\x19.herald.v1.ConsumeRequest\x1a\x1a.herald.v1.ConsumeResponse(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16herald/v1/broker.proto\x12\therald.v1\x1a\x16herald/v1/common.proto\"\x9d\x01\n\x0eProduceRequest\x12/\n\x08register\x18\x01 \x01(\x0b\x32\x1b.herald.v1.RegisterProducerH\x00\x12$\n\x04send\x18\x02 \x01(\x0b\x32\x14.herald.v1.SendEntryH\x00\x12)\n\x05\x63lose\x18\x03 \x01(\x0b\x32\x18.herald.v1.CloseProducerH\x00\x42\t\n\x07\x63ommand\"8\n\x10RegisterProducer\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x15\n\rproducer_name\x18\x02 \x01(\t\"b\n\tSendEntry\x12\x13\n\x0bsequence_id\x18\x01 \x01(\x03\x12\x1b\n\x13highest_sequence_id\x18\x02 \x01(\x03\x12\x14\n\x0cnum_messages\x18\x03 \x01(\x05\x12\r\n\x05\x65ntry\x18\x04 \x01(\x0c\"\x0f\n\rCloseProducer\"\xc9\x01\n\x0fProduceResponse\x12\x33\n\nregistered\x18\x01 \x01(\x0b\x32\x1d.herald.v1.ProducerRegisteredH\x00\x12)\n\x07receipt\x18\x02 \x01(\x0b\x32\x16.herald.v1.SendReceiptH\x00\x12*\n\nsend_error\x18\x03 \x01(\x0b\x32\x14.herald.v1.SendErrorH\x00\x12!\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x10.herald.v1.ErrorH\x00\x42\x07\n\x05reply\"_\n\x12ProducerRegistered\x12\x15\n\rproducer_name\x18\x01 \x01(\t\x12\x18\n\x10last_sequence_id\x18\x02 \x01(\x03\x12\x18\n\x10max_message_size\x18\x03 \x01(\x05\"d\n\x0bSendReceipt\x12\x13\n\x0bsequence_id\x18\x01 \x01(\x03\x12\x1b\n\x13highest_sequence_id\x18\x02 \x01(\x03\x12\x11\n\tledger_id\x18\x03 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x04 \x01(\x03\"A\n\tSendError\x12\x13\n\x0bsequence_id\x18\x01 \x01(\x03\x12\x1f\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x10.herald.v1.Error\"\xe2\x02\n\x0e\x43onsumeRequest\x12)\n\tsubscribe\x18\x01 \x01(\x0b\x32\x14.herald.v1.SubscribeH\x00\x12\x1f\n\x04\x66low\x18\x02 \x01(\x0b\x32\x0f.herald.v1.FlowH\x00\x12\x1d\n\x03\x61\x63k\x18\x03 \x01(\x0b\x32\x0e.herald.v1.AckH\x00\x12\x37\n\tredeliver\x18\x04 \x01(\x0b\x32\".herald.v1.RedeliverUnacknowledgedH\x00\x12)\n\x05\x63lose\x18\x05 \x01(\x0b\x32\x18.herald.v1.CloseConsumerH\x00\x12&\n\x04nack\x18\x06 \x01(\x0b\x32\x16.herald.v1.NegativeAckH\x00\x12\x1f\n\x04seek\x18\x07 \x01(\x0b\x32\x0f.herald.v1.SeekH\x00\x12-\n\x0bunsubscribe\x18\x08 \x01(\x0b\x32\x16.herald.v1.UnsubscribeH\x00\x42\t\n\x07\x63ommand\"f\n\x10\x44\x65\x61\x64LetterPolicy\x12\x1b\n\x13max_redeliver_count\x18\x01 \x01(\x05\x12\x19\n\x11\x64\x65\x61\x64_letter_topic\x18\x02 \x01(\t\x12\x1a\n\x12retry_letter_topic\x18\x03 \x01(\t\"\xc1\x03\n\tSubscribe\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12)\n\x04type\x18\x03 \x01(\x0e\x32\x1b.herald.v1.SubscriptionType\x12\x34\n\x10initial_position\x18\x04 \x01(\x0e\x32\x1a.herald.v1.InitialPosition\x12\x15\n\rconsumer_name\x18\x05 \x01(\t\x12\x16\n\x0epriority_level\x18\x06 \x01(\x05\x12\x13\n\x0bnon_durable\x18\x07 \x01(\x08\x12+\n\x0estart_position\x18\x08 \x01(\x0b\x32\x13.herald.v1.Position\x12\x17\n\x0fstart_inclusive\x18\t \x01(\x08\x12\x37\n\x12\x64\x65\x61\x64_letter_policy\x18\n \x01(\x0b\x32\x1b.herald.v1.DeadLetterPolicy\x12\x38\n\nproperties\x18\x0b \x03(\x0b\x32$.herald.v1.Subscribe.PropertiesEntry\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x17\n\x04\x46low\x12\x0f\n\x07permits\x18\x01 \x01(\x05\"A\n\x03\x41\x63k\x12&\n\tpositions\x18\x01 \x03(\x0b\x32\x13.herald.v1.Position\x12\x12\n\ncumulative\x18\x02 \x01(\x08\"A\n\x17RedeliverUnacknowledged\x12&\n\tpositions\x18\x01 \x03(\x0b\x32\x13.herald.v1.Position\"\x0f\n\rCloseConsumer\"G\n\x0bNegativeAck\x12&\n\tpositions\x18\x01 \x03(\x0b\x32\x13.herald.v1.Position\x12\x10\n\x08\x64\x65lay_ms\x18\x02 \x01(\x03\"\x91\x01\n\x04Seek\x12\x12\n\nrequest_id\x18\x01 \x01(\x03\x12\'\n\x08position\x18\x02 \x01(\x0b\x32\x13.herald.v1.PositionH\x00\x12\x16\n\x0cpublish_time\x18\x03 \x01(\x03H\x00\x12*\n\x04\x65\x64ge\x18\x04 \x01(\x0e\x32\x1a.herald.v1.InitialPositionH\x00\x42\x08\n\x06target\"!\n\x0bUnsubscribe\x12\x12\n\nrequest_id\x18\x01 \x01(\x03\"\xb0\x02\n\x0f\x43onsumeResponse\x12+\n\nsubscribed\x18\x01 \x01(\x0b\x32\x15.herald.v1.SubscribedH\x00\x12(\n\x07\x65ntries\x18\x02 \x01(\x0b\x32\x15.herald.v1.EntryBatchH\x00\x12!\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x10.herald.v1.ErrorH\x00\x12\x38\n\ractive_change\x18\x04 \x01(\x0b\x32\x1f.herald.v1.ActiveConsumerChangeH\x00\x12*\n\x06result\x18\x05 \x01(\x0b\x32\x18.herald.v1.CommandResultH\x00\x12\x34\n\x0c\x65nd_of_topic\x18\x06 \x01(\x0b\x32\x1c.herald.v1.ReachedEndOfTopicH\x00\x42\x07\n\x05reply\")\n\x14\x41\x63tiveConsumerChange\x12\x11\n\tis_active\x18\x01 \x01(\x08\"D\n\rCommandResult\x12\x12\n\nrequest_id\x18\x01 \x01(\x03\x12\x1f\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x10.herald.v1.Error\"\x13\n\x11ReachedEndOfTopic\"#\n\nSubscribed\x12\x15\n\rconsumer_name\x18\x01 \x01(\t\"]\n\x0e\x44\x65liveredEntry\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\x12\x18\n\x10redelivery_count\x18\x04 \x01(\x05\"8\n\nEntryBatch\x12*\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x19.herald.v1.DeliveredEntry\"\xa5\x01\n\x0bPullRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\"\n\x05start\x18\x03 \x01(\x0b\x32\x13.herald.v1.Position\x12\x13\n\x0bmax_entries\x18\x04 \x01(\x05\x12\x11\n\tmax_bytes\x18\x05 \x01(\x05\x12\x12\n\ntimeout_ms\x18\x06 \x01(\x03\x12\x14\n\x0csubscription\x18\x07 \x01(\t\"s\n\x0cPullResponse\x12*\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x19.herald.v1.DeliveredEntry\x12!\n\x04next\x18\x02 \x01(\x0b\x32\x13.herald.v1.Position\x12\x14\n\x0c\x65nd_of_topic\x18\x03 \x01(\x08\">\n\x17GetLastMessageIdRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\"l\n\x18GetLastMessageIdResponse\x12&\n\x04last\x18\x01 \x01(\x0b\x32\x18.herald.v1.MessageIdData\x12(\n\x0bmark_delete\x18\x02 \x01(\x0b\x32\x13.herald.v1.Position*K\n\x10SubscriptionType\x12\r\n\tEXCLUSIVE\x10\x00\x12\n\n\x06SHARED\x10\x01\x12\x0c\n\x08\x46\x41ILOVER\x10\x02\x12\x0e\n\nKEY_SHARED\x10\x03*+\n\x0fInitialPosition\x12\n\n\x06LATEST\x10\x00\x12\x0c\n\x08\x45\x41RLIEST\x10\x01\x32\xb1\x02\n\rBrokerService\x12\x44\n\x07Produce\x12\x19.herald.v1.ProduceRequest\x1a\x1a.herald.v1.ProduceResponse(\x01\x30\x01\x12\x44\n\x07\x43onsume\x12\x19.herald.v1.ConsumeRequest\x1a\x1a.herald.v1.ConsumeResponse(\x01\x30\x01\x12\x37\n\x04Pull\x12\x16.herald.v1.PullRequest\x1a\x17.herald.v1.PullResponse\x12[\n\x10GetLastMessageId\x12\".herald.v1.GetLastMessageIdRequest\x1a#.herald.v1.GetLastMessageIdResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'herald.v1.broker_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_SUBSCRIPTIONTYPE']._serialized_start=1815
-  _globals['_SUBSCRIPTIONTYPE']._serialized_end=1890
-  _globals['_INITIALPOSITION']._serialized_start=1892
-  _globals['_INITIALPOSITION']._serialized_end=1935
+  _globals['_SUBSCRIBE_PROPERTIESENTRY']._loaded_options = None
+  _globals['_SUBSCRIBE_PROPERTIESENTRY']._serialized_options = b'8\001'
+  _globals['_SUBSCRIPTIONTYPE']._serialized_start=3301
+  _globals['_SUBSCRIPTIONTYPE']._serialized_end=3376
+  _globals['_INITIALPOSITION']._serialized_start=3378
+  _globals['_INITIALPOSITION']._serialized_end=3421
   _globals['_PRODUCEREQUEST']._serialized_start=62
   _globals['_PRODUCEREQUEST']._serialized_end=219
   _globals['_REGISTERPRODUCER']._serialized_start=221
@@ -54,25 +56,49 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SENDERROR']._serialized_start=799
   _globals['_SENDERROR']._serialized_end=864
   _globals['_CONSUMEREQUEST']._serialized_start=867
-  _globals['_CONSUMEREQUEST']._serialized_end=1101
-  _globals['_SUBSCRIBE']._serialized_start=1104
-  _globals['_SUBSCRIBE']._serialized_end=1296
-  _globals['_FLOW']._serialized_start=1298
-  _globals['_FLOW']._serialized_end=1321
-  _globals['_ACK']._serialized_start=1323
-  _globals['_ACK']._serialized_end=1388
-  _globals['_REDELIVERUNACKNOWLEDGED']._serialized_start=1390
-  _globals['_REDELIVERUNACKNOWLEDGED']._serialized_end=1455
-  _globals['_CLOSECONSUMER']._serialized_start=1457
-  _globals['_CLOSECONSUMER']._serialized_end=1472
-  _globals['_CONSUMERESPONSE']._serialized_start=1475
-  _globals['_CONSUMERESPONSE']._serialized_end=1623
-  _globals['_SUBSCRIBED']._serialized_start=1625
-  _globals['_SUBSCRIBED']._serialized_end=1660
-  _globals['_DELIVEREDENTRY']._serialized_start=1662
-  _globals['_DELIVEREDENTRY']._serialized_end=1755
-  _globals['_ENTRYBATCH']._serialized_start=1757
-  _globals['_ENTRYBATCH']._serialized_end=1813
-  _globals['_BROKERSERVICE']._serialized_start=1938
-  _globals['_BROKERSERVICE']._serialized_end=2093
+  _globals['_CONSUMEREQUEST']._serialized_end=1221
+  _globals['_DEADLETTERPOLICY']._serialized_start=1223
+  _globals['_DEADLETTERPOLICY']._serialized_end=1325
+  _globals['_SUBSCRIBE']._serialized_start=1328
+  _globals['_SUBSCRIBE']._serialized_end=1777
+  _globals['_SUBSCRIBE_PROPERTIESENTRY']._serialized_start=1728
+  _globals['_SUBSCRIBE_PROPERTIESENTRY']._serialized_end=1777
+  _globals['_FLOW']._serialized_start=1779
+  _globals['_FLOW']._serialized_end=1802
+  _globals['_ACK']._serialized_start=1804
+  _globals['_ACK']._serialized_end=1869
+  _globals['_REDELIVERUNACKNOWLEDGED']._serialized_start=1871
+  _globals['_REDELIVERUNACKNOWLEDGED']._serialized_end=1936
+  _globals['_CLOSECONSUMER']._serialized_start=1938
+  _globals['_CLOSECONSUMER']._serialized_end=1953
+  _globals['_NEGATIVEACK']._serialized_start=1955
+  _globals['_NEGATIVEACK']._serialized_end=2026
+  _globals['_SEEK']._serialized_start=2029
+  _globals['_SEEK']._serialized_end=2174
+  _globals['_UNSUBSCRIBE']._serialized_start=2176
+  _globals['_UNSUBSCRIBE']._serialized_end=2209
+  _globals['_CONSUMERESPONSE']._serialized_start=2212
+  _globals['_CONSUMERESPONSE']._serialized_end=2516
+  _globals['_ACTIVECONSUMERCHANGE']._serialized_start=2518
+  _globals['_ACTIVECONSUMERCHANGE']._serialized_end=2559
+  _globals['_COMMANDRESULT']._serialized_start=2561
+  _globals['_COMMANDRESULT']._serialized_end=2629
+  _globals['_REACHEDENDOFTOPIC']._serialized_start=2631
+  _globals['_REACHEDENDOFTOPIC']._serialized_end=2650
+  _globals['_SUBSCRIBED']._serialized_start=2652
+  _globals['_SUBSCRIBED']._serialized_end=2687
+  _globals['_DELIVEREDENTRY']._serialized_start=2689
+  _globals['_DELIVEREDENTRY']._serialized_end=2782
+  _globals['_ENTRYBATCH']._serialized_start=2784
+  _globals['_ENTRYBATCH']._serialized_end=2840
+  _globals['_PULLREQUEST']._serialized_start=2843
+  _globals['_PULLREQUEST']._serialized_end=3008
+  _globals['_PULLRESPONSE']._serialized_start=3010
+  _globals['_PULLRESPONSE']._serialized_end=3125
+  _globals['_GETLASTMESSAGEIDREQUEST']._serialized_start=3127
+  _globals['_GETLASTMESSAGEIDREQUEST']._serialized_end=3189
+  _globals['_GETLASTMESSAGEIDRESPONSE']._serialized_start=3191
+  _globals['_GETLASTMESSAGEIDRESPONSE']._serialized_end=3299
+  _globals['_BROKERSERVICE']._serialized_start=3424
+  _globals['_BROKERSERVICE']._serialized_end=3729
 # @@protoc_insertion_point(module_scope)

@@ -289,6 +289,9 @@ class ConsumeRequest(_message.Message):
     ACK_FIELD_NUMBER: _builtins.int
     REDELIVER_FIELD_NUMBER: _builtins.int
     CLOSE_FIELD_NUMBER: _builtins.int
+    NACK_FIELD_NUMBER: _builtins.int
+    SEEK_FIELD_NUMBER: _builtins.int
+    UNSUBSCRIBE_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def subscribe(self) -> Global___Subscribe:
         """must be the first request of the stream"""
@@ -301,6 +304,16 @@ class ConsumeRequest(_message.Message):
     def redeliver(self) -> Global___RedeliverUnacknowledged: ...
     @_builtins.property
     def close(self) -> Global___CloseConsumer: ...
+    @_builtins.property
+    def nack(self) -> Global___NegativeAck: ...
+    @_builtins.property
+    def seek(self) -> Global___Seek:
+        """answered by CommandResult; then the subscription's consumers reconnect"""
+
+    @_builtins.property
+    def unsubscribe(self) -> Global___Unsubscribe:
+        """answered by CommandResult; then the stream ends"""
+
     def __init__(
         self,
         *,
@@ -309,20 +322,76 @@ class ConsumeRequest(_message.Message):
         ack: Global___Ack | None = ...,
         redeliver: Global___RedeliverUnacknowledged | None = ...,
         close: Global___CloseConsumer | None = ...,
+        nack: Global___NegativeAck | None = ...,
+        seek: Global___Seek | None = ...,
+        unsubscribe: Global___Unsubscribe | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "close", b"close", "command", b"command", "flow", b"flow", "redeliver", b"redeliver", "subscribe", b"subscribe"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "close", b"close", "command", b"command", "flow", b"flow", "nack", b"nack", "redeliver", b"redeliver", "seek", b"seek", "subscribe", b"subscribe", "unsubscribe", b"unsubscribe"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "close", b"close", "command", b"command", "flow", b"flow", "redeliver", b"redeliver", "subscribe", b"subscribe"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "close", b"close", "command", b"command", "flow", b"flow", "nack", b"nack", "redeliver", b"redeliver", "seek", b"seek", "subscribe", b"subscribe", "unsubscribe", b"unsubscribe"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_command: _TypeAlias = _typing.Literal["subscribe", "flow", "ack", "redeliver", "close"]  # noqa: Y015
+    _WhichOneofReturnType_command: _TypeAlias = _typing.Literal["subscribe", "flow", "ack", "redeliver", "close", "nack", "seek", "unsubscribe"]  # noqa: Y015
     _WhichOneofArgType_command: _TypeAlias = _typing.Literal["command", b"command"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_command) -> _WhichOneofReturnType_command | None: ...
 
 Global___ConsumeRequest: _TypeAlias = ConsumeRequest  # noqa: Y015
 
 @_typing.final
+class DeadLetterPolicy(_message.Message):
+    """A subscription's dead-letter policy: an entry whose redelivery count reaches
+    max_redeliver_count is no longer dispatched but handed to the dlq-worker (DeadLetterService),
+    which publishes it to dead_letter_topic and acknowledges it here.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MAX_REDELIVER_COUNT_FIELD_NUMBER: _builtins.int
+    DEAD_LETTER_TOPIC_FIELD_NUMBER: _builtins.int
+    RETRY_LETTER_TOPIC_FIELD_NUMBER: _builtins.int
+    max_redeliver_count: _builtins.int
+    """0: no policy"""
+    dead_letter_topic: _builtins.str
+    """empty: <topic>-<subscription>-DLQ"""
+    retry_letter_topic: _builtins.str
+    """empty: <topic>-<subscription>-RETRY"""
+    def __init__(
+        self,
+        *,
+        max_redeliver_count: _builtins.int = ...,
+        dead_letter_topic: _builtins.str = ...,
+        retry_letter_topic: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dead_letter_topic", b"dead_letter_topic", "max_redeliver_count", b"max_redeliver_count", "retry_letter_topic", b"retry_letter_topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeadLetterPolicy: _TypeAlias = DeadLetterPolicy  # noqa: Y015
+
+@_typing.final
 class Subscribe(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class PropertiesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
 
     TOPIC_FIELD_NUMBER: _builtins.int
     SUBSCRIPTION_FIELD_NUMBER: _builtins.int
@@ -330,12 +399,33 @@ class Subscribe(_message.Message):
     INITIAL_POSITION_FIELD_NUMBER: _builtins.int
     CONSUMER_NAME_FIELD_NUMBER: _builtins.int
     PRIORITY_LEVEL_FIELD_NUMBER: _builtins.int
+    NON_DURABLE_FIELD_NUMBER: _builtins.int
+    START_POSITION_FIELD_NUMBER: _builtins.int
+    START_INCLUSIVE_FIELD_NUMBER: _builtins.int
+    DEAD_LETTER_POLICY_FIELD_NUMBER: _builtins.int
+    PROPERTIES_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     subscription: _builtins.str
     type: Global___SubscriptionType.ValueType
     initial_position: Global___InitialPosition.ValueType
+    """where a new durable subscription starts"""
     consumer_name: _builtins.str
     priority_level: _builtins.int
+    """Shared and Failover: 0 is the highest"""
+    non_durable: _builtins.bool
+    """Readers: a subscription that lives only while this consumer is connected, is never persisted
+    and does not hold back retention.
+    """
+    start_inclusive: _builtins.bool
+    """with start_position: read that entry too"""
+    @_builtins.property
+    def start_position(self) -> _common_pb2.Position:
+        """non-durable only: first entry to read (else initial_position)"""
+
+    @_builtins.property
+    def dead_letter_policy(self) -> Global___DeadLetterPolicy: ...
+    @_builtins.property
+    def properties(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     def __init__(
         self,
         *,
@@ -345,10 +435,15 @@ class Subscribe(_message.Message):
         initial_position: Global___InitialPosition.ValueType = ...,
         consumer_name: _builtins.str = ...,
         priority_level: _builtins.int = ...,
+        non_durable: _builtins.bool = ...,
+        start_position: _common_pb2.Position | None = ...,
+        start_inclusive: _builtins.bool = ...,
+        dead_letter_policy: Global___DeadLetterPolicy | None = ...,
+        properties: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["dead_letter_policy", b"dead_letter_policy", "start_position", b"start_position"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_name", b"consumer_name", "initial_position", b"initial_position", "priority_level", b"priority_level", "subscription", b"subscription", "topic", b"topic", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_name", b"consumer_name", "dead_letter_policy", b"dead_letter_policy", "initial_position", b"initial_position", "non_durable", b"non_durable", "priority_level", b"priority_level", "properties", b"properties", "start_inclusive", b"start_inclusive", "start_position", b"start_position", "subscription", b"subscription", "topic", b"topic", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -437,34 +532,192 @@ class CloseConsumer(_message.Message):
 Global___CloseConsumer: _TypeAlias = CloseConsumer  # noqa: Y015
 
 @_typing.final
+class NegativeAck(_message.Message):
+    """The client gave up on these entries: deliver them again after delay_ms (counted as a redelivery)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POSITIONS_FIELD_NUMBER: _builtins.int
+    DELAY_MS_FIELD_NUMBER: _builtins.int
+    delay_ms: _builtins.int
+    @_builtins.property
+    def positions(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Position]: ...
+    def __init__(
+        self,
+        *,
+        positions: _abc.Iterable[_common_pb2.Position] | None = ...,
+        delay_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["delay_ms", b"delay_ms", "positions", b"positions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NegativeAck: _TypeAlias = NegativeAck  # noqa: Y015
+
+@_typing.final
+class Seek(_message.Message):
+    """Move the subscription's cursor: the next entry delivered is the one at `position`, the first one
+    published at or after `publish_time` (unix ms), or the earliest / after the latest.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    POSITION_FIELD_NUMBER: _builtins.int
+    PUBLISH_TIME_FIELD_NUMBER: _builtins.int
+    EDGE_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.int
+    publish_time: _builtins.int
+    edge: Global___InitialPosition.ValueType
+    @_builtins.property
+    def position(self) -> _common_pb2.Position: ...
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.int = ...,
+        position: _common_pb2.Position | None = ...,
+        publish_time: _builtins.int = ...,
+        edge: Global___InitialPosition.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["edge", b"edge", "position", b"position", "publish_time", b"publish_time", "target", b"target"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["edge", b"edge", "position", b"position", "publish_time", b"publish_time", "request_id", b"request_id", "target", b"target"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_target: _TypeAlias = _typing.Literal["position", "publish_time", "edge"]  # noqa: Y015
+    _WhichOneofArgType_target: _TypeAlias = _typing.Literal["target", b"target"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_target) -> _WhichOneofReturnType_target | None: ...
+
+Global___Seek: _TypeAlias = Seek  # noqa: Y015
+
+@_typing.final
+class Unsubscribe(_message.Message):
+    """Delete the subscription (refused while other consumers are connected to it)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.int
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["request_id", b"request_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Unsubscribe: _TypeAlias = Unsubscribe  # noqa: Y015
+
+@_typing.final
 class ConsumeResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     SUBSCRIBED_FIELD_NUMBER: _builtins.int
     ENTRIES_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
+    ACTIVE_CHANGE_FIELD_NUMBER: _builtins.int
+    RESULT_FIELD_NUMBER: _builtins.int
+    END_OF_TOPIC_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def subscribed(self) -> Global___Subscribed: ...
     @_builtins.property
     def entries(self) -> Global___EntryBatch: ...
     @_builtins.property
     def error(self) -> _common_pb2.Error: ...
+    @_builtins.property
+    def active_change(self) -> Global___ActiveConsumerChange:
+        """Failover: this consumer became active or inactive"""
+
+    @_builtins.property
+    def result(self) -> Global___CommandResult:
+        """the answer to a Seek or Unsubscribe"""
+
+    @_builtins.property
+    def end_of_topic(self) -> Global___ReachedEndOfTopic:
+        """terminated topic, everything delivered and acked"""
+
     def __init__(
         self,
         *,
         subscribed: Global___Subscribed | None = ...,
         entries: Global___EntryBatch | None = ...,
         error: _common_pb2.Error | None = ...,
+        active_change: Global___ActiveConsumerChange | None = ...,
+        result: Global___CommandResult | None = ...,
+        end_of_topic: Global___ReachedEndOfTopic | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries", "error", b"error", "reply", b"reply", "subscribed", b"subscribed"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["active_change", b"active_change", "end_of_topic", b"end_of_topic", "entries", b"entries", "error", b"error", "reply", b"reply", "result", b"result", "subscribed", b"subscribed"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries", "error", b"error", "reply", b"reply", "subscribed", b"subscribed"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_change", b"active_change", "end_of_topic", b"end_of_topic", "entries", b"entries", "error", b"error", "reply", b"reply", "result", b"result", "subscribed", b"subscribed"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_reply: _TypeAlias = _typing.Literal["subscribed", "entries", "error"]  # noqa: Y015
+    _WhichOneofReturnType_reply: _TypeAlias = _typing.Literal["subscribed", "entries", "error", "active_change", "result", "end_of_topic"]  # noqa: Y015
     _WhichOneofArgType_reply: _TypeAlias = _typing.Literal["reply", b"reply"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_reply) -> _WhichOneofReturnType_reply | None: ...
 
 Global___ConsumeResponse: _TypeAlias = ConsumeResponse  # noqa: Y015
+
+@_typing.final
+class ActiveConsumerChange(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    IS_ACTIVE_FIELD_NUMBER: _builtins.int
+    is_active: _builtins.bool
+    def __init__(
+        self,
+        *,
+        is_active: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["is_active", b"is_active"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ActiveConsumerChange: _TypeAlias = ActiveConsumerChange  # noqa: Y015
+
+@_typing.final
+class CommandResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.int
+    @_builtins.property
+    def error(self) -> _common_pb2.Error:
+        """unset: success"""
+
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.int = ...,
+        error: _common_pb2.Error | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "request_id", b"request_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CommandResult: _TypeAlias = CommandResult  # noqa: Y015
+
+@_typing.final
+class ReachedEndOfTopic(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReachedEndOfTopic: _TypeAlias = ReachedEndOfTopic  # noqa: Y015
 
 @_typing.final
 class Subscribed(_message.Message):
@@ -533,3 +786,133 @@ class EntryBatch(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___EntryBatch: _TypeAlias = EntryBatch  # noqa: Y015
+
+@_typing.final
+class PullRequest(_message.Message):
+    """---- Pull (read by offset) ----"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    START_FIELD_NUMBER: _builtins.int
+    MAX_ENTRIES_FIELD_NUMBER: _builtins.int
+    MAX_BYTES_FIELD_NUMBER: _builtins.int
+    TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    SUBSCRIPTION_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    """The queue (partition) of a partitioned topic; -1 reads `topic` as named. A non-partitioned
+    topic has one queue, 0. Beyond the topic's partitions: INVALID_ARGUMENT "queue id out of range".
+    """
+    max_entries: _builtins.int
+    """0: 100"""
+    max_bytes: _builtins.int
+    """0: 4 MiB (at least one entry is returned)"""
+    timeout_ms: _builtins.int
+    """long polling: how long to wait when nothing is there yet"""
+    subscription: _builtins.str
+    """optional consumer group: NOT_FOUND when it does not exist"""
+    @_builtins.property
+    def start(self) -> _common_pb2.Position:
+        """first entry wanted; unset: the earliest"""
+
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        start: _common_pb2.Position | None = ...,
+        max_entries: _builtins.int = ...,
+        max_bytes: _builtins.int = ...,
+        timeout_ms: _builtins.int = ...,
+        subscription: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["start", b"start"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_bytes", b"max_bytes", "max_entries", b"max_entries", "partition", b"partition", "start", b"start", "subscription", b"subscription", "timeout_ms", b"timeout_ms", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PullRequest: _TypeAlias = PullRequest  # noqa: Y015
+
+@_typing.final
+class PullResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    NEXT_FIELD_NUMBER: _builtins.int
+    END_OF_TOPIC_FIELD_NUMBER: _builtins.int
+    end_of_topic: _builtins.bool
+    """terminated, and nothing after `next`"""
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___DeliveredEntry]: ...
+    @_builtins.property
+    def next(self) -> _common_pb2.Position:
+        """the start of the next pull"""
+
+    def __init__(
+        self,
+        *,
+        entries: _abc.Iterable[Global___DeliveredEntry] | None = ...,
+        next: _common_pb2.Position | None = ...,
+        end_of_topic: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["next", b"next"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_of_topic", b"end_of_topic", "entries", b"entries", "next", b"next"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PullResponse: _TypeAlias = PullResponse  # noqa: Y015
+
+@_typing.final
+class GetLastMessageIdRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    SUBSCRIPTION_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    subscription: _builtins.str
+    """optional: also answer its mark-delete position"""
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        subscription: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["subscription", b"subscription", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetLastMessageIdRequest: _TypeAlias = GetLastMessageIdRequest  # noqa: Y015
+
+@_typing.final
+class GetLastMessageIdResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LAST_FIELD_NUMBER: _builtins.int
+    MARK_DELETE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def last(self) -> _common_pb2.MessageIdData:
+        """batch_index: the entry's last message (-1 unbatched)"""
+
+    @_builtins.property
+    def mark_delete(self) -> _common_pb2.Position:
+        """the subscription's, when one was named"""
+
+    def __init__(
+        self,
+        *,
+        last: _common_pb2.MessageIdData | None = ...,
+        mark_delete: _common_pb2.Position | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["last", b"last", "mark_delete", b"mark_delete"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["last", b"last", "mark_delete", b"mark_delete"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetLastMessageIdResponse: _TypeAlias = GetLastMessageIdResponse  # noqa: Y015

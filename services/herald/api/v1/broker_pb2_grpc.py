@@ -45,6 +45,16 @@ class BrokerServiceStub:
                 request_serializer=herald_dot_v1_dot_broker__pb2.ConsumeRequest.SerializeToString,
                 response_deserializer=herald_dot_v1_dot_broker__pb2.ConsumeResponse.FromString,
                 _registered_method=True)
+        self.Pull = channel.unary_unary(
+                '/herald.v1.BrokerService/Pull',
+                request_serializer=herald_dot_v1_dot_broker__pb2.PullRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_broker__pb2.PullResponse.FromString,
+                _registered_method=True)
+        self.GetLastMessageId = channel.unary_unary(
+                '/herald.v1.BrokerService/GetLastMessageId',
+                request_serializer=herald_dot_v1_dot_broker__pb2.GetLastMessageIdRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_broker__pb2.GetLastMessageIdResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServiceServicer:
@@ -62,6 +72,21 @@ class BrokerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Pull(self, request, context):
+        """Read by offset (RocketMQ's pull): the entries from a position on, and where to continue. When
+        nothing is there yet the call waits (long polling) up to its timeout.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetLastMessageId(self, request, context):
+        """The topic's last stored message (ledger_id -1 when it has none).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -74,6 +99,16 @@ def add_BrokerServiceServicer_to_server(servicer, server):
                     servicer.Consume,
                     request_deserializer=herald_dot_v1_dot_broker__pb2.ConsumeRequest.FromString,
                     response_serializer=herald_dot_v1_dot_broker__pb2.ConsumeResponse.SerializeToString,
+            ),
+            'Pull': grpc.unary_unary_rpc_method_handler(
+                    servicer.Pull,
+                    request_deserializer=herald_dot_v1_dot_broker__pb2.PullRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_broker__pb2.PullResponse.SerializeToString,
+            ),
+            'GetLastMessageId': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetLastMessageId,
+                    request_deserializer=herald_dot_v1_dot_broker__pb2.GetLastMessageIdRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_broker__pb2.GetLastMessageIdResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -130,6 +165,60 @@ class BrokerService:
             '/herald.v1.BrokerService/Consume',
             herald_dot_v1_dot_broker__pb2.ConsumeRequest.SerializeToString,
             herald_dot_v1_dot_broker__pb2.ConsumeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Pull(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.BrokerService/Pull',
+            herald_dot_v1_dot_broker__pb2.PullRequest.SerializeToString,
+            herald_dot_v1_dot_broker__pb2.PullResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetLastMessageId(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.BrokerService/GetLastMessageId',
+            herald_dot_v1_dot_broker__pb2.GetLastMessageIdRequest.SerializeToString,
+            herald_dot_v1_dot_broker__pb2.GetLastMessageIdResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -36,12 +36,24 @@ class BrokerServiceStub:
     def __new__(cls, channel: _aio.Channel) -> BrokerServiceAsyncStub: ...
     Produce: _grpc.StreamStreamMultiCallable[_broker_pb2.ProduceRequest, _broker_pb2.ProduceResponse]
     Consume: _grpc.StreamStreamMultiCallable[_broker_pb2.ConsumeRequest, _broker_pb2.ConsumeResponse]
+    Pull: _grpc.UnaryUnaryMultiCallable[_broker_pb2.PullRequest, _broker_pb2.PullResponse]
+    """Read by offset (RocketMQ's pull): the entries from a position on, and where to continue. When
+    nothing is there yet the call waits (long polling) up to its timeout.
+    """
+    GetLastMessageId: _grpc.UnaryUnaryMultiCallable[_broker_pb2.GetLastMessageIdRequest, _broker_pb2.GetLastMessageIdResponse]
+    """The topic's last stored message (ledger_id -1 when it has none)."""
 
 @_typing.type_check_only
 class BrokerServiceAsyncStub(BrokerServiceStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     Produce: _aio.StreamStreamMultiCallable[_broker_pb2.ProduceRequest, _broker_pb2.ProduceResponse]  # type: ignore[assignment]
     Consume: _aio.StreamStreamMultiCallable[_broker_pb2.ConsumeRequest, _broker_pb2.ConsumeResponse]  # type: ignore[assignment]
+    Pull: _aio.UnaryUnaryMultiCallable[_broker_pb2.PullRequest, _broker_pb2.PullResponse]  # type: ignore[assignment]
+    """Read by offset (RocketMQ's pull): the entries from a position on, and where to continue. When
+    nothing is there yet the call waits (long polling) up to its timeout.
+    """
+    GetLastMessageId: _aio.UnaryUnaryMultiCallable[_broker_pb2.GetLastMessageIdRequest, _broker_pb2.GetLastMessageIdResponse]  # type: ignore[assignment]
+    """The topic's last stored message (ledger_id -1 when it has none)."""
 
 class BrokerServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -57,5 +69,23 @@ class BrokerServiceServicer(metaclass=_abc_1.ABCMeta):
         request_iterator: _MaybeAsyncIterator[_broker_pb2.ConsumeRequest],
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_broker_pb2.ConsumeResponse], _abc.AsyncIterator[_broker_pb2.ConsumeResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def Pull(
+        self,
+        request: _broker_pb2.PullRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_broker_pb2.PullResponse, _abc.Awaitable[_broker_pb2.PullResponse]]:
+        """Read by offset (RocketMQ's pull): the entries from a position on, and where to continue. When
+        nothing is there yet the call waits (long polling) up to its timeout.
+        """
+
+    @_abc_1.abstractmethod
+    def GetLastMessageId(
+        self,
+        request: _broker_pb2.GetLastMessageIdRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_broker_pb2.GetLastMessageIdResponse, _abc.Awaitable[_broker_pb2.GetLastMessageIdResponse]]:
+        """The topic's last stored message (ledger_id -1 when it has none)."""
 
 def add_BrokerServiceServicer_to_server(servicer: BrokerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

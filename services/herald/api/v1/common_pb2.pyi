@@ -61,6 +61,14 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     BAD_VERSION: _ErrorCode.ValueType  # 21
     """compare-and-set lost"""
     TOO_MANY_REQUESTS: _ErrorCode.ValueType  # 22
+    BACKLOG_QUOTA_EXCEEDED: _ErrorCode.ValueType  # 23
+    """producer_exception backlog quota: the topic's backlog is over its limit"""
+    NOT_FOUND: _ErrorCode.ValueType  # 24
+    """tenant, namespace or subscription does not exist"""
+    ALREADY_EXISTS: _ErrorCode.ValueType  # 25
+    """tenant, namespace, topic or subscription exists already"""
+    PRECONDITION_FAILED: _ErrorCode.ValueType  # 26
+    """e.g. deleting a topic with producers or consumers connected"""
 
 class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper):
     """Error codes shared by all services; mapped to exception classes in herald.common.errors."""
@@ -100,6 +108,14 @@ NOT_ALLOWED: ErrorCode.ValueType  # 20
 BAD_VERSION: ErrorCode.ValueType  # 21
 """compare-and-set lost"""
 TOO_MANY_REQUESTS: ErrorCode.ValueType  # 22
+BACKLOG_QUOTA_EXCEEDED: ErrorCode.ValueType  # 23
+"""producer_exception backlog quota: the topic's backlog is over its limit"""
+NOT_FOUND: ErrorCode.ValueType  # 24
+"""tenant, namespace or subscription does not exist"""
+ALREADY_EXISTS: ErrorCode.ValueType  # 25
+"""tenant, namespace, topic or subscription exists already"""
+PRECONDITION_FAILED: ErrorCode.ValueType  # 26
+"""e.g. deleting a topic with producers or consumers connected"""
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
 
 class _CompressionType:
@@ -217,6 +233,8 @@ class EntryMetadata(_message.Message):
     BATCHED_FIELD_NUMBER: _builtins.int
     ENCRYPTION_KEYS_FIELD_NUMBER: _builtins.int
     DELIVER_AT_TIME_FIELD_NUMBER: _builtins.int
+    PARTITION_KEY_FIELD_NUMBER: _builtins.int
+    ORDERING_KEY_FIELD_NUMBER: _builtins.int
     producer_name: _builtins.str
     sequence_id: _builtins.int
     highest_sequence_id: _builtins.int
@@ -229,6 +247,11 @@ class EntryMetadata(_message.Message):
     """false: one message sent with batching off (batch index -1)"""
     deliver_at_time: _builtins.int
     """unix milliseconds, 0 = now"""
+    partition_key: _builtins.str
+    """The key shared by the entry's messages (Key_Shared dispatch hashes ordering_key, or else
+    partition_key; a producer batching for Key_Shared puts one key per entry). Empty: no key.
+    """
+    ordering_key: _builtins.bytes
     @_builtins.property
     def encryption_keys(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
@@ -244,10 +267,12 @@ class EntryMetadata(_message.Message):
         batched: _builtins.bool = ...,
         encryption_keys: _abc.Iterable[_builtins.str] | None = ...,
         deliver_at_time: _builtins.int = ...,
+        partition_key: _builtins.str = ...,
+        ordering_key: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batched", b"batched", "compression", b"compression", "deliver_at_time", b"deliver_at_time", "encryption_keys", b"encryption_keys", "highest_sequence_id", b"highest_sequence_id", "num_messages", b"num_messages", "producer_name", b"producer_name", "publish_time", b"publish_time", "sequence_id", b"sequence_id", "uncompressed_size", b"uncompressed_size"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batched", b"batched", "compression", b"compression", "deliver_at_time", b"deliver_at_time", "encryption_keys", b"encryption_keys", "highest_sequence_id", b"highest_sequence_id", "num_messages", b"num_messages", "ordering_key", b"ordering_key", "partition_key", b"partition_key", "producer_name", b"producer_name", "publish_time", b"publish_time", "sequence_id", b"sequence_id", "uncompressed_size", b"uncompressed_size"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

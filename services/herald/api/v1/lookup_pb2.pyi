@@ -10,6 +10,7 @@ from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -20,6 +21,23 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class _TopicDomain:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _TopicDomainEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_TopicDomain.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    ALL_DOMAINS: _TopicDomain.ValueType  # 0
+    PERSISTENT: _TopicDomain.ValueType  # 1
+    NON_PERSISTENT: _TopicDomain.ValueType  # 2
+
+class TopicDomain(_TopicDomain, metaclass=_TopicDomainEnumTypeWrapper): ...
+
+ALL_DOMAINS: TopicDomain.ValueType  # 0
+PERSISTENT: TopicDomain.ValueType  # 1
+NON_PERSISTENT: TopicDomain.ValueType  # 2
+Global___TopicDomain: _TypeAlias = TopicDomain  # noqa: Y015
 
 @_typing.final
 class BrokerLoad(_message.Message):
@@ -349,3 +367,119 @@ class ClusterInfoResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ClusterInfoResponse: _TypeAlias = ClusterInfoResponse  # noqa: Y015
+
+@_typing.final
+class TopicRouteRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TopicRouteRequest: _TypeAlias = TopicRouteRequest  # noqa: Y015
+
+@_typing.final
+class PartitionRoute(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITION_FIELD_NUMBER: _builtins.int
+    TOPIC_FIELD_NUMBER: _builtins.int
+    BROKER_ADDRESS_FIELD_NUMBER: _builtins.int
+    BROKER_ID_FIELD_NUMBER: _builtins.int
+    partition: _builtins.int
+    """-1: the topic is not partitioned"""
+    topic: _builtins.str
+    """the partition's own name"""
+    broker_address: _builtins.str
+    broker_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        partition: _builtins.int = ...,
+        topic: _builtins.str = ...,
+        broker_address: _builtins.str = ...,
+        broker_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_address", b"broker_address", "broker_id", b"broker_id", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PartitionRoute: _TypeAlias = PartitionRoute  # noqa: Y015
+
+@_typing.final
+class TopicRouteResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    ROUTES_FIELD_NUMBER: _builtins.int
+    partitions: _builtins.int
+    """0: not partitioned (one route, partition -1)"""
+    @_builtins.property
+    def routes(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionRoute]: ...
+    def __init__(
+        self,
+        *,
+        partitions: _builtins.int = ...,
+        routes: _abc.Iterable[Global___PartitionRoute] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partitions", b"partitions", "routes", b"routes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TopicRouteResponse: _TypeAlias = TopicRouteResponse  # noqa: Y015
+
+@_typing.final
+class TopicsOfNamespaceRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    DOMAIN_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    """"tenant/namespace" """
+    domain: Global___TopicDomain.ValueType
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        domain: Global___TopicDomain.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["domain", b"domain", "namespace", b"namespace"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TopicsOfNamespaceRequest: _TypeAlias = TopicsOfNamespaceRequest  # noqa: Y015
+
+@_typing.final
+class TopicsOfNamespaceResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPICS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        topics: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TopicsOfNamespaceResponse: _TypeAlias = TopicsOfNamespaceResponse  # noqa: Y015

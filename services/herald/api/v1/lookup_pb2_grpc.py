@@ -65,6 +65,16 @@ class LookupServiceStub:
                 request_serializer=herald_dot_v1_dot_lookup__pb2.ClusterInfoRequest.SerializeToString,
                 response_deserializer=herald_dot_v1_dot_lookup__pb2.ClusterInfoResponse.FromString,
                 _registered_method=True)
+        self.GetTopicRoute = channel.unary_unary(
+                '/herald.v1.LookupService/GetTopicRoute',
+                request_serializer=herald_dot_v1_dot_lookup__pb2.TopicRouteRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_lookup__pb2.TopicRouteResponse.FromString,
+                _registered_method=True)
+        self.GetTopicsOfNamespace = channel.unary_unary(
+                '/herald.v1.LookupService/GetTopicsOfNamespace',
+                request_serializer=herald_dot_v1_dot_lookup__pb2.TopicsOfNamespaceRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_lookup__pb2.TopicsOfNamespaceResponse.FromString,
+                _registered_method=True)
 
 
 class LookupServiceServicer:
@@ -107,6 +117,21 @@ class LookupServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetTopicRoute(self, request, context):
+        """Route info (RocketMQ): each partition (queue) of a topic and its owner, assigned when it has none.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetTopicsOfNamespace(self, request, context):
+        """The topics of a namespace (pattern consumers list these): partitioned topics by their base
+        name, with their partitions left out, and non-partitioned topics.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LookupServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -139,6 +164,16 @@ def add_LookupServiceServicer_to_server(servicer, server):
                     servicer.GetClusterInfo,
                     request_deserializer=herald_dot_v1_dot_lookup__pb2.ClusterInfoRequest.FromString,
                     response_serializer=herald_dot_v1_dot_lookup__pb2.ClusterInfoResponse.SerializeToString,
+            ),
+            'GetTopicRoute': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTopicRoute,
+                    request_deserializer=herald_dot_v1_dot_lookup__pb2.TopicRouteRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_lookup__pb2.TopicRouteResponse.SerializeToString,
+            ),
+            'GetTopicsOfNamespace': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTopicsOfNamespace,
+                    request_deserializer=herald_dot_v1_dot_lookup__pb2.TopicsOfNamespaceRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_lookup__pb2.TopicsOfNamespaceResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -303,6 +338,60 @@ class LookupService:
             '/herald.v1.LookupService/GetClusterInfo',
             herald_dot_v1_dot_lookup__pb2.ClusterInfoRequest.SerializeToString,
             herald_dot_v1_dot_lookup__pb2.ClusterInfoResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTopicRoute(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.LookupService/GetTopicRoute',
+            herald_dot_v1_dot_lookup__pb2.TopicRouteRequest.SerializeToString,
+            herald_dot_v1_dot_lookup__pb2.TopicRouteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTopicsOfNamespace(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.LookupService/GetTopicsOfNamespace',
+            herald_dot_v1_dot_lookup__pb2.TopicsOfNamespaceRequest.SerializeToString,
+            herald_dot_v1_dot_lookup__pb2.TopicsOfNamespaceResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -41,6 +41,12 @@ class LookupServiceStub:
     """Who owns a topic; assigns an owner among live brokers when it has none."""
     GetPartitionedTopicMetadata: _grpc.UnaryUnaryMultiCallable[_lookup_pb2.PartitionedTopicMetadataRequest, _lookup_pb2.PartitionedTopicMetadataResponse]
     GetClusterInfo: _grpc.UnaryUnaryMultiCallable[_lookup_pb2.ClusterInfoRequest, _lookup_pb2.ClusterInfoResponse]
+    GetTopicRoute: _grpc.UnaryUnaryMultiCallable[_lookup_pb2.TopicRouteRequest, _lookup_pb2.TopicRouteResponse]
+    """Route info (RocketMQ): each partition (queue) of a topic and its owner, assigned when it has none."""
+    GetTopicsOfNamespace: _grpc.UnaryUnaryMultiCallable[_lookup_pb2.TopicsOfNamespaceRequest, _lookup_pb2.TopicsOfNamespaceResponse]
+    """The topics of a namespace (pattern consumers list these): partitioned topics by their base
+    name, with their partitions left out, and non-partitioned topics.
+    """
 
 @_typing.type_check_only
 class LookupServiceAsyncStub(LookupServiceStub):
@@ -52,6 +58,12 @@ class LookupServiceAsyncStub(LookupServiceStub):
     """Who owns a topic; assigns an owner among live brokers when it has none."""
     GetPartitionedTopicMetadata: _aio.UnaryUnaryMultiCallable[_lookup_pb2.PartitionedTopicMetadataRequest, _lookup_pb2.PartitionedTopicMetadataResponse]  # type: ignore[assignment]
     GetClusterInfo: _aio.UnaryUnaryMultiCallable[_lookup_pb2.ClusterInfoRequest, _lookup_pb2.ClusterInfoResponse]  # type: ignore[assignment]
+    GetTopicRoute: _aio.UnaryUnaryMultiCallable[_lookup_pb2.TopicRouteRequest, _lookup_pb2.TopicRouteResponse]  # type: ignore[assignment]
+    """Route info (RocketMQ): each partition (queue) of a topic and its owner, assigned when it has none."""
+    GetTopicsOfNamespace: _aio.UnaryUnaryMultiCallable[_lookup_pb2.TopicsOfNamespaceRequest, _lookup_pb2.TopicsOfNamespaceResponse]  # type: ignore[assignment]
+    """The topics of a namespace (pattern consumers list these): partitioned topics by their base
+    name, with their partitions left out, and non-partitioned topics.
+    """
 
 class LookupServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -96,5 +108,23 @@ class LookupServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _lookup_pb2.ClusterInfoRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_lookup_pb2.ClusterInfoResponse, _abc.Awaitable[_lookup_pb2.ClusterInfoResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def GetTopicRoute(
+        self,
+        request: _lookup_pb2.TopicRouteRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_lookup_pb2.TopicRouteResponse, _abc.Awaitable[_lookup_pb2.TopicRouteResponse]]:
+        """Route info (RocketMQ): each partition (queue) of a topic and its owner, assigned when it has none."""
+
+    @_abc_1.abstractmethod
+    def GetTopicsOfNamespace(
+        self,
+        request: _lookup_pb2.TopicsOfNamespaceRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_lookup_pb2.TopicsOfNamespaceResponse, _abc.Awaitable[_lookup_pb2.TopicsOfNamespaceResponse]]:
+        """The topics of a namespace (pattern consumers list these): partitioned topics by their base
+        name, with their partitions left out, and non-partitioned topics.
+        """
 
 def add_LookupServiceServicer_to_server(servicer: LookupServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
