@@ -33,6 +33,21 @@ class Delivery:
     redelivery_count: int
 
 
+@dataclass(frozen=True, slots=True)
+class ActiveConsumerChanged:
+    """Failover: the consumer became the active one, or stopped being it."""
+
+    is_active: bool
+
+
+@dataclass(frozen=True, slots=True)
+class EndOfTopic:
+    """The topic is terminated and everything in it was delivered and acknowledged."""
+
+
+ConsumerEvent = ActiveConsumerChanged | EndOfTopic
+
+
 class Consumer:
     def __init__(
         self, subscription: Subscription, consumer_id: int, name: str, priority_level: int, max_buffered: int,
@@ -52,6 +67,8 @@ class Consumer:
         self._max_buffered = max(1, max_buffered)
         self._ready = asyncio.Event()
         self._closed_event = asyncio.Event()
+        self._events: deque[ConsumerEvent] = deque()  # for the client, beside deliveries
+        self._event_ready = asyncio.Event()
 
     # ---- the adapter's side ----
 
@@ -87,6 +104,14 @@ class Consumer:
         self.subscription.notify()  # buffer room for more
         return taken
 
+    async def next_event(self) -> ConsumerEvent:
+        """Wait for the next event to tell the client; ConsumerClosedError once closed."""
+        while not self._events:
+            self._check_open()
+            self._event_ready.clear()
+            await self._event_ready.wait()
+        return self._events.popleft()
+
     def ack(self, positions: Iterable[tuple[int, int]], cumulative: bool = False) -> None:
         """Acknowledge entries; cumulative: everything up to the (single) position given.
         NotAllowedError for a cumulative ack on a Shared subscription."""
@@ -115,6 +140,7 @@ class Consumer:
             self.closed = True
             self.close_reason = reason
         self._ready.set()
+        self._event_ready.set()
         self._closed_event.set()
 
     async def wait_closed(self) -> None:
@@ -123,6 +149,11 @@ class Consumer:
         await self._closed_event.wait()
 
     # ---- the dispatcher's side ----
+
+    def notify_event(self, event: ConsumerEvent) -> None:
+        """Queue an event for the client (sent in order, between deliveries)."""
+        self._events.append(event)
+        self._event_ready.set()
 
     @property
     def buffer_room(self) -> int:

@@ -14,7 +14,7 @@ import grpc
 import grpc.aio
 
 from herald.api.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_grpc, lookup_pb2
-from herald.broker.consumer import Consumer
+from herald.broker.consumer import ActiveConsumerChanged, Consumer, EndOfTopic
 from herald.broker.ownership import BrokerOwnership, OwnershipMonitor
 from herald.broker.registration import LookupRegistration
 from herald.broker.service import BrokerService
@@ -156,10 +156,11 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
             subscribed=broker_pb2.Subscribed(consumer_name=consumer.name)
         ))
         sender = asyncio.create_task(self._deliver(replies, consumer))
+        events = asyncio.create_task(self._tell_events(replies, consumer))
         closed = asyncio.create_task(consumer.wait_closed())
         try:
             while True:
-                request = await _read_unless(context, closed, sender)
+                request = await _read_unless(context, closed, sender, events)
                 if request is None:  # closed by the broker (unload) or the sender failed
                     await replies.write(_consume_error(errors.ServiceNotReadyError(
                         f"consumer {consumer.name} was closed by the broker: reconnect")))
@@ -173,6 +174,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         finally:
             closed.cancel()
             await cancel_and_wait(sender, swallow_errors=True)
+            await cancel_and_wait(events, swallow_errors=True)
             await consumer.close()
 
     @staticmethod
@@ -199,6 +201,17 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                 )
                 for d in deliveries
             ])))
+
+
+    @staticmethod
+    async def _tell_events(replies: _Replies, consumer: Consumer) -> None:
+        while True:
+            event = await consumer.next_event()
+            if isinstance(event, ActiveConsumerChanged):
+                await replies.write(broker_pb2.ConsumeResponse(
+                    active_change=broker_pb2.ActiveConsumerChange(is_active=event.is_active)))
+            elif isinstance(event, EndOfTopic):
+                await replies.write(broker_pb2.ConsumeResponse(end_of_topic=broker_pb2.ReachedEndOfTopic()))
 
 
 async def _read_unless(context: Context, *stoppers: asyncio.Task[Any]) -> Any:

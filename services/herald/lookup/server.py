@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 
 import grpc
@@ -15,10 +14,10 @@ from herald.common.rpc import abort, server_options
 from herald.lookup.ownership import OwnershipAssigner
 from herald.lookup.registry import BrokerRegistry
 from herald.lookup.settings import LookupSettings
+from herald.metadata.resources import get_partitions
 from herald.metadata.store import MetadataStore
 
 log = logging.getLogger(__name__)
-PARTITIONED_PREFIX = "/partitioned-topics/"
 
 
 def _load(load: lookup_pb2.BrokerLoad) -> dict[str, float]:
@@ -86,8 +85,7 @@ class LookupServicer(lookup_pb2_grpc.LookupServiceServicer):
             topic = str(TopicName.parse(request.topic))
         except HeraldError as error:
             await abort(context, error)
-        found = await self.store.get(PARTITIONED_PREFIX + topic)
-        partitions = int(json.loads(found.value)["partitions"]) if found else 0
+        partitions = await get_partitions(self.store, topic)
         return lookup_pb2.PartitionedTopicMetadataResponse(partitions=partitions)
 
     async def GetClusterInfo(
