@@ -21,7 +21,6 @@ from typing import Any
 
 import grpc
 import grpc.aio
-
 from herald.api.v1 import (
     admin_pb2_grpc,
     broker_pb2,
@@ -94,7 +93,7 @@ class _Stream:
     async def send(self, request: Any) -> None:
         await self._requests.put(request)
 
-    async def reply(self, timeout: float = _REPLY_TIMEOUT) -> Any:
+    async def reply(self, timeout: float = _REPLY_TIMEOUT) -> Any:  # noqa: ASYNC109 - one deadline
         return await asyncio.wait_for(self.replies.get(), timeout)
 
     async def close(self) -> None:
@@ -138,7 +137,7 @@ class WireConsumer:
         self.events: list[broker_pb2.ConsumeResponse] = []  # replies other than entries
         self._request_ids = itertools.count(1)
 
-    async def _pump(self, timeout: float) -> bool:
+    async def _pump(self, timeout: float) -> bool:  # noqa: ASYNC109 - one deadline
         """Move one reply into entries / events; False on timeout or when the stream ended."""
         get = asyncio.ensure_future(self.stream.replies.get())
         ended = asyncio.ensure_future(self.stream.ended.wait())
@@ -161,7 +160,9 @@ class WireConsumer:
         else:
             self.events.append(reply)
 
-    async def receive(self, count: int, timeout: float = _REPLY_TIMEOUT) -> list[broker_pb2.DeliveredEntry]:
+    async def receive(
+        self, count: int, timeout: float = _REPLY_TIMEOUT,  # noqa: ASYNC109 - one deadline, many replies
+    ) -> list[broker_pb2.DeliveredEntry]:
         """Wait for `count` entries (fewer when the timeout passes first) and take them."""
         deadline = time.monotonic() + timeout
         while len(self.entries) < count:
@@ -179,7 +180,9 @@ class WireConsumer:
         taken, self.entries = self.entries, []
         return taken
 
-    async def event(self, kind: str, timeout: float = _REPLY_TIMEOUT) -> broker_pb2.ConsumeResponse:
+    async def event(
+        self, kind: str, timeout: float = _REPLY_TIMEOUT,  # noqa: ASYNC109 - one deadline, many replies
+    ) -> broker_pb2.ConsumeResponse:
         """Wait for the next reply of a kind ("active_change", "result", "error", "end_of_topic")."""
         deadline = time.monotonic() + timeout
         while True:

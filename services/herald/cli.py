@@ -1,5 +1,5 @@
 """The `herald` command: run a service (standalone, lookup, broker, storage) or use one
-(produce, consume). Services read settings from defaults < --config file < HERALD_* variables <
+(produce, consume, admin). Services read settings from defaults < --config file < HERALD_* variables <
 flags."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from herald.admin_cli import add_admin_parser
 from herald.common.config import describe, load_settings
 from herald.common.errors import HeraldError
 from herald.common.logs import configure_logging
@@ -265,6 +266,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for each message")
     sub.add_argument("--service-url", default=env_url, help=f"default {env_url} (env HERALD_SERVICE_URL)")
     sub.set_defaults(func=cmd_consume)
+
+    add_admin_parser(commands)
     return parser
 
 

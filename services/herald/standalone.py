@@ -9,6 +9,7 @@ from pathlib import Path
 
 from herald.broker.server import BrokerServer
 from herald.broker.settings import BrokerSettings
+from herald.common.config import load_settings
 from herald.lookup.server import LookupServer
 from herald.lookup.settings import LookupSettings
 from herald.metadata.embedded import EmbeddedMetadataStore
@@ -51,16 +52,15 @@ class Standalone:
         await self.store.start()
         await self.storage.start()
         await self.lookup.start()
-        self.broker = BrokerServer(
-            BrokerSettings(
-                host=self.settings.host, port=self.settings.broker_port, cluster="standalone",
-                broker_id="standalone", lookup_address=self.lookup.address,
-                storage_nodes=[self.storage.address], entry_cache_max_bytes=self.settings.entry_cache_max_bytes,
-                # One storage node: every ledger is 1/1/1 (a cluster's brokers default to 3/2/2).
-                ensemble_size=1, write_quorum=1, ack_quorum=1,
-            ),
-            self.store,
-        )
+        # HERALD_BROKER_* variables tune the rest of the broker (check intervals, limits).
+        broker_settings = load_settings(BrokerSettings, "broker", overrides=dict(
+            host=self.settings.host, port=self.settings.broker_port, cluster="standalone",
+            broker_id="standalone", lookup_address=self.lookup.address,
+            storage_nodes=[self.storage.address], entry_cache_max_bytes=self.settings.entry_cache_max_bytes,
+            # One storage node: every ledger is 1/1/1 (a cluster's brokers default to 3/2/2).
+            ensemble_size=1, write_quorum=1, ack_quorum=1,
+        ))
+        self.broker = BrokerServer(broker_settings, self.store)
         await self.broker.start()
 
     def endpoints(self) -> dict[str, str]:

@@ -239,15 +239,15 @@ async def test_failed_ledger_creation_fails_adds_fast_then_recovers(cluster: Clu
                               ledger_creation_retry_seconds=0.5)
     service = await cluster.broker(settings)
     await publish_all(service, "p", 0, 2)
-    settings.ensemble_size = settings.write_quorum = settings.ack_quorum = 2  # one node: creation fails
     producer, _ = await service.create_producer(TOPIC, "q")
+    producer.topic.ledger.persistence = (2, 2, 2)  # one node: creation fails
     with pytest.raises(PersistenceError, match="could not create a ledger"):
         await producer.topic.publish(producer, 0, 0, 1, entry("q", 0))
     producer, _ = await service.create_producer(TOPIC, "q")  # the failed write closed the producer
     with pytest.raises(PersistenceError, match="retry in"):
         await producer.topic.publish(producer, 0, 0, 1, entry("q", 0))
     assert producer.topic.ledger.state is State.CLOSED_LEDGER
-    settings.ensemble_size = settings.write_quorum = settings.ack_quorum = 1
+    producer.topic.ledger.persistence = (1, 1, 1)
 
     async def accepted() -> bool:
         nonlocal producer
@@ -309,11 +309,13 @@ async def test_terminated_ledger_refuses_adds_but_serves_reads(cluster: Cluster)
     service = await cluster.broker()
     await publish_all(service, "p", 0, 3)
     topic = await service.get_topic(TOPIC)
+    producer, _ = await service.create_producer(TOPIC, "p2")  # connected before the termination
     last = await topic.ledger.terminate()
     assert last == topic.ledger.last_confirmed_position
-    producer, _ = await service.create_producer(TOPIC, "p2")
     with pytest.raises(TopicTerminatedError):
         await producer.topic.publish(producer, 0, 0, 1, entry("p2", 0))
+    with pytest.raises(TopicTerminatedError):
+        await service.create_producer(TOPIC, "p3")
     consumer = await service.subscribe(TOPIC, "s", EXCLUSIVE, EARLIEST)
     consumer.flow(10)
     assert seqs(await receive(consumer, 3)) == [0, 1, 2]
@@ -487,10 +489,11 @@ async def test_cumulative_ack_is_refused_on_shared(cluster: Cluster) -> None:
         consumer.ack([receipt], cumulative=True)
 
 
-async def test_unsupported_subscription_types_are_refused(cluster: Cluster) -> None:
+async def test_a_subscription_with_consumers_refuses_another_type(cluster: Cluster) -> None:
     service = await cluster.broker()
-    with pytest.raises(NotAllowedError, match="not supported yet"):
-        await service.subscribe(TOPIC, "s", SubscriptionType.FAILOVER)
+    await service.subscribe(TOPIC, "s", SubscriptionType.FAILOVER)
+    with pytest.raises(ConsumerBusyError, match=r"^Subscription is of a different type: s is Failover"):
+        await service.subscribe(TOPIC, "s", SubscriptionType.KEY_SHARED)
 
 
 # ---- producers ----
@@ -559,8 +562,6 @@ async def test_bad_names_and_foreign_topics_are_refused(cluster: Cluster) -> Non
     service = await cluster.broker()
     with pytest.raises(InvalidTopicNameError):
         await service.get_topic("persistent://a/b")
-    with pytest.raises(NotAllowedError, match="non-persistent topics are not supported yet"):
-        await service.get_topic("non-persistent://public/default/x")
     with pytest.raises(InvalidTopicNameError):
         await service.subscribe(TOPIC, "bad name", EXCLUSIVE)
     foreign = await cluster.broker(ownership=OwnsNothing())

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from herald.broker.cursor import AckRanges, InitialPosition, ManagedCursor
 from herald.broker.managed_ledger import Position
-from herald.common.errors import BadVersionError
+from herald.common.errors import AlreadyExistsError, BadVersionError
 from herald.metadata.embedded import EmbeddedMetadataStore
 from herald.metadata.store import MetadataStore
 
@@ -44,6 +44,17 @@ class FakeLedger:
     def number_of_entries(self, after: Position, up_to: Position) -> int:
         return sum(1 for ledger_id, entries in self.ledgers for e in range(entries)
                    if after < P(ledger_id, e) <= up_to)
+
+    def normalize(self, position: Position) -> Position:
+        for ledger_id, entries in self.ledgers:
+            if ledger_id == position.ledger_id and position.entry_id < entries:
+                return P(ledger_id, max(0, position.entry_id))
+            if ledger_id > position.ledger_id and entries:
+                return P(ledger_id, 0)
+        last_id, last_entries = self.ledgers[-1]
+        if position.ledger_id == last_id:
+            return P(last_id, max(0, position.entry_id))
+        return P(last_id, last_entries)
 
 
 @pytest.fixture
@@ -216,3 +227,68 @@ async def test_delete_removes_the_cursor(store: MetadataStore) -> None:
     c = await ManagedCursor.open(FakeLedger((1, 1)), store, "n", "sub", InitialPosition.LATEST)
     await c.delete()
     assert await store.get(c.key) is None
+
+
+# ---- moved by the broker: reset, skip; created at a position; non-durable ----
+
+async def test_reset_makes_the_target_the_next_entry_and_forgets_acks(store: MetadataStore) -> None:
+    c = cursor(FakeLedger((1, 10)), store, P(1, 2))
+    c.ack([P(1, 5), P(1, 7)])
+    c.advance_read_position(P(1, 9))
+    c.dirty = False
+    c.reset(P(1, 1))
+    assert c.mark_delete_position == P(1, 0) and c.individually_acked == []
+    assert c.read_position == P(1, 1) and c.backlog == 9 and c.dirty
+    c.reset(P(1, 0))  # the first entry of a ledger: mark-delete just before it
+    assert c.mark_delete_position == P(1, -1) and c.backlog == 10
+
+
+async def test_unacked_positions_skip_acked_entries_and_empty_ledgers(store: MetadataStore) -> None:
+    c = cursor(FakeLedger((1, 3), (2, 0), (3, 3)), store, P(1, 0))
+    c.ack([P(1, 2), P(3, 0)])
+    assert c.unacked_positions(3) == [P(1, 1), P(3, 1), P(3, 2)]
+    assert c.unacked_positions(10) == [P(1, 1), P(3, 1), P(3, 2)]
+    assert c.unacked_positions(0) == []
+
+
+async def test_skip_acknowledges_the_oldest_unacknowledged_entries(store: MetadataStore) -> None:
+    c = cursor(FakeLedger((1, 10)), store, P(1, -1))
+    c.ack([P(1, 1), P(1, 2), P(1, 6)])
+    assert c.skip(2) == 2  # 1:0 and 1:3 (1:1 and 1:2 were acked already)
+    assert c.mark_delete_position == P(1, 3) and c.individually_acked == [[1, 6, 6]]
+    assert c.skip(0) == 0 and c.mark_delete_position == P(1, 3)
+    assert c.skip(2) == 2  # 1:4, 1:5; the acked 1:6 folds in
+    assert c.mark_delete_position == P(1, 6) and c.backlog == 3
+    assert c.skip(100) == 3 and c.backlog == 0
+    assert c.skip(1) == 0
+
+
+async def test_skip_all_clears_the_backlog(store: MetadataStore) -> None:
+    c = cursor(FakeLedger((1, 4), (2, 3)), store, P(1, 0))
+    c.ack([P(2, 1)])
+    assert c.skip(None) == 5
+    assert c.mark_delete_position == P(2, 2) and c.backlog == 0 and c.individually_acked == []
+
+
+async def test_created_cursor_starts_at_its_position_and_refuses_a_second_creation(store: MetadataStore) -> None:
+    ledger = FakeLedger((1, 10))
+    c = await ManagedCursor.create(ledger, store, "n", "sub", P(1, 4))
+    assert c.mark_delete_position == P(1, 3) and c.read_position == P(1, 4) and c.backlog == 6
+    assert json.loads((await store.get(c.key)).value)["mark_delete"] == [1, 3]  # type: ignore[union-attr]
+    with pytest.raises(AlreadyExistsError, match="subscription 'sub' already exists"):
+        await ManagedCursor.create(ledger, store, "n", "sub", P(1, 0))
+
+
+async def test_non_durable_cursor_never_touches_the_metadata_store(store: MetadataStore) -> None:
+    ledger = FakeLedger((1, 10))
+    reader = ManagedCursor.non_durable(ledger, store, "n", "reader", P(1, 5))
+    assert not reader.durable and reader.read_position == P(1, 5) and reader.backlog == 5
+    reader.ack([P(1, 5)])
+    await reader.flush()
+    await reader.close()
+    assert await store.get(reader.key) is None
+    assert await ManagedCursor.load_all(ledger, store, "n") == []
+    await store.put(reader.key, b'{"mark_delete":[1,1],"acked":[]}')  # a durable one of that name elsewhere
+    await reader.delete()
+    assert await store.get(reader.key) is not None
+

@@ -18,6 +18,7 @@ from herald.broker.managed_ledger import Position
 from herald.common.errors import ConsumerClosedError, InvalidArgumentError
 
 if TYPE_CHECKING:
+    from herald.broker.nonpersistent_topic import NonPersistentSubscription
     from herald.broker.subscription import Subscription
 
 # What one next_deliveries() call returns at most, unless the caller says otherwise.
@@ -50,7 +51,8 @@ ConsumerEvent = ActiveConsumerChanged | EndOfTopic
 
 class Consumer:
     def __init__(
-        self, subscription: Subscription, consumer_id: int, name: str, priority_level: int, max_buffered: int,
+        self, subscription: Subscription | NonPersistentSubscription, consumer_id: int, name: str,
+        priority_level: int, max_buffered: int,
     ) -> None:
         self.subscription = subscription
         self.consumer_id = consumer_id
@@ -69,6 +71,7 @@ class Consumer:
         self._closed_event = asyncio.Event()
         self._events: deque[ConsumerEvent] = deque()  # for the client, beside deliveries
         self._event_ready = asyncio.Event()
+        self._active = True  # False only for a Failover consumer that is not the active one
 
     # ---- the adapter's side ----
 
@@ -114,7 +117,7 @@ class Consumer:
 
     def ack(self, positions: Iterable[tuple[int, int]], cumulative: bool = False) -> None:
         """Acknowledge entries; cumulative: everything up to the (single) position given.
-        NotAllowedError for a cumulative ack on a Shared subscription."""
+        NotAllowedError for a cumulative ack on a Shared or Key_Shared subscription."""
         self._check_open()
         self.subscription.ack(self, [Position(*p) for p in positions], cumulative)
 
@@ -123,6 +126,18 @@ class Consumer:
         self._check_open()
         wanted = None if positions is None else [Position(*p) for p in positions]
         self.subscription.redeliver(self, wanted)
+
+    def negative_ack(self, positions: Iterable[tuple[int, int]], delay_ms: int) -> None:
+        """The client gave up on these entries: they are delivered again after delay_ms, counted
+        as a redelivery (Exclusive and Failover: everything unacknowledged, as Pulsar's client
+        does). Ignored where nothing is kept to deliver again (non-persistent topics)."""
+        if delay_ms < 0:
+            raise InvalidArgumentError(f"negative ack delay must not be negative, got {delay_ms} ms")
+        self._check_open()
+        from herald.broker.subscription import Subscription  # imported here: it imports this module
+
+        if isinstance(self.subscription, Subscription):
+            self.subscription.negative_ack(self, [Position(*p) for p in positions], delay_ms)
 
     async def close(self) -> None:
         """Disconnect; what it had not acknowledged goes to other consumers. Idempotent."""
@@ -152,8 +167,20 @@ class Consumer:
 
     def notify_event(self, event: ConsumerEvent) -> None:
         """Queue an event for the client (sent in order, between deliveries)."""
+        if isinstance(event, ActiveConsumerChanged):
+            self._active = event.is_active
         self._events.append(event)
         self._event_ready.set()
+
+    @property
+    def is_active(self) -> bool:
+        """True except for a Failover consumer that is not the active one."""
+        return self._active
+
+    @property
+    def unacked_messages(self) -> int:
+        """Messages dispatched to this consumer and not acknowledged yet."""
+        return sum(self.pending.values())
 
     @property
     def buffer_room(self) -> int:

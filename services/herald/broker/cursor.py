@@ -4,6 +4,7 @@ A cursor is a mark-delete position (everything up to it is acknowledged) plus th
 acknowledged entries above it, kept as compact ranges, and a read position for dispatch. Only the
 first two are persisted, as JSON at `/cursors/<managed ledger>/<subscription>`, so after a restart
 reading starts again just after the mark-delete position and every unacknowledged entry comes back.
+A non-durable cursor (a reader's) lives in memory only: it is never written to the metadata store.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ import enum
 import json
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Protocol
 
 from herald.broker.managed_ledger import Position
-from herald.common.errors import BadVersionError, HeraldError
+from herald.common.errors import AlreadyExistsError, BadVersionError, HeraldError
 from herald.metadata.store import NOT_EXISTS, MetadataStore
 
 log = logging.getLogger(__name__)
@@ -30,6 +32,17 @@ class InitialPosition(enum.IntEnum):
     EARLIEST = 1
 
 
+@dataclass(frozen=True, slots=True)
+class PublishTime:
+    """A seek / reset target: the first entry published at or after `ms` (unix milliseconds)."""
+
+    ms: int
+
+
+# Where a seek or cursor reset may send a subscription.
+ResetTarget = Position | PublishTime | InitialPosition
+
+
 class LedgerView(Protocol):
     """What a cursor needs to know of its managed ledger."""
 
@@ -39,6 +52,7 @@ class LedgerView(Protocol):
     def first_position(self) -> Position: ...
     def number_of_entries(self, after: Position, up_to: Position) -> int: ...
     def has_entry(self, position: Position) -> bool: ...
+    def normalize(self, position: Position) -> Position: ...
 
 
 class AckRanges:
@@ -150,13 +164,20 @@ def cursor_key(ledger_name: str, subscription: str) -> str:
     return f"/cursors/{ledger_name}/{subscription}"
 
 
+def before(position: Position) -> Position:
+    """The mark-delete position that makes `position` the next entry to read."""
+    return Position(position.ledger_id, position.entry_id - 1)
+
+
 class ManagedCursor:
     def __init__(
         self, ledger: LedgerView, store: MetadataStore, ledger_name: str, name: str,
         mark_delete: Position, acked: AckRanges | None = None, version: int = NOT_EXISTS,
+        *, durable: bool = True,
     ) -> None:
         self.name = name
         self.key = cursor_key(ledger_name, name)
+        self.durable = durable
         self._ledger = ledger
         self._store = store
         self.mark_delete_position = mark_delete
@@ -192,6 +213,27 @@ class ManagedCursor:
             except BadVersionError:
                 continue  # created concurrently: load that one
         raise BadVersionError(f"cursor {key} keeps changing while being opened: retry")
+
+    @classmethod
+    async def create(
+        cls, ledger: LedgerView, store: MetadataStore, ledger_name: str, name: str, read_from: Position,
+    ) -> ManagedCursor:
+        """Create and persist a durable cursor whose first entry to read is `read_from`;
+        AlreadyExistsError when the cursor exists."""
+        cursor = cls(ledger, store, ledger_name, name, before(read_from))
+        cursor.dirty = True
+        try:
+            await cursor.flush()
+        except BadVersionError:
+            raise AlreadyExistsError(f"subscription {name!r} already exists on {ledger_name}") from None
+        return cursor
+
+    @classmethod
+    def non_durable(
+        cls, ledger: LedgerView, store: MetadataStore, ledger_name: str, name: str, read_from: Position,
+    ) -> ManagedCursor:
+        """An in-memory cursor (a reader's) whose first entry to read is `read_from`."""
+        return cls(ledger, store, ledger_name, name, before(read_from), durable=False)
 
     @classmethod
     async def load_all(cls, ledger: LedgerView, store: MetadataStore, ledger_name: str) -> list[ManagedCursor]:
@@ -271,6 +313,42 @@ class ManagedCursor:
         last = self._ledger.last_confirmed_position
         return max(0, self._ledger.number_of_entries(self.mark_delete_position, last) - self._acked.count)
 
+    def unacked_positions(self, limit: int) -> list[Position]:
+        """The oldest `limit` entries not yet acknowledged, in order."""
+        ledger = self._ledger
+        last = ledger.last_confirmed_position
+        found: list[Position] = []
+        position = self.mark_delete_position
+        while len(found) < limit:
+            position = ledger.normalize(Position(position.ledger_id, position.entry_id + 1))
+            if position > last:
+                break
+            if not self._acked or not self._acked.contains(position.ledger_id, position.entry_id):
+                found.append(position)
+        return found
+
+    def skip(self, count: int | None) -> int:
+        """Acknowledge the oldest `count` unacknowledged entries (None: all of them); returns how
+        many were skipped."""
+        if count is None:
+            skipped = self.backlog
+            self.ack_cumulative(self._ledger.last_confirmed_position)
+            return skipped
+        if count <= 0:
+            return 0
+        oldest = self.unacked_positions(count)
+        if oldest:
+            self.ack_cumulative(oldest[-1])
+        return len(oldest)
+
+    def reset(self, read_from: Position) -> None:
+        """Move the cursor so that `read_from` is the next entry read and everything before it
+        counts as acknowledged (seek / reset cursor): individual acks above it are forgotten."""
+        self.mark_delete_position = before(read_from)
+        self._acked = AckRanges()
+        self.read_position = read_from
+        self.dirty = True
+
     # ---- reading ----
 
     def rewind(self) -> None:
@@ -292,7 +370,7 @@ class ManagedCursor:
         """Persist the cursor if it changed since the last flush. A lost compare-and-set means
         another broker owns the topic now: the cursor stops writing and BadVersionError is raised."""
         async with self._flush_lock:
-            if not self.dirty or self.fenced:
+            if not self.dirty or self.fenced or not self.durable:
                 return
             self.dirty = False
             op = CursorFlush(self._store, self.key, self._payload(), self._version)
@@ -315,4 +393,5 @@ class ManagedCursor:
     async def delete(self) -> None:
         async with self._flush_lock:
             self.fenced = True  # nothing may write it again
-            await self._store.delete(self.key)
+            if self.durable:
+                await self._store.delete(self.key)

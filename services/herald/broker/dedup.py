@@ -60,6 +60,7 @@ class MessageDeduplication:
         self._snapshot_lock = asyncio.Lock()  # one compare-and-set at a time
         self._closed = False
         self._fenced = False
+        self._switching = False  # being turned on: replaying what was written while it was off
 
     # ---- the publish path ----
 
@@ -107,10 +108,29 @@ class MessageDeduplication:
 
     # ---- recovery and snapshots ----
 
+    async def set_enabled(self, enabled: bool, ledger: EntrySource) -> None:
+        """Turn deduplication on or off at runtime (a policy changed). Turning it on first catches
+        up with what was written while it was off, as at recovery; meanwhile sends are accepted
+        without the check, as they were while it was off."""
+        if enabled == self.enabled or self._switching:
+            return
+        if not enabled:
+            self.enabled = False
+            return
+        self._switching = True
+        try:
+            await self._replay(ledger)
+            self.enabled = True
+        finally:
+            self._switching = False
+
     async def recover(self, ledger: EntrySource) -> int:
         """Load the snapshot and replay what was written after it; returns entries replayed."""
         if not self.enabled:
             return 0
+        return await self._replay(ledger)
+
+    async def _replay(self, ledger: EntrySource) -> int:
         got = await self._store.get(self.key)
         if got is not None:
             doc = json.loads(got.value)

@@ -150,6 +150,20 @@ class LedgerList:
             i += 1
         return count
 
+    def size_after(self, position: Position) -> int:
+        """Bytes of the entries after `position`: every ledger after its ledger, plus the share of
+        its own ledger past it, estimated from that ledger's average entry size."""
+        ledgers = self._ledgers
+        i = bisect.bisect_left(self._ids, position.ledger_id)
+        total = 0
+        if i < len(ledgers) and ledgers[i].ledger_id == position.ledger_id:
+            info = ledgers[i]
+            remaining = info.entries - (position.entry_id + 1)
+            if remaining > 0 and info.entries > 0:
+                total += info.size * min(remaining, info.entries) // info.entries
+            i += 1
+        return total + sum(info.size for info in ledgers[i:])
+
     @property
     def number_of_entries_total(self) -> int:
         return sum(info.entries for info in self._ledgers)

@@ -122,6 +122,8 @@ class ManagedLedger:
         self._metadata_lock = asyncio.Lock()
         # Called after a rollover closed a ledger (retention may trim it once it is consumed).
         self.on_ledger_closed: Callable[[], None] | None = None
+        # Storage quorums (E, Qw, Qa) of the ledgers created from now on; policies may change them.
+        self.persistence: tuple[int, int, int] = (settings.ensemble_size, settings.write_quorum, settings.ack_quorum)
 
     # ---- lifecycle ----
 
@@ -153,10 +155,7 @@ class ManagedLedger:
         else:
             self.state = State.CREATING_LEDGER
             try:
-                handle = await self._storage.create_ledger(
-                    self._settings.ensemble_size, self._settings.write_quorum,
-                    self._settings.ack_quorum, {"managed-ledger": self.name},
-                )
+                handle = await self._storage.create_ledger(*self.persistence, {"managed-ledger": self.name})
             except HeraldError as exc:
                 self.state = State.NONE
                 raise PersistenceError(f"could not create a ledger for {self.name}: {exc}") from exc
@@ -438,10 +437,7 @@ class ManagedLedger:
     async def _create_ledger(self) -> bool:
         self.state = State.CREATING_LEDGER
         try:
-            handle = await self._storage.create_ledger(
-                self._settings.ensemble_size, self._settings.write_quorum, self._settings.ack_quorum,
-                {"managed-ledger": self.name},
-            )
+            handle = await self._storage.create_ledger(*self.persistence, {"managed-ledger": self.name})
         except HeraldError as exc:
             self._creation_failed(exc)
             return False
@@ -531,6 +527,11 @@ class ManagedLedger:
     # ---- positions ----
 
     @property
+    def terminated(self) -> bool:
+        """Terminated: no add is accepted again, across reloads too."""
+        return self._terminated or self.state is State.TERMINATED
+
+    @property
     def current_ledger_id(self) -> int:
         return self._list[-1].ledger_id if self._list else -1
 
@@ -570,6 +571,11 @@ class ManagedLedger:
     @property
     def storage_size(self) -> int:
         return self._list.size_total
+
+    def size_after(self, position: Position) -> int:
+        """Bytes stored after `position` (a backlog's size): exact for whole ledgers, estimated
+        from the average entry size within the position's own ledger."""
+        return self._list.size_after(position)
 
     @property
     def ledgers(self) -> list[LedgerInfo]:

@@ -10,6 +10,7 @@ from herald.common.entry import entry_checksum_ok, read_metadata
 from herald.common.errors import ChecksumError, MessageTooLargeError, MetadataError, PersistenceError
 
 if TYPE_CHECKING:
+    from herald.broker.nonpersistent_topic import NonPersistentTopic
     from herald.broker.topic import PersistentTopic
 
 
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 ENTRY_FRAMING_ALLOWANCE = 10 * 1024
 
 class Producer:
-    def __init__(self, topic: PersistentTopic, name: str, producer_id: int) -> None:
+    def __init__(self, topic: PersistentTopic | NonPersistentTopic, name: str, producer_id: int) -> None:
         self.topic = topic
         self.name = name
         self.producer_id = producer_id

@@ -1,6 +1,6 @@
-"""The broker's gRPC front end: thin servicers that turn Produce / Consume streams and admin calls
-into calls on the gRPC-free core (service.BrokerService), and BrokerServer, which wires the core to
-storage, ownership and lookup registration."""
+"""The broker's gRPC front end: thin servicers that turn Produce / Consume streams and Pull calls
+into calls on the gRPC-free core (service.BrokerService), and BrokerServer, which wires the core (and
+the admin servicer, broker.admin_server) to storage, ownership and lookup registration."""
 
 from __future__ import annotations
 
@@ -13,13 +13,18 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from herald.api.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_grpc, lookup_pb2
+from herald.api.v1 import admin_pb2_grpc, broker_pb2, broker_pb2_grpc, common_pb2, deadletter_pb2_grpc, lookup_pb2
+from herald.broker.admin_server import AdminServicer
 from herald.broker.consumer import ActiveConsumerChanged, Consumer, EndOfTopic
+from herald.broker.cursor import PublishTime, ResetTarget
+from herald.broker.dead_letter_server import DeadLetterServicer
+from herald.broker.dead_letters import DeadLetterPolicy
+from herald.broker.managed_ledger import Position
 from herald.broker.ownership import BrokerOwnership, OwnershipMonitor
 from herald.broker.registration import LookupRegistration
 from herald.broker.service import BrokerService
 from herald.broker.settings import BrokerSettings
-from herald.broker.subscription import InitialPosition, SubscriptionType
+from herald.broker.subscription import InitialPosition, Subscription, SubscriptionType
 from herald.common import errors
 from herald.common.rpc import EOF, abort, server_options
 from herald.common.tasks import cancel_and_wait
@@ -73,7 +78,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
             return
         await replies.write(broker_pb2.ProduceResponse(registered=broker_pb2.ProducerRegistered(
             producer_name=producer.name, last_sequence_id=last_sequence_id,
-            max_message_size=self.service.settings.max_message_size,
+            max_message_size=producer.topic.max_message_size,
         )))
         # Receipts go back in request order, so a writer task awaits the publishes one by one
         # while this task keeps reading: adds stay pipelined down to storage.
@@ -142,9 +147,19 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
             return
         sub = first.subscribe
         try:
+            dead_letter_policy = DeadLetterPolicy.for_subscription(
+                sub.topic, sub.subscription, sub.dead_letter_policy.max_redeliver_count,
+                sub.dead_letter_policy.dead_letter_topic, sub.dead_letter_policy.retry_letter_topic)
+        except errors.HeraldError as error:
+            await replies.write(_consume_error(error))
+            return
+        try:
             consumer = await self.service.subscribe(
                 sub.topic, sub.subscription, _SUBSCRIPTION_TYPES[sub.type], _POSITIONS[sub.initial_position],
                 sub.consumer_name or None, sub.priority_level,
+                non_durable=sub.non_durable,
+                start_position=_position(sub.start_position) if sub.HasField("start_position") else None,
+                start_inclusive=sub.start_inclusive,
             )
         except KeyError:
             await replies.write(_consume_error(errors.InvalidArgumentError("unknown subscription type")))
@@ -152,6 +167,8 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         except Exception as exc:
             await replies.write(_consume_error(_as_herald_error(exc, "subscribing")))
             return
+        if isinstance(consumer.subscription, Subscription):  # the latest subscriber's policy wins
+            consumer.subscription.dead_letter_policy = dead_letter_policy
         await replies.write(broker_pb2.ConsumeResponse(
             subscribed=broker_pb2.Subscribed(consumer_name=consumer.name)
         ))
@@ -167,6 +184,10 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                     break
                 if request is EOF or request.HasField("close"):
                     break
+                if request.HasField("seek") or request.HasField("unsubscribe"):
+                    if await self._cursor_command(replies, consumer, request):
+                        break  # unsubscribed: the stream ends
+                    continue
                 try:
                     self._handle_consumer_command(consumer, request)
                 except errors.HeraldError as error:
@@ -188,8 +209,60 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         elif command == "redeliver":
             wanted = [(p.ledger_id, p.entry_id) for p in request.redeliver.positions]
             consumer.redeliver(wanted or None)
+        elif command == "nack":
+            consumer.negative_ack([(p.ledger_id, p.entry_id) for p in request.nack.positions], request.nack.delay_ms)
         elif command == "subscribe":
             raise errors.InvalidArgumentError("this stream already has a subscription")
+
+    async def _cursor_command(
+        self, replies: _Replies, consumer: Consumer, request: broker_pb2.ConsumeRequest,
+    ) -> bool:
+        """Seek or Unsubscribe, answered by a CommandResult; True when unsubscribed (the stream
+        ends). A seek disconnects the subscription's consumers after this answer is written."""
+        unsubscribing = request.HasField("unsubscribe")
+        request_id = request.unsubscribe.request_id if unsubscribing else request.seek.request_id
+        try:
+            if unsubscribing:
+                await self.service.unsubscribe(consumer.topic, consumer.subscription.name, requester=consumer)
+            else:
+                await self.service.reset_cursor(consumer.topic, consumer.subscription.name,
+                                                _seek_target(request.seek))
+        except Exception as exc:
+            error = _as_herald_error(exc, "unsubscribing" if unsubscribing else "seeking")
+            await replies.write(broker_pb2.ConsumeResponse(result=broker_pb2.CommandResult(
+                request_id=request_id, error=error.to_proto())))
+            return False
+        await replies.write(broker_pb2.ConsumeResponse(result=broker_pb2.CommandResult(request_id=request_id)))
+        return unsubscribing
+
+    async def Pull(self, request: broker_pb2.PullRequest, context: Context) -> broker_pb2.PullResponse:
+        try:
+            result = await self.service.pull(
+                request.topic, request.partition, _position(request.start) if request.HasField("start") else None,
+                request.max_entries, request.max_bytes, request.timeout_ms / 1000, request.subscription or None)
+        except errors.HeraldError as error:
+            await abort(context, error)
+        return broker_pb2.PullResponse(
+            entries=[broker_pb2.DeliveredEntry(ledger_id=p.ledger_id, entry_id=p.entry_id, data=data)
+                     for p, data in result.entries],
+            next=common_pb2.Position(ledger_id=result.next.ledger_id, entry_id=result.next.entry_id),
+            end_of_topic=result.end_of_topic,
+        )
+
+    async def GetLastMessageId(
+        self, request: broker_pb2.GetLastMessageIdRequest, context: Context,
+    ) -> broker_pb2.GetLastMessageIdResponse:
+        try:
+            last, mark_delete = await self.service.get_last_message_id(request.topic, request.subscription or None)
+        except errors.HeraldError as error:
+            await abort(context, error)
+        reply = broker_pb2.GetLastMessageIdResponse(last=common_pb2.MessageIdData(
+            ledger_id=last.ledger_id, entry_id=last.entry_id, partition=last.partition,
+            batch_index=last.batch_index))
+        if mark_delete is not None:
+            reply.mark_delete.CopyFrom(
+                common_pb2.Position(ledger_id=mark_delete.ledger_id, entry_id=mark_delete.entry_id))
+        return reply
 
     @staticmethod
     async def _deliver(replies: _Replies, consumer: Consumer) -> None:
@@ -224,6 +297,21 @@ async def _read_unless(context: Context, *stoppers: asyncio.Task[Any]) -> Any:
     return None
 
 
+def _position(position: common_pb2.Position) -> Position:
+    return Position(position.ledger_id, position.entry_id)
+
+
+def _seek_target(seek: broker_pb2.Seek) -> ResetTarget:
+    target = seek.WhichOneof("target")
+    if target == "position":
+        return _position(seek.position)
+    if target == "publish_time":
+        return PublishTime(seek.publish_time)
+    if target == "edge" and seek.edge in _POSITIONS:
+        return _POSITIONS[seek.edge]
+    raise errors.InvalidArgumentError("Seek needs a target: a position, a publish time or an edge (EARLIEST/LATEST)")
+
+
 def _as_herald_error(exc: Exception, operation: str) -> errors.HeraldError:
     if isinstance(exc, errors.HeraldError):
         return exc
@@ -237,47 +325,6 @@ def _produce_error(error: errors.HeraldError) -> broker_pb2.ProduceResponse:
 
 def _consume_error(error: errors.HeraldError) -> broker_pb2.ConsumeResponse:
     return broker_pb2.ConsumeResponse(error=error.to_proto())
-
-
-class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
-    def __init__(self, service: BrokerService) -> None:
-        self.service = service
-
-    async def ListTopics(
-        self, request: admin_pb2.ListTopicsRequest, context: Context
-    ) -> admin_pb2.ListTopicsResponse:
-        try:
-            topics = await self.service.list_topics(request.namespace)
-        except errors.HeraldError as error:
-            await abort(context, error)
-        return admin_pb2.ListTopicsResponse(topics=topics)
-
-    async def GetTopicStats(
-        self, request: admin_pb2.TopicStatsRequest, context: Context
-    ) -> admin_pb2.TopicStats:
-        try:
-            stats = await self.service.topic_stats(request.topic)
-        except errors.HeraldError as error:
-            await abort(context, error)
-        return admin_pb2.TopicStats(
-            topic=stats.topic, msg_in_counter=stats.msg_in_counter, bytes_in_counter=stats.bytes_in_counter,
-            entries=stats.entries, storage_size=stats.storage_size,
-            producers=[admin_pb2.ProducerStats(producer_name=p.producer_name, msg_in_counter=p.msg_in_counter,
-                                               bytes_in_counter=p.bytes_in_counter) for p in stats.producers],
-            subscriptions=[admin_pb2.SubscriptionStats(name=s.name, type=s.type, consumers=s.consumers,
-                                                       msg_out_counter=s.msg_out_counter,
-                                                       backlog_entries=s.backlog_entries)
-                           for s in stats.subscriptions],
-        )
-
-    async def UnloadTopic(
-        self, request: admin_pb2.UnloadTopicRequest, context: Context
-    ) -> admin_pb2.UnloadTopicResponse:
-        try:
-            await self.service.unload_topic(request.topic)
-        except errors.HeraldError as error:
-            await abort(context, error)
-        return admin_pb2.UnloadTopicResponse()
 
 
 class BrokerServer:
@@ -296,6 +343,7 @@ class BrokerServer:
         self.service: BrokerService | None = None
         self.registration: LookupRegistration | None = None
         self.monitor: OwnershipMonitor | None = None
+        self.admin: AdminServicer | None = None
 
     @property
     def address(self) -> str:
@@ -310,9 +358,13 @@ class BrokerServer:
         ownership = BrokerOwnership(self.store, broker_id, self.address, self.settings.unload_exclusion_seconds)
         await self.storage.start()
         service = BrokerService(self.settings, self.store, self.storage, ownership)
+        await service.start()
         self.service = service
         broker_pb2_grpc.add_BrokerServiceServicer_to_server(BrokerServicer(service), server)
-        admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(service), server)
+        self.admin = AdminServicer(service, self.address)
+        service.remote = self.admin.forwarder  # partitions other brokers own, for the core
+        admin_pb2_grpc.add_AdminServiceServicer_to_server(self.admin, server)
+        deadletter_pb2_grpc.add_DeadLetterServiceServicer_to_server(DeadLetterServicer(service.dead_letters), server)
         await server.start()
         self._server = server
         self.registration = LookupRegistration(
@@ -343,6 +395,9 @@ class BrokerServer:
         server, self._server = self._server, None
         if server is not None:
             await server.stop(grace)
+        if self.admin is not None:
+            await self.admin.close()
+            self.admin = None
         if self.service is not None:
             await self.service.close_all()
             self.service = None

@@ -63,6 +63,27 @@ class BrokerSettings:
     retention_size_bytes: int = -1
     retention_check_interval: float = 60.0
 
+    # Message TTL (Pulsar's): entries published longer than message_ttl_seconds ago are
+    # acknowledged on every durable subscription, checked every message_expiry_check_interval
+    # seconds. 0 = messages never expire; namespace and topic policies override it per topic.
+    message_ttl_seconds: int = 0
+    message_expiry_check_interval: float = 60.0
+
+    # Backlog quota (Pulsar's default: none): the unacknowledged data of a topic's slowest durable
+    # subscription, in bytes and by the age of its oldest entry (-1: no limit); over it, sends wait
+    # (producer_request_hold), fail (producer_exception) or the slowest cursors move on
+    # (consumer_backlog_eviction). Checked every backlog_quota_check_interval seconds and, for
+    # size, on publish. Namespace and topic policies override the quota per topic.
+    backlog_quota_limit_bytes: int = -1
+    backlog_quota_limit_seconds: int = -1
+    backlog_quota_policy: str = "producer_request_hold"
+    backlog_quota_check_interval: float = 60.0
+
+    # Per topic limits (0: unlimited), overridable by namespace and topic policies.
+    max_producers_per_topic: int = 0
+    max_consumers_per_topic: int = 0
+    max_consumers_per_subscription: int = 0
+
     # Unloading a topic keeps lookup from giving it back to this broker for this long (when another
     # broker is live), so that an unload moves the topic.
     unload_exclusion_seconds: float = 10.0
@@ -70,13 +91,22 @@ class BrokerSettings:
     # Entry cache shared by all topics of this broker, in bytes.
     entry_cache_max_bytes: int = 64 * MIB
 
+    # Stats: message rates are the growth of the counters over about this many seconds, from
+    # samples taken when stats are asked for (broker.rates).
+    stats_rate_window_seconds: float = 10.0
+
     # Dispatch: entries read ahead per storage read, entries per consumer per round-robin turn on
-    # Shared subscriptions, entries buffered per consumer for the adapter to send, and the pause
-    # after a failed read before trying again.
+    # Shared subscriptions (1 gives the order Pulsar documents for priority levels), entries
+    # buffered per consumer for the adapter to send, and the pause after a failed read before
+    # trying again.
     dispatch_max_read_entries: int = 100
-    dispatch_round_robin_batch: int = 20
+    dispatch_round_robin_batch: int = 1
     consumer_max_buffered_entries: int = 1000
     dispatch_retry_seconds: float = 1.0
+
+    # Non-persistent topics: entries per topic on their way to consumers (handed to one, not yet
+    # taken by its stream); a publish beyond it is dropped, answered (-1, -1) and counted (SEEDS §4).
+    non_persistent_max_pending: int = 1000
 
     @property
     def address(self) -> str:

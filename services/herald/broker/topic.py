@@ -13,27 +13,50 @@ import asyncio
 import functools
 import itertools
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
 
+from herald.broker.backlog_quota import BacklogQuotaGuard
 from herald.broker.consumer import Consumer
-from herald.broker.cursor import InitialPosition, ManagedCursor
+from herald.broker.cursor import InitialPosition, ManagedCursor, ResetTarget
+from herald.broker.dead_letters import DeadLetterQueue
 from herald.broker.dedup import DedupStatus, MessageDeduplication
+from herald.broker.expiry import MessageExpiry
 from herald.broker.managed_ledger import ManagedLedger, PendingAdd, Position
+from herald.broker.policies import broker_defaults, check_consumer_limits, check_producer_limit
 from herald.broker.producer import Producer
+from herald.broker.pull import AddWaiters
 from herald.broker.retention import RetentionPolicy, RetentionTrimmer
+from herald.broker.seek import first_after, first_at_or_after, resolve_target
 from herald.broker.settings import BrokerSettings
+from herald.broker.stats import ConsumerStats as ConsumerStats  # the stats types, re-exported
+from herald.broker.stats import CursorStats as CursorStats
+from herald.broker.stats import InternalStats as InternalStats
+from herald.broker.stats import LedgerStats as LedgerStats
+from herald.broker.stats import ProducerStats as ProducerStats
+from herald.broker.stats import SubscriptionStats as SubscriptionStats
+from herald.broker.stats import TopicStats as TopicStats
+from herald.broker.stats import TopicStatsCollector
 from herald.broker.subscription import Subscription, SubscriptionType
+from herald.common.entry import read_metadata
 from herald.common.errors import (
+    AlreadyExistsError,
     BadVersionError,
     DuplicateUnknownError,
     FencedError,
     HeraldError,
+    InvalidArgumentError,
     NotAllowedError,
+    NotFoundError,
+    PersistenceError,
+    PreconditionFailedError,
     ProducerBusyError,
     ServiceNotReadyError,
+    TopicTerminatedError,
 )
-from herald.common.names import validate_subscription_name
+from herald.common.names import TopicName, validate_subscription_name
+from herald.metadata.policies import Policies
 from herald.metadata.store import MetadataStore
 
 log = logging.getLogger(__name__)
@@ -41,31 +64,17 @@ log = logging.getLogger(__name__)
 PRODUCER_NAME_COUNTER = "/counters/producer-name"
 
 
-@dataclass(slots=True)
-class ProducerStats:
-    producer_name: str
-    msg_in_counter: int
-    bytes_in_counter: int
+@dataclass(frozen=True, slots=True)
+class LastMessageId:
+    """The topic's last stored message (-1, -1 when it has none)."""
 
-
-@dataclass(slots=True)
-class SubscriptionStats:
-    name: str
-    type: str
-    consumers: int
-    msg_out_counter: int
-    backlog_entries: int
-
-
-@dataclass(slots=True)
-class TopicStats:
-    topic: str
-    msg_in_counter: int
-    bytes_in_counter: int
-    entries: int
-    storage_size: int
-    producers: list[ProducerStats] = field(default_factory=list)
-    subscriptions: list[SubscriptionStats] = field(default_factory=list)
+    ledger_id: int
+    entry_id: int
+    partition: int  # -1: not a partition
+    batch_index: int  # the entry's last message in a batch; -1 when not batched
+# A reader's subscription whose cursor was just reset stays this long without consumers, so that
+# the reader reconnecting after the seek finds it where the seek put it.
+READER_RESET_GRACE_SECONDS = 30.0
 
 
 class PersistentTopic:
@@ -79,19 +88,26 @@ class PersistentTopic:
         *,
         encryption_required: bool = False,
         on_fenced: Callable[[PersistentTopic], None] | None = None,
+        dead_letters: DeadLetterQueue | None = None,
     ) -> None:
         self.name = name
         self.ledger = ledger
         self.dedup = dedup
         self.settings = settings
         self.encryption_required = encryption_required
+        # Effective policies (broker.policies applies them at load and when they change).
+        self.policies: Policies = broker_defaults(settings)
+        self.max_message_size = settings.max_message_size
         self._store = store
         self._on_fenced = on_fenced
+        self.dead_letters = dead_letters  # the broker's, lent to subscriptions with a dead-letter policy
         ledger.on_fenced = self._ledger_fenced
         self.producers: dict[str, Producer] = {}
         self.subscriptions: dict[str, Subscription] = {}
         self.msg_in_counter = 0
         self.bytes_in_counter = 0
+        self.entries_in_counter = 0  # with msg_in_counter: the messages per entry stats report
+        self._stats = TopicStatsCollector(self, settings.stats_rate_window_seconds)
         self.closed = False
         self.fenced = False  # another broker owns the topic now: write no more metadata
         self._producer_ids = itertools.count(1)
@@ -104,21 +120,39 @@ class PersistentTopic:
             settings.retention_check_interval,
         )
         ledger.on_ledger_closed = self.retention.request
+        self.backlog_quota = BacklogQuotaGuard(self, settings.backlog_quota_check_interval)
+        # Message TTL in seconds (0: off); policies set it per topic (broker.expiry acts on it).
+        self.message_ttl_seconds = settings.message_ttl_seconds
+        self.expiry = MessageExpiry(self, settings.message_expiry_check_interval)
+        self.add_waiters = AddWaiters()  # long-polling pulls, woken by each add
+        self._held_readers: dict[Subscription, asyncio.TimerHandle] = {}  # readers reset, kept a while
+        self._background: set[asyncio.Task[None]] = set()
 
     async def load(self) -> None:
         """Attach the subscriptions that already exist and start persisting cursors."""
         for cursor in await ManagedCursor.load_all(self.ledger, self._store, self.ledger.name):
-            self.subscriptions[cursor.name] = Subscription(self.name, cursor, self.ledger, self.settings)
+            self._attach(cursor)
         self._flush_task = asyncio.get_running_loop().create_task(
             self._flush_cursors(), name=f"cursor flush {self.name}")
         self.retention.start()
+        self.expiry.start()
+        self.backlog_quota.start()
 
     def _mark_delete_positions(self) -> list[Position]:
-        return [sub.cursor.mark_delete_position for sub in self.subscriptions.values()]
+        # Readers (non-durable subscriptions) do not hold back retention.
+        return [sub.cursor.mark_delete_position for sub in self.subscriptions.values() if sub.durable]
+
+    @property
+    def terminated(self) -> bool:
+        return self.ledger.terminated
 
     def _check_open(self) -> None:
         if self.closed:
             raise ServiceNotReadyError(f"topic {self.name} is being unloaded: look it up again")
+
+    def _check_not_terminated(self) -> None:
+        if self.ledger.terminated:
+            raise TopicTerminatedError(f"topic {self.name} was terminated: no more messages are accepted")
 
     # ---- producers ----
 
@@ -126,12 +160,14 @@ class PersistentTopic:
         """Register a producer (a unique name is assigned when none is given); returns it and the
         last sequence id persisted under its name (-1 if none)."""
         self._check_open()
+        self._check_not_terminated()
         if not name:
             number = await self._store.allocate_id(PRODUCER_NAME_COUNTER)
             name = f"{self.settings.cluster}-{number}"
             self._check_open()
         if name in self.producers:
             raise ProducerBusyError(f"producer {name!r} is already connected to {self.name}")
+        check_producer_limit(self.name, self.policies, len(self.producers))
         producer = Producer(self, name, next(self._producer_ids))
         self.producers[name] = producer
         return producer, self.dedup.last_sequence_id(name)
@@ -149,11 +185,31 @@ class PersistentTopic:
         the error (DuplicateUnknownError: the earlier copy is still being written, retry)."""
         future: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
         try:
+            self._check_not_terminated()
             producer.check(entry, encryption_required=self.encryption_required,
-                           max_message_size=self.settings.max_message_size)
+                           max_message_size=self.max_message_size)
+            admitted = self.backlog_quota.admit(len(entry))
         except HeraldError as exc:
             future.set_exception(exc)
             return future
+        append = functools.partial(self._append, producer, sequence_id, highest_sequence_id, num_messages, entry,
+                                   future)
+        if admitted:
+            append()
+        else:  # producer_request_hold: stored in order once the backlog is back under quota
+            self.backlog_quota.hold(len(entry), append, functools.partial(_fail, future))
+        return future
+
+    def _append(
+        self, producer: Producer, sequence_id: int, highest_sequence_id: int, num_messages: int, entry: bytes,
+        future: asyncio.Future[tuple[int, int]],
+    ) -> None:
+        """Deduplicate and queue the add (the second half of publish; later for a held send)."""
+        if future.done():
+            return  # a held send its client gave up on
+        if producer.closed:
+            future.set_exception(PersistenceError("Producer is closed"))
+            return
         highest = max(sequence_id, highest_sequence_id)
         status = self.dedup.check(producer.name, sequence_id, highest)
         if status is DedupStatus.DUP:
@@ -164,7 +220,6 @@ class PersistentTopic:
         else:
             callback = functools.partial(self._added, producer, highest, max(1, num_messages), future)
             self.ledger.add_entry_nowait(entry, callback)
-        return future
 
     def _added(
         self, producer: Producer, highest: int, num_messages: int, future: asyncio.Future[tuple[int, int]],
@@ -177,14 +232,16 @@ class PersistentTopic:
             producer.record(num_messages, size)
             self.msg_in_counter += num_messages
             self.bytes_in_counter += size
+            self.entries_in_counter += 1
             for subscription in self.subscriptions.values():
                 subscription.notify()
+            self.add_waiters.wake()
             if not future.done():
                 future.set_result((position.ledger_id, position.entry_id))
             return
         error = op.error if op.error is not None else HeraldError("write failed")
         self.dedup.write_failed(producer.name)
-        if not isinstance(error, FencedError):
+        if not isinstance(error, FencedError | TopicTerminatedError):
             # Later entries of this producer may already be queued behind the failed one: close the
             # producer so its client reconnects and resends from the failed one, in order.
             self.remove_producer(producer)
@@ -200,25 +257,209 @@ class PersistentTopic:
         initial_position: InitialPosition = InitialPosition.LATEST,
         consumer_name: str | None = None,
         priority_level: int = 0,
+        *,
+        non_durable: bool = False,
+        start_position: Position | None = None,
+        start_inclusive: bool = False,
     ) -> Consumer:
+        """Attach a consumer, creating the subscription when it does not exist: a durable one at
+        initial_position, or with non_durable a reader's, in memory only, starting at
+        start_position (inclusive or not; past the end: the end; None: initial_position), that
+        holds no data back and is dropped when its last consumer leaves."""
         self._check_open()
         validate_subscription_name(subscription)
         async with self._subscribe_lock:
             sub = self.subscriptions.get(subscription)
+            if sub is not None and sub.durable == non_durable:
+                raise NotAllowedError(
+                    f"subscription {subscription!r} on {self.name} is durable: a reader (non-durable subscription) "
+                    "needs a name of its own" if sub.durable else
+                    f"subscription {subscription!r} on {self.name} is a reader's (non-durable): a durable "
+                    "subscription needs a name of its own")
+            check_consumer_limits(self.name, self.policies, self.consumer_count,
+                                  len(sub.consumers) if sub is not None else 0)
             if sub is None:
-                cursor = await ManagedCursor.open(
-                    self.ledger, self._store, self.ledger.name, subscription, initial_position)
+                if non_durable:
+                    if start_position is None:
+                        read_from = await resolve_target(self.ledger, initial_position)
+                    elif start_inclusive:
+                        read_from = first_at_or_after(self.ledger, start_position)
+                    else:
+                        read_from = first_after(self.ledger, start_position)
+                    cursor = ManagedCursor.non_durable(
+                        self.ledger, self._store, self.ledger.name, subscription, read_from)
+                else:
+                    cursor = await ManagedCursor.open(
+                        self.ledger, self._store, self.ledger.name, subscription, initial_position)
                 self._check_open()
-                sub = self.subscriptions[subscription] = Subscription(self.name, cursor, self.ledger, self.settings)
-            return await sub.add_consumer(sub_type, consumer_name, priority_level)
+                sub = self._attach(cursor)
+            try:
+                return await sub.add_consumer(sub_type, consumer_name, priority_level)
+            except BaseException:
+                self._subscription_idle(sub)  # a reader's subscription nobody could join goes
+                raise
 
-    async def unsubscribe(self, subscription: str) -> None:
+    def _attach(self, cursor: ManagedCursor) -> Subscription:
+        sub = self.subscriptions[cursor.name] = Subscription(
+            self.name, cursor, self.ledger, self.settings, dead_letters=self.dead_letters)
+        sub.on_idle = self._subscription_idle
+        return sub
+
+    def _subscription(self, subscription: str) -> Subscription:
+        sub = self.subscriptions.get(subscription)
+        if sub is None:
+            raise NotFoundError(f"subscription {subscription!r} does not exist on {self.name}")
+        return sub
+
+    def _subscription_idle(self, sub: Subscription) -> None:
+        """A reader's subscription without consumers is dropped, unless held after a reset."""
+        if (sub.durable or sub.consumers or sub in self._held_readers or self.closed
+                or self.subscriptions.get(sub.name) is not sub):
+            return
+        del self.subscriptions[sub.name]
+        self._in_background(sub.close("the reader's subscription was removed", persist=False))
+
+    def _hold_reader(self, sub: Subscription) -> None:
+        """Keep a reader's subscription a while without consumers (they reconnect after a reset)."""
+        loop = asyncio.get_running_loop()
+        old = self._held_readers.pop(sub, None)
+        if old is not None:
+            old.cancel()
+
+        def release() -> None:
+            self._held_readers.pop(sub, None)
+            self._subscription_idle(sub)
+
+        self._held_readers[sub] = loop.call_later(READER_RESET_GRACE_SECONDS, release)
+
+    def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def list_subscriptions(self) -> list[str]:
+        """Every subscription's name, readers' included."""
+        return sorted(self.subscriptions)
+
+    async def create_subscription(
+        self, subscription: str, start: Position | InitialPosition = InitialPosition.LATEST,
+    ) -> None:
+        """Create a durable subscription whose first entry is `start` (a position: the first
+        entry at or after it; or an edge). AlreadyExistsError when it exists."""
+        self._check_open()
+        validate_subscription_name(subscription)
         async with self._subscribe_lock:
-            sub = self.subscriptions.get(subscription)
-            if sub is None:
-                raise NotAllowedError(f"subscription {subscription!r} does not exist on {self.name}")
-            await sub.delete()
+            if subscription in self.subscriptions:
+                raise AlreadyExistsError(f"subscription {subscription!r} already exists on {self.name}")
+            read_from = await resolve_target(self.ledger, start)
+            cursor = await ManagedCursor.create(self.ledger, self._store, self.ledger.name, subscription, read_from)
+            self._check_open()
+            self._attach(cursor)
+
+    async def unsubscribe(self, subscription: str, force: bool = False, *, requester: Consumer | None = None) -> None:
+        """Delete a subscription and its cursor. NotFoundError when it does not exist; refused
+        (PreconditionFailedError) while consumers are connected, unless `force` (they are
+        disconnected) or the only one connected is `requester` (a consumer unsubscribing itself)."""
+        async with self._subscribe_lock:
+            sub = self._subscription(subscription)
+            others = [c for c in sub.consumers if c is not requester]
+            if others and not force:
+                raise PreconditionFailedError(
+                    f"subscription {subscription!r} on {self.name} has {len(others)} other consumer(s) connected: "
+                    "close them first, or force the deletion")
+            held = self._held_readers.pop(sub, None)
+            if held is not None:
+                held.cancel()
             del self.subscriptions[subscription]
+            sub.disconnect_consumers("the subscription was deleted")
+            await sub.delete()
+        log.info("topic %s: subscription %s deleted", self.name, subscription)
+
+    async def reset_cursor(self, subscription: str, target: ResetTarget) -> None:
+        """Move a subscription: the next entry it delivers is the one at `target` (a position:
+        the first at or after it; a PublishTime: the first published at or after it; an edge).
+        Its consumers are disconnected (their clients reconnect, as in Pulsar) and a durable
+        cursor is persisted at once."""
+        self._check_open()
+        sub = self._subscription(subscription)
+        read_from = await resolve_target(self.ledger, target)
+        if self.subscriptions.get(subscription) is not sub:
+            raise NotFoundError(f"subscription {subscription!r} was deleted from {self.name} during the reset")
+        if not sub.durable:
+            self._hold_reader(sub)
+        sub.reset_cursor(read_from)
+        log.info("topic %s: subscription %s reset to %s", self.name, subscription, read_from)
+        if sub.durable:
+            await sub.cursor.flush()
+
+    async def skip_messages(self, subscription: str, count: int | None) -> int:
+        """Acknowledge the oldest `count` unacknowledged entries (None: the whole backlog);
+        returns how many were skipped."""
+        if count is not None and count < 0:
+            raise InvalidArgumentError(f"cannot skip {count} messages: give a count >= 0 (or skip all)")
+        self._check_open()
+        sub = self._subscription(subscription)
+        skipped = sub.cursor.skip(count)
+        sub.cursor_moved()
+        if sub.durable:
+            await sub.cursor.flush()
+        return skipped
+
+    async def peek_messages(self, subscription: str, count: int) -> list[tuple[Position, bytes, int]]:
+        """The oldest `count` unacknowledged entries with their redelivery counts, read without
+        dispatching them."""
+        if count < 1:
+            raise InvalidArgumentError(f"cannot peek {count} messages: give a count >= 1")
+        self._check_open()
+        sub = self._subscription(subscription)
+        positions = sub.cursor.unacked_positions(count)
+        counts = sub.redelivery_counts
+        peeked: list[tuple[Position, bytes, int]] = []
+        i = 0
+        while i < len(positions):  # one read per run of consecutive entries
+            j = i
+            while (j + 1 < len(positions) and positions[j + 1].ledger_id == positions[i].ledger_id
+                   and positions[j + 1].entry_id == positions[j].entry_id + 1):
+                j += 1
+            wanted = set(positions[i:j + 1])
+            for position, data in await self.ledger.read_entries(positions[i], j - i + 1):
+                if position in wanted:
+                    peeked.append((position, data, counts.get(position, 0)))
+            i = j + 1
+        return peeked
+
+    def mark_delete_position(self, subscription: str) -> Position:
+        return self._subscription(subscription).cursor.mark_delete_position
+
+    async def get_last_message_id(self) -> LastMessageId:
+        """The last stored message: its entry's position and, for a batch, its last index."""
+        last = self.ledger.last_confirmed_position
+        partition = TopicName.parse(self.name).partition_index
+        if last.entry_id < 0:
+            return LastMessageId(-1, -1, partition, -1)
+        batch_index = -1
+        entries = await self.ledger.read_entries(last, 1)
+        if entries:
+            try:
+                metadata = read_metadata(entries[0][1], verify=False)
+            except HeraldError:
+                pass
+            else:
+                if metadata.batched:
+                    batch_index = max(1, metadata.num_messages) - 1
+        return LastMessageId(last.ledger_id, last.entry_id, partition, batch_index)
+
+    async def terminate(self) -> Position:
+        """No more messages, for good (it survives unload and restart): producers get
+        TopicTerminatedError on register and on send, consumers ReachedEndOfTopic once their
+        subscription acknowledged everything, pulls end_of_topic. Returns the last entry's position."""
+        self._check_open()
+        last = await self.ledger.terminate()
+        self.add_waiters.wake()
+        for sub in list(self.subscriptions.values()):
+            sub.check_end_of_topic()
+        log.info("topic %s terminated at %s", self.name, last)
+        return last
 
     async def _flush_cursors(self) -> None:
         # Stopped by an event, never cancelled: a compare-and-set cut off in flight would leave the
@@ -243,18 +484,10 @@ class PersistentTopic:
     # ---- state ----
 
     def stats(self) -> TopicStats:
-        return TopicStats(
-            topic=self.name,
-            msg_in_counter=self.msg_in_counter,
-            bytes_in_counter=self.bytes_in_counter,
-            entries=self.ledger.number_of_entries_total,
-            storage_size=self.ledger.storage_size,
-            producers=[ProducerStats(p.name, p.msg_in_counter, p.bytes_in_counter) for p in self.producers.values()],
-            subscriptions=[
-                SubscriptionStats(s.name, s.type.label, len(s.consumers), s.msg_out_counter, s.backlog)
-                for s in self.subscriptions.values()
-            ],
-        )
+        return self._stats.stats()
+
+    def internal_stats(self) -> InternalStats:
+        return self._stats.internal_stats()
 
     @property
     def consumer_count(self) -> int:
@@ -284,14 +517,27 @@ class PersistentTopic:
         for producer in list(self.producers.values()):
             producer.close()
         self.producers.clear()
+        await self.backlog_quota.stop()  # held sends fail: their clients resend after reconnecting
         self._stopping.set()
         task, self._flush_task = self._flush_task, None
         if task is not None:
             await task
         await self.retention.stop()
+        await self.expiry.stop()
+        self.add_waiters.wake()  # long polls see the topic closed
+        for timer in self._held_readers.values():
+            timer.cancel()
+        self._held_readers.clear()
         for sub in list(self.subscriptions.values()):
             await sub.close(persist=not self.fenced)
+        if self._background:
+            await asyncio.wait(list(self._background))
         await self.ledger.close(owned=not self.fenced)
         if not self.fenced:
             await self.dedup.close()
         log.info("topic %s closed", self.name)
+
+
+def _fail(future: asyncio.Future[tuple[int, int]], error: HeraldError) -> None:
+    if not future.done():
+        future.set_exception(error)

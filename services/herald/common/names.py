@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from herald.common.errors import InvalidTopicNameError
+from herald.common.errors import InvalidArgumentError, InvalidTopicNameError
 
 DEFAULT_TENANT = "public"
 DEFAULT_NAMESPACE = "default"
@@ -76,6 +76,34 @@ class TopicName:
         """The partition this name denotes, or -1 for a whole (or non-partitioned) topic."""
         base, sep, index = self.local_name.rpartition(PARTITION_SUFFIX)
         return int(index) if sep and base and index.isdigit() else -1
+
+    @property
+    def base(self) -> TopicName:
+        """The partitioned topic a partition belongs to; the name itself when it is no partition."""
+        if self.partition_index < 0:
+            return self
+        return TopicName(self.persistent, self.tenant, self.namespace, self.local_name.rpartition(PARTITION_SUFFIX)[0])
+
+
+def validate_tenant_name(name: str) -> str:
+    """A tenant's name, checked by the same rule as topic name parts."""
+    if not isinstance(name, str) or not name:
+        raise InvalidArgumentError("tenant name is empty: give a name such as 'acme'")
+    if len(name) > MAX_NAME_LENGTH or not _PART.fullmatch(name):
+        raise InvalidArgumentError(f"tenant name {name!r} is invalid: {_NAME_RULE}")
+    return name
+
+
+def parse_namespace(text: str) -> tuple[str, str]:
+    """(tenant, namespace) of a namespace name "tenant/namespace"."""
+    parts = text.split("/") if isinstance(text, str) else []
+    if len(parts) != 2 or not all(parts):
+        raise InvalidArgumentError(
+            f"namespace {text!r} is invalid: expected <tenant>/<namespace>, e.g. 'public/default'")
+    for part in parts:
+        if len(part) > MAX_NAME_LENGTH or not _PART.fullmatch(part):
+            raise InvalidArgumentError(f"namespace {text!r} is invalid: {_NAME_RULE}")
+    return parts[0], parts[1]
 
 
 def validate_subscription_name(name: str) -> str:

@@ -36,6 +36,10 @@ _STATUS_BY_CODE: dict[int, grpc.StatusCode] = {
     common_pb2.MESSAGE_TOO_LARGE: grpc.StatusCode.INVALID_ARGUMENT,
     common_pb2.BAD_VERSION: grpc.StatusCode.ABORTED,
     common_pb2.NOT_ALLOWED: grpc.StatusCode.FAILED_PRECONDITION,
+    common_pb2.BACKLOG_QUOTA_EXCEEDED: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    common_pb2.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    common_pb2.ALREADY_EXISTS: grpc.StatusCode.ALREADY_EXISTS,
+    common_pb2.PRECONDITION_FAILED: grpc.StatusCode.FAILED_PRECONDITION,
 }
 _DETAILS = re.compile(r"^(\d+):(.*)$", re.DOTALL)
 

@@ -8,16 +8,21 @@ import grpc
 import grpc.aio
 
 from herald.api.v1 import lookup_pb2, lookup_pb2_grpc
-from herald.common.errors import HeraldError
+from herald.common.errors import HeraldError, InvalidArgumentError
 from herald.common.names import TopicName
 from herald.common.rpc import abort, server_options
 from herald.lookup.ownership import OwnershipAssigner
 from herald.lookup.registry import BrokerRegistry
+from herald.lookup.routes import topic_route
 from herald.lookup.settings import LookupSettings
-from herald.metadata.resources import get_partitions
+from herald.lookup.topics import topics_of_namespace
+from herald.metadata.resources import Resources, get_partitions
 from herald.metadata.store import MetadataStore
 
 log = logging.getLogger(__name__)
+_DOMAINS = {
+    lookup_pb2.ALL_DOMAINS: None, lookup_pb2.PERSISTENT: "persistent", lookup_pb2.NON_PERSISTENT: "non-persistent",
+}
 
 
 def _load(load: lookup_pb2.BrokerLoad) -> dict[str, float]:
@@ -33,6 +38,7 @@ class LookupServicer(lookup_pb2_grpc.LookupServiceServicer):
         self.store = store
         self.registry = BrokerRegistry(store, settings.heartbeat_interval * settings.expiry_heartbeats)
         self.ownership = OwnershipAssigner(store, self.registry)
+        self.resources = Resources(store)
 
     async def RegisterBroker(
         self, request: lookup_pb2.RegisterBrokerRequest, context: grpc.aio.ServicerContext  # type: ignore[type-arg]
@@ -108,6 +114,33 @@ class LookupServicer(lookup_pb2_grpc.LookupServiceServicer):
         )
 
 
+    async def GetTopicRoute(
+        self, request: lookup_pb2.TopicRouteRequest, context: grpc.aio.ServicerContext  # type: ignore[type-arg]
+    ) -> lookup_pb2.TopicRouteResponse:
+        try:
+            partitions, routes = await topic_route(self.ownership, TopicName.parse(request.topic))
+        except HeraldError as error:
+            await abort(context, error)
+        return lookup_pb2.TopicRouteResponse(partitions=partitions, routes=[
+            lookup_pb2.PartitionRoute(partition=r.partition, topic=r.topic, broker_address=r.broker_address,
+                                      broker_id=r.broker_id)
+            for r in routes
+        ])
+
+    async def GetTopicsOfNamespace(
+        self, request: lookup_pb2.TopicsOfNamespaceRequest,
+        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+    ) -> lookup_pb2.TopicsOfNamespaceResponse:
+        try:
+            if request.domain not in _DOMAINS:
+                raise InvalidArgumentError(f"topic domain {request.domain} is unknown: use ALL_DOMAINS, "
+                                           "PERSISTENT or NON_PERSISTENT")
+            topics = await topics_of_namespace(self.resources, request.namespace, _DOMAINS[request.domain])
+        except HeraldError as error:
+            await abort(context, error)
+        return lookup_pb2.TopicsOfNamespaceResponse(topics=topics)
+
+
 class LookupServer:
     """Runs the lookup service on its own gRPC server; the metadata store is owned by the caller."""
 
@@ -125,6 +158,7 @@ class LookupServer:
     async def start(self) -> None:
         if self._server is not None:
             return
+        await self.servicer.resources.ensure_default_namespace()
         server = grpc.aio.server(options=server_options())
         lookup_pb2_grpc.add_LookupServiceServicer_to_server(self.servicer, server)
         self.port = server.add_insecure_port(f"{self.settings.host}:{self.settings.port}")

@@ -1,0 +1,345 @@
+"""The admin API's client: one method per AdminService call (tenants, namespaces, policies, topics,
+subscriptions, brokers), asyncio first, with a blocking facade (SyncAdminClient).
+
+    async with AdminClient("herald://localhost:6650") as admin:
+        await admin.create_tenant("acme")
+        await admin.create_namespace("acme/orders")
+        await admin.create_topic("persistent://acme/orders/created", partitions=4)
+        stats = await admin.topic_stats("persistent://acme/orders/created")
+
+The URL is a service URL (`herald://host:port`: lookup, which names a live broker to talk to) or
+a broker's own address (`host:port`). Every broker serves the whole admin API and forwards topic
+calls to the topic's owner. Replies that carry one value come back as that value (a list of names,
+a count); structured replies come back as the contract's messages (admin_pb2.TopicStats,
+admin_pb2.Policies, ...). Failures raise the HeraldError the broker named (NotFoundError,
+AlreadyExistsError, NotAllowedError, PreconditionFailedError, ...).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from types import TracebackType
+from typing import Any, TypeVar
+
+import grpc
+import grpc.aio
+
+from herald.api.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, common_pb2, lookup_pb2, lookup_pb2_grpc
+from herald.client.config import InitialPosition, ServiceUrl
+from herald.common.errors import AlreadyClosedError, InvalidArgumentError, ServiceNotReadyError
+from herald.common.rpc import channel_options, error_from_rpc
+
+T = TypeVar("T")
+DEFAULT_ADMIN_URL = "herald://127.0.0.1:6650"
+Position = tuple[int, int]  # (ledger id, entry id); a MessageId is one too
+
+
+def _position(position: Sequence[int]) -> common_pb2.Position:
+    if len(position) < 2:
+        raise InvalidArgumentError(f"a position is (ledger id, entry id), got {position!r}")
+    return common_pb2.Position(ledger_id=int(position[0]), entry_id=int(position[1]))
+
+
+def _millis(when: int | datetime.datetime) -> int:
+    if isinstance(when, datetime.datetime):
+        if when.tzinfo is None:
+            raise InvalidArgumentError(f"publish time {when.isoformat()} has no time zone: give one (e.g. UTC)")
+        return int(when.timestamp() * 1000)
+    return int(when)
+
+
+class AdminClient:
+    """An admin session with one broker; use as an async context manager, or close() it."""
+
+    def __init__(self, url: str = DEFAULT_ADMIN_URL, *, timeout: float = 30.0) -> None:
+        if not timeout > 0:
+            raise InvalidArgumentError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        if "://" in url:
+            self._lookup_address: str | None = ServiceUrl.parse(url).address
+            self._broker_address: str | None = None
+        else:
+            if not url or ":" not in url:
+                raise InvalidArgumentError(
+                    f"admin URL {url!r} is invalid: expected herald://host:port (lookup) or host:port (a broker)")
+            self._lookup_address, self._broker_address = None, url
+        self.url = url
+        self.timeout = timeout
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._closed = False
+
+    async def __aenter__(self) -> AdminClient:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        self._closed = True
+        channels, self._channels = list(self._channels.values()), {}
+        for channel in channels:
+            await channel.close(None)
+
+    # ---- plumbing ----
+
+    def _channel(self, address: str) -> grpc.aio.Channel:
+        if self._closed:
+            raise AlreadyClosedError("admin client already closed")
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = self._channels[address] = grpc.aio.insecure_channel(address, options=channel_options())
+        return channel
+
+    async def broker_address(self) -> str:
+        """The broker this client talks to (for a service URL: the first live broker lookup names)."""
+        if self._broker_address is None:
+            assert self._lookup_address is not None
+            brokers = await self._lookup_brokers()
+            if not brokers:
+                raise ServiceNotReadyError(f"lookup at {self._lookup_address} knows no live broker: retry later")
+            self._broker_address = brokers[0].address
+        return self._broker_address
+
+    async def _lookup_brokers(self) -> list[lookup_pb2.BrokerInfo]:
+        assert self._lookup_address is not None
+        stub = lookup_pb2_grpc.LookupServiceStub(self._channel(self._lookup_address))
+        try:
+            reply = await stub.GetClusterInfo(lookup_pb2.ClusterInfoRequest(), timeout=self.timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise error_from_rpc(exc, f"asking lookup at {self._lookup_address} for brokers") from None
+        return sorted(reply.brokers, key=lambda broker: broker.broker_id)
+
+    async def _call(self, method: str, request: Any) -> Any:
+        address = await self.broker_address()
+        stub = admin_pb2_grpc.AdminServiceStub(self._channel(address))
+        try:
+            return await getattr(stub, method)(request, timeout=self.timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise error_from_rpc(exc, f"{method} at {address}") from None
+
+    # ---- tenants ----
+
+    async def list_tenants(self) -> list[str]:
+        reply = await self._call("ListTenants", admin_pb2.ListTenantsRequest())
+        return list(reply.tenants)
+
+    async def get_tenant(self, name: str) -> admin_pb2.Tenant:
+        reply: admin_pb2.Tenant = await self._call("GetTenant", admin_pb2.TenantRequest(name=name))
+        return reply
+
+    async def create_tenant(
+        self, name: str, admin_roles: Iterable[str] = (), allowed_clusters: Iterable[str] = (),
+    ) -> admin_pb2.Tenant:
+        tenant = admin_pb2.Tenant(name=name, admin_roles=list(admin_roles), allowed_clusters=list(allowed_clusters))
+        reply: admin_pb2.Tenant = await self._call("CreateTenant", tenant)
+        return reply
+
+    async def update_tenant(
+        self, name: str, admin_roles: Iterable[str] = (), allowed_clusters: Iterable[str] = (),
+    ) -> admin_pb2.Tenant:
+        """Replace the tenant's admin roles and allowed clusters."""
+        tenant = admin_pb2.Tenant(name=name, admin_roles=list(admin_roles), allowed_clusters=list(allowed_clusters))
+        reply: admin_pb2.Tenant = await self._call("UpdateTenant", tenant)
+        return reply
+
+    async def delete_tenant(self, name: str) -> None:
+        await self._call("DeleteTenant", admin_pb2.DeleteTenantRequest(name=name))
+
+    # ---- namespaces ----
+
+    async def list_namespaces(self, tenant: str) -> list[str]:
+        reply = await self._call("ListNamespaces", admin_pb2.ListNamespacesRequest(tenant=tenant))
+        return list(reply.namespaces)
+
+    async def create_namespace(self, namespace: str, policies: admin_pb2.Policies | None = None) -> admin_pb2.Policies:
+        """Create "tenant/namespace" (with these policies, if given); returns its policies."""
+        request = admin_pb2.CreateNamespaceRequest(namespace=namespace, policies=policies)
+        reply: admin_pb2.Policies = await self._call("CreateNamespace", request)
+        return reply
+
+    async def delete_namespace(self, namespace: str) -> None:
+        await self._call("DeleteNamespace", admin_pb2.DeleteNamespaceRequest(namespace=namespace))
+
+    async def namespace_policies(self, namespace: str) -> admin_pb2.Policies:
+        reply: admin_pb2.Policies = await self._call(
+            "GetNamespacePolicies", admin_pb2.NamespaceRequest(namespace=namespace))
+        return reply
+
+    async def set_namespace_policies(
+        self, namespace: str, policies: admin_pb2.Policies | None = None, clear: Iterable[str] = (),
+    ) -> admin_pb2.Policies:
+        """Set the fields present in `policies` and remove those named in `clear` (they are
+        inherited again); returns the namespace's policies after the change."""
+        request = admin_pb2.SetPoliciesRequest(namespace=namespace, policies=policies, clear=list(clear))
+        reply: admin_pb2.Policies = await self._call("SetNamespacePolicies", request)
+        return reply
+
+    # ---- topics ----
+
+    async def list_topics(self, namespace: str) -> list[str]:
+        reply = await self._call("ListTopics", admin_pb2.ListTopicsRequest(namespace=namespace))
+        return list(reply.topics)
+
+    async def create_topic(self, topic: str, partitions: int = 0) -> None:
+        """Create a topic; partitions > 0 makes it a partitioned topic of that many partitions."""
+        await self._call("CreateTopic", admin_pb2.CreateTopicRequest(topic=topic, partitions=partitions))
+
+    async def get_partitions(self, topic: str) -> int:
+        """How many partitions the topic has; 0 when it is not partitioned."""
+        reply = await self._call("GetPartitions", admin_pb2.TopicRequest(topic=topic))
+        return int(reply.partitions)
+
+    async def update_partitions(self, topic: str, partitions: int) -> int:
+        """Grow a partitioned topic to `partitions` (shrinking is refused); returns the new count."""
+        reply = await self._call(
+            "UpdatePartitions", admin_pb2.UpdatePartitionsRequest(topic=topic, partitions=partitions))
+        return int(reply.partitions)
+
+    async def delete_topic(self, topic: str, force: bool = False) -> None:
+        """Delete a topic and its data; refused while clients are connected unless `force`."""
+        await self._call("DeleteTopic", admin_pb2.DeleteTopicRequest(topic=topic, force=force))
+
+    async def topic_stats(self, topic: str) -> admin_pb2.TopicStats:
+        reply: admin_pb2.TopicStats = await self._call("GetTopicStats", admin_pb2.TopicStatsRequest(topic=topic))
+        return reply
+
+    async def internal_stats(self, topic: str) -> admin_pb2.InternalStats:
+        reply: admin_pb2.InternalStats = await self._call("GetInternalStats", admin_pb2.TopicRequest(topic=topic))
+        return reply
+
+    async def unload_topic(self, topic: str) -> None:
+        await self._call("UnloadTopic", admin_pb2.UnloadTopicRequest(topic=topic))
+
+    async def terminate_topic(self, topic: str) -> common_pb2.Position:
+        """No more writes; returns the position of the topic's last entry."""
+        reply = await self._call("TerminateTopic", admin_pb2.TopicRequest(topic=topic))
+        last: common_pb2.Position = reply.last
+        return last
+
+    async def topic_policies(self, topic: str) -> admin_pb2.Policies:
+        """The topic's own policy overrides."""
+        reply: admin_pb2.Policies = await self._call("GetTopicPolicies", admin_pb2.TopicRequest(topic=topic))
+        return reply
+
+    async def effective_policies(self, topic: str) -> admin_pb2.Policies:
+        """The policies in force on the topic: topic > namespace > broker defaults."""
+        reply: admin_pb2.Policies = await self._call("GetEffectivePolicies", admin_pb2.TopicRequest(topic=topic))
+        return reply
+
+    async def set_topic_policies(
+        self, topic: str, policies: admin_pb2.Policies | None = None, clear: Iterable[str] = (),
+    ) -> admin_pb2.Policies:
+        request = admin_pb2.SetPoliciesRequest(topic=topic, policies=policies, clear=list(clear))
+        reply: admin_pb2.Policies = await self._call("SetTopicPolicies", request)
+        return reply
+
+    # ---- subscriptions ----
+
+    async def list_subscriptions(self, topic: str) -> list[str]:
+        reply = await self._call("ListSubscriptions", admin_pb2.TopicRequest(topic=topic))
+        return list(reply.subscriptions)
+
+    async def create_subscription(
+        self, topic: str, subscription: str, start: InitialPosition | Position = InitialPosition.Latest,
+    ) -> None:
+        """A durable subscription starting at the earliest or latest message, or at a position."""
+        request = admin_pb2.CreateSubscriptionRequest(topic=topic, subscription=subscription)
+        if isinstance(start, InitialPosition):
+            request.edge = start.value
+        else:
+            request.position.CopyFrom(_position(start))
+        await self._call("CreateSubscription", request)
+
+    async def delete_subscription(self, topic: str, subscription: str, force: bool = False) -> None:
+        """Unsubscribe; refused while consumers are connected unless `force` (they are disconnected)."""
+        await self._call("DeleteSubscription", admin_pb2.DeleteSubscriptionRequest(
+            topic=topic, subscription=subscription, force=force))
+
+    async def reset_cursor(
+        self, topic: str, subscription: str, *, position: Position | None = None,
+        publish_time: int | datetime.datetime | None = None, edge: InitialPosition | None = None,
+    ) -> None:
+        """Move the subscription to a position, to the first message published at or after a
+        time (unix ms, or an aware datetime), or to the earliest / latest message: exactly one."""
+        given = [name for name, value in (("position", position), ("publish_time", publish_time), ("edge", edge))
+                 if value is not None]
+        if len(given) != 1:
+            raise InvalidArgumentError(
+                f"reset_cursor needs exactly one of position, publish_time, edge; got {given or 'none'}")
+        request = admin_pb2.ResetCursorRequest(topic=topic, subscription=subscription)
+        if position is not None:
+            request.position.CopyFrom(_position(position))
+        elif publish_time is not None:
+            request.publish_time = _millis(publish_time)
+        elif edge is not None:
+            request.edge = edge.value
+        await self._call("ResetCursor", request)
+
+    async def skip_messages(self, topic: str, subscription: str, count: int | None = None) -> int:
+        """Skip `count` entries from the oldest unacknowledged (None: the whole backlog); returns how
+        many were skipped."""
+        if count is not None and count < 1:
+            raise InvalidArgumentError(f"skip count must be at least 1 (or None for all), got {count}")
+        request = admin_pb2.SkipMessagesRequest(topic=topic, subscription=subscription, count=count or 0,
+                                                all=count is None)
+        reply = await self._call("SkipMessages", request)
+        return int(reply.skipped)
+
+    async def peek_messages(self, topic: str, subscription: str, count: int = 1) -> list[broker_pb2.DeliveredEntry]:
+        """The first `count` unacknowledged entries, left unacknowledged; decode them with
+        herald.common.entry."""
+        if count < 1:
+            raise InvalidArgumentError(f"peek count must be at least 1, got {count}")
+        reply = await self._call(
+            "PeekMessages", admin_pb2.PeekMessagesRequest(topic=topic, subscription=subscription, count=count))
+        return list(reply.entries)
+
+    # ---- brokers ----
+
+    async def list_brokers(self) -> list[lookup_pb2.BrokerInfo]:
+        reply = await self._call("ListBrokers", admin_pb2.ListBrokersRequest())
+        return list(reply.brokers)
+
+
+class SyncAdminClient:
+    """AdminClient's blocking facade: each method runs the async one to completion on a private
+    event loop (admin calls are few: one loop, no thread).
+
+        with SyncAdminClient("herald://localhost:6650") as admin:
+            print(admin.list_tenants())
+    """
+
+    def __init__(self, url: str = DEFAULT_ADMIN_URL, *, timeout: float = 30.0) -> None:
+        self._runner = asyncio.Runner()
+        self._client = AdminClient(url, timeout=timeout)
+
+    def __enter__(self) -> SyncAdminClient:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        try:
+            self._runner.run(self._client.close())
+        finally:
+            self._runner.close()
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        method = getattr(self._client, name)
+        if not callable(method) or name.startswith("_") or name == "close":
+            raise AttributeError(name)
+
+        def blocking(*args: Any, **kwargs: Any) -> Any:
+            return self._run(method(*args, **kwargs))
+
+        blocking.__doc__ = method.__doc__
+        return blocking
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self._runner.run(coro)
