@@ -287,6 +287,16 @@ async def test_stats_move_as_messages_are_produced_consumed_and_acknowledged(
     assert (drained.backlog_entries, drained.msg_backlog, drained.backlog_size, drained.unacked_messages) == (
         0, 0, 0, 0)
     assert drained.consumer_stats[0].available_permits == 8
+    assert (drained.msg_out_counter, drained.bytes_out_counter) == (6, sum(sizes))
+
+    await consumer.close()  # what went out stays counted after the consumer has gone
+    for _ in range(100):
+        left = await admin.topic_stats(topic)
+        if left.subscriptions[0].consumers == 0:
+            break
+        await asyncio.sleep(0.05)
+    assert (left.msg_out_counter, left.bytes_out_counter) == (6, sum(sizes))
+    assert (left.subscriptions[0].msg_out_counter, left.subscriptions[0].bytes_out_counter) == (6, sum(sizes))
 
 
 async def test_a_partitioned_topics_stats_sum_its_partitions(admin: AdminClient, wire: WireClient) -> None:

@@ -77,7 +77,8 @@ def topic_stats_to_proto(stats: TopicStats) -> admin_pb2.TopicStats:
 def _subscription_to_proto(stats: SubscriptionStats) -> admin_pb2.SubscriptionStats:
     return admin_pb2.SubscriptionStats(
         name=stats.name, type=stats.type, consumers=stats.consumers, msg_out_counter=stats.msg_out_counter,
-        backlog_entries=stats.backlog_entries, msg_backlog=stats.msg_backlog, backlog_size=stats.backlog_size,
+        bytes_out_counter=stats.bytes_out_counter, backlog_entries=stats.backlog_entries,
+        msg_backlog=stats.msg_backlog, backlog_size=stats.backlog_size,
         unacked_messages=stats.unacked_messages, msg_rate_out=stats.msg_rate_out,
         msg_throughput_out=stats.msg_throughput_out, dead_letters=stats.dead_letters,
         delayed_messages=stats.delayed_messages, durable=stats.durable,
@@ -110,7 +111,8 @@ def topic_stats_from_proto(stats: admin_pb2.TopicStats) -> TopicStats:
 def _subscription_from_proto(stats: admin_pb2.SubscriptionStats) -> SubscriptionStats:
     return SubscriptionStats(
         name=stats.name, type=stats.type, consumers=stats.consumers, msg_out_counter=stats.msg_out_counter,
-        backlog_entries=stats.backlog_entries, msg_backlog=stats.msg_backlog, backlog_size=stats.backlog_size,
+        bytes_out_counter=stats.bytes_out_counter, backlog_entries=stats.backlog_entries,
+        msg_backlog=stats.msg_backlog, backlog_size=stats.backlog_size,
         unacked_messages=stats.unacked_messages, msg_rate_out=stats.msg_rate_out,
         msg_throughput_out=stats.msg_throughput_out, dead_letters=stats.dead_letters,
         delayed_messages=stats.delayed_messages, durable=stats.durable,

@@ -15,7 +15,6 @@ acknowledges the slowest subscriptions' oldest entries until the topic is under 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import deque
@@ -26,7 +25,7 @@ from typing import TYPE_CHECKING
 from herald.broker.ledger_list import Position
 from herald.common.entry import read_metadata
 from herald.common.errors import BacklogQuotaExceededError, HeraldError, PersistenceError
-from herald.common.tasks import cancel_and_wait
+from herald.common.tasks import cancel_and_wait, wait_event
 from herald.metadata.policies import BacklogQuota, BacklogQuotaPolicy
 
 if TYPE_CHECKING:
@@ -178,9 +177,7 @@ class BacklogQuotaGuard:
             timeout: float | None = self._interval if self._interval > 0 else None
             if self._held:
                 timeout = min(timeout or HOLD_RECHECK_SECONDS, HOLD_RECHECK_SECONDS)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(timeout):
-                    await self._wakeup.wait()
+            await wait_event(self._wakeup, timeout)
             self._wakeup.clear()
             try:
                 await self.check()

@@ -197,6 +197,7 @@ class Consumer:
         self.msg_out_counter += num_messages
         self.bytes_out_counter += len(data)
         self.subscription.msg_out_counter += num_messages
+        self.subscription.bytes_out_counter += len(data)
         if len(self._buffer) == 1:
             self._ready.set()
 
@@ -211,6 +212,7 @@ class Consumer:
             self.msg_out_counter -= count
             self.bytes_out_counter -= len(item.data)
             self.subscription.msg_out_counter -= count
+            self.subscription.bytes_out_counter -= len(item.data)
             taken.append(position)
         self._buffer.clear()
         return taken

@@ -32,6 +32,7 @@ from herald.broker.settings import BrokerSettings
 from herald.common.entry import EntryMetadata, read_metadata
 from herald.common.errors import ConsumerBusyError, HeraldError
 from herald.common.names import TopicName
+from herald.common.tasks import wait_event
 
 if TYPE_CHECKING:
     from herald.broker.subscription import Subscription
@@ -265,8 +266,7 @@ class Dispatcher(abc.ABC):
         else:
             # A millisecond over: deliver-at times are whole milliseconds, the clock is not.
             timeout = max(0.0, (due - now_ms()) / 1000) + 0.001
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), timeout)
+            await wait_event(self._wakeup, timeout)
         self._wakeup.clear()
 
     async def _dispatch_once(self) -> bool:

@@ -131,6 +131,7 @@ class NonPersistentSubscription:
         self.type = sub_type
         self.consumers: list[NonPersistentConsumer] = []
         self.msg_out_counter = 0
+        self.bytes_out_counter = 0
         self.msg_dropped_counter = 0  # messages a consumer could not take (no permits or buffer room)
         self.closed = False
         self._consumer_ids = itertools.count(1)
@@ -428,6 +429,7 @@ class NonPersistentTopic:
             ]
             sub_stats.append(SubscriptionStats(
                 name=sub.name, type=sub.type.label, consumers=len(consumers), msg_out_counter=sub.msg_out_counter,
+                bytes_out_counter=sub.bytes_out_counter,
                 msg_rate_out=sum(c.msg_rate_out for c in consumers),
                 msg_throughput_out=sum(c.msg_throughput_out for c in consumers),
                 durable=False, consumer_stats=consumers, msg_dropped_counter=sub.msg_dropped_counter,
@@ -444,7 +446,7 @@ class NonPersistentTopic:
             msg_rate_out=sum(s.msg_rate_out for s in sub_stats),
             msg_throughput_out=sum(s.msg_throughput_out for s in sub_stats),
             msg_out_counter=sum(s.msg_out_counter for s in sub_stats),
-            bytes_out_counter=sum(c.bytes_out_counter for s in sub_stats for c in s.consumer_stats),
+            bytes_out_counter=sum(s.bytes_out_counter for s in sub_stats),
             persistent=False,
             msg_dropped_counter=self.msg_dropped_counter,
         )

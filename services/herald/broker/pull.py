@@ -17,6 +17,7 @@ from herald.broker.ledger_list import Position
 from herald.broker.seek import first_at_or_after
 from herald.common.errors import InvalidArgumentError, ServiceNotReadyError
 from herald.common.names import TopicName
+from herald.common.tasks import wait_event
 from herald.metadata.resources import get_partitions
 from herald.metadata.store import MetadataStore
 
@@ -53,11 +54,7 @@ class AddWaiters:
         """Wait for the next wake(); False when `seconds` passed first."""
         if self._event is None:
             self._event = asyncio.Event()
-        try:
-            await asyncio.wait_for(self._event.wait(), seconds)
-        except TimeoutError:
-            return False
-        return True
+        return await wait_event(self._event, seconds)
 
 
 async def resolve_queue(store: MetadataStore, topic: TopicName, queue: int) -> TopicName:

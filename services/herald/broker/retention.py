@@ -22,6 +22,7 @@ from herald.broker.dedup import MessageDeduplication
 from herald.broker.ledger_list import LedgerInfo, Position
 from herald.broker.managed_ledger import ManagedLedger
 from herald.common.errors import HeraldError
+from herald.common.tasks import wait_event
 
 log = logging.getLogger(__name__)
 
@@ -99,10 +100,7 @@ class RetentionTrimmer:
 
     async def _run(self) -> None:
         while True:
-            try:
-                await asyncio.wait_for(self._wakeup.wait(), self._interval if self._interval > 0 else None)
-            except TimeoutError:
-                pass
+            await wait_event(self._wakeup, self._interval if self._interval > 0 else None)
             self._wakeup.clear()
             if self._stopping:
                 return

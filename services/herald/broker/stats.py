@@ -45,6 +45,7 @@ class SubscriptionStats:
     type: str
     consumers: int = 0
     msg_out_counter: int = 0
+    bytes_out_counter: int = 0
     backlog_entries: int = 0
     msg_backlog: int = 0  # messages: entries times the topic's messages per entry
     backlog_size: int = 0  # bytes
@@ -146,6 +147,7 @@ def sum_partitions(topic: str, partitions: Sequence[TopicStats]) -> TopicStats:
 def _add_subscription(total: SubscriptionStats, part: SubscriptionStats) -> None:
     total.consumers += part.consumers
     total.msg_out_counter += part.msg_out_counter
+    total.bytes_out_counter += part.bytes_out_counter
     total.backlog_entries += part.backlog_entries
     total.msg_backlog += part.msg_backlog
     total.backlog_size += part.backlog_size
@@ -202,7 +204,7 @@ class TopicStatsCollector:
             msg_rate_out=sum(s.msg_rate_out for s in sub_stats),
             msg_throughput_out=sum(s.msg_throughput_out for s in sub_stats),
             msg_out_counter=sum(s.msg_out_counter for s in sub_stats),
-            bytes_out_counter=sum(c.bytes_out_counter for s in sub_stats for c in s.consumer_stats),
+            bytes_out_counter=sum(s.bytes_out_counter for s in sub_stats),
             backlog_size=max((s.backlog_size for s in sub_stats), default=0),
             terminated=topic.terminated,
             persistent=True,
@@ -225,6 +227,7 @@ class TopicStatsCollector:
             type=sub.type.label,
             consumers=len(consumers),
             msg_out_counter=sub.msg_out_counter,
+            bytes_out_counter=sub.bytes_out_counter,
             backlog_entries=backlog,
             msg_backlog=round(backlog * messages_per_entry),
             backlog_size=self._backlog_size(sub, backlog, average_entry_size),

@@ -64,6 +64,7 @@ class Subscription:
         self.dispatcher: Dispatcher | None = None
         self.redelivery_counts: dict[Position, int] = {}
         self.msg_out_counter = 0
+        self.bytes_out_counter = 0
         # The broker's dead-letter queue (None: dead-letter policies are not applied here) and the
         # policy of the latest subscriber (clients send theirs on every subscribe).
         self.dead_letters = dead_letters

@@ -56,6 +56,7 @@ from herald.common.errors import (
     TopicTerminatedError,
 )
 from herald.common.names import TopicName, validate_subscription_name
+from herald.common.tasks import wait_event
 from herald.metadata.policies import Policies
 from herald.metadata.store import MetadataStore
 
@@ -465,10 +466,7 @@ class PersistentTopic:
         # Stopped by an event, never cancelled: a compare-and-set cut off in flight would leave the
         # cursor's version unknown and its final flush refused.
         while not self._stopping.is_set():
-            try:
-                await asyncio.wait_for(self._stopping.wait(), self.settings.cursor_flush_interval)
-            except TimeoutError:
-                pass
+            await wait_event(self._stopping, self.settings.cursor_flush_interval)
             for sub in list(self.subscriptions.values()):
                 if sub.cursor.dirty and not sub.cursor.fenced:
                     try:

@@ -18,3 +18,16 @@ async def cancel_and_wait(task: asyncio.Task[Any] | None, *, swallow_errors: boo
     )
     with contextlib.suppress(*suppressed):
         await task
+
+
+async def wait_event(event: asyncio.Event, seconds: float | None) -> bool:
+    """Wait until `event` is set or `seconds` pass (None: no limit); True when it was set.
+
+    Background loops wait with this, not asyncio.wait_for: on Python 3.11 a wait_for whose event is
+    set while its task is being cancelled returns normally, the cancellation is lost, and a loop
+    around it never ends (seen as an unload that hung forever)."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            await event.wait()
+            return True
+    return False

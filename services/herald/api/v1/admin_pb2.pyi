@@ -822,6 +822,7 @@ class SubscriptionStats(_message.Message):
     MSG_EXPIRED_COUNTER_FIELD_NUMBER: _builtins.int
     CONSUMER_STATS_FIELD_NUMBER: _builtins.int
     MSG_DROPPED_COUNTER_FIELD_NUMBER: _builtins.int
+    BYTES_OUT_COUNTER_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     type: _builtins.str
     consumers: _builtins.int
@@ -844,6 +845,7 @@ class SubscriptionStats(_message.Message):
     """acknowledged by the message TTL"""
     msg_dropped_counter: _builtins.int
     """non-persistent: not sent for lack of permits"""
+    bytes_out_counter: _builtins.int
     @_builtins.property
     def consumer_stats(self) -> _containers.RepeatedCompositeFieldContainer[Global___ConsumerStats]: ...
     def __init__(
@@ -865,10 +867,11 @@ class SubscriptionStats(_message.Message):
         msg_expired_counter: _builtins.int = ...,
         consumer_stats: _abc.Iterable[Global___ConsumerStats] | None = ...,
         msg_dropped_counter: _builtins.int = ...,
+        bytes_out_counter: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["backlog_entries", b"backlog_entries", "backlog_size", b"backlog_size", "consumer_stats", b"consumer_stats", "consumers", b"consumers", "dead_letters", b"dead_letters", "delayed_messages", b"delayed_messages", "durable", b"durable", "msg_backlog", b"msg_backlog", "msg_dropped_counter", b"msg_dropped_counter", "msg_expired_counter", b"msg_expired_counter", "msg_out_counter", b"msg_out_counter", "msg_rate_out", b"msg_rate_out", "msg_throughput_out", b"msg_throughput_out", "name", b"name", "type", b"type", "unacked_messages", b"unacked_messages"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backlog_entries", b"backlog_entries", "backlog_size", b"backlog_size", "bytes_out_counter", b"bytes_out_counter", "consumer_stats", b"consumer_stats", "consumers", b"consumers", "dead_letters", b"dead_letters", "delayed_messages", b"delayed_messages", "durable", b"durable", "msg_backlog", b"msg_backlog", "msg_dropped_counter", b"msg_dropped_counter", "msg_expired_counter", b"msg_expired_counter", "msg_out_counter", b"msg_out_counter", "msg_rate_out", b"msg_rate_out", "msg_throughput_out", b"msg_throughput_out", "name", b"name", "type", b"type", "unacked_messages", b"unacked_messages"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
