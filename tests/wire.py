@@ -26,6 +26,8 @@ from herald.api.v1 import (
     broker_pb2,
     broker_pb2_grpc,
     common_pb2,
+    deadletter_pb2,
+    deadletter_pb2_grpc,
     lookup_pb2,
     lookup_pb2_grpc,
 )
@@ -303,3 +305,128 @@ class WireClient:
             raise WireError(reply.error)
         consumer = WireConsumer(stream, reply.subscribed.consumer_name)
         return consumer
+
+
+async def producer_at(client: WireClient, address: str, topic: str, name: str = "") -> WireProducer:
+    """A raw producer registered on the broker at `address`, whoever owns the topic: WireError when
+    refused (NOT_OWNER from a broker the topic is not assigned to)."""
+    stub = broker_pb2_grpc.BrokerServiceStub(client.channel(address))
+    requests: asyncio.Queue[Any] = asyncio.Queue()
+    await requests.put(broker_pb2.ProduceRequest(register=broker_pb2.RegisterProducer(topic=topic, producer_name=name)))
+    stream = _Stream(stub.Produce(_Stream.feed(requests)), requests)
+    client._streams.append(stream)
+    reply = await stream.reply()
+    if reply.HasField("error"):
+        await stream.close()
+        raise WireError(reply.error)
+    return WireProducer(stream, reply.registered.producer_name, reply.registered.last_sequence_id)
+
+
+# ---- dead letters: a dlq-worker's Letters stream (DeadLetterService, served by each broker) ----
+
+class WireLetters:
+    """One Letters stream: flow permits in, letters and errors out, moved / failed reports in."""
+
+    def __init__(self, stream: _Stream) -> None:
+        self.stream = stream
+        self.letters: list[deadletter_pb2.DeadLetter] = []  # received, not yet taken by receive()
+        self.errors: list[common_pb2.Error] = []
+
+    async def _pump(self, timeout: float) -> bool:  # noqa: ASYNC109 - one deadline
+        """Move one reply into letters / errors; False on timeout or when the stream ended."""
+        get = asyncio.ensure_future(self.stream.replies.get())
+        ended = asyncio.ensure_future(self.stream.ended.wait())
+        done, _ = await asyncio.wait({get, ended}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        ended.cancel()
+        if get not in done:
+            get.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await get
+            if not (get.done() and not get.cancelled()):
+                return False
+        reply: deadletter_pb2.DeadLetterResponse = get.result()
+        if reply.HasField("letters"):
+            self.letters.extend(reply.letters.letters)
+        else:
+            self.errors.append(reply.error)
+        return True
+
+    async def receive(
+        self, count: int, timeout: float = _REPLY_TIMEOUT,  # noqa: ASYNC109 - one deadline, many replies
+    ) -> list[deadletter_pb2.DeadLetter]:
+        """Wait for `count` letters (fewer when the timeout passes first) and take them."""
+        deadline = time.monotonic() + timeout
+        while len(self.letters) < count:
+            left = deadline - time.monotonic()
+            if left <= 0 or not await self._pump(left):
+                break
+        taken, self.letters = self.letters[:count], self.letters[count:]
+        return taken
+
+    async def nothing_for(self, seconds: float) -> list[deadletter_pb2.DeadLetter]:
+        """Collect whatever letters arrive within `seconds` (a test asserting silence expects [])."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            if not await self._pump(left) and self.stream.ended.is_set():
+                break
+        taken, self.letters = self.letters, []
+        return taken
+
+    async def error(self, timeout: float = _REPLY_TIMEOUT) -> common_pb2.Error:  # noqa: ASYNC109
+        """Wait for the next error reply."""
+        deadline = time.monotonic() + timeout
+        while not self.errors:
+            left = deadline - time.monotonic()
+            if left <= 0 or not await self._pump(left):
+                raise AssertionError(f"no error reply within {timeout}s (stream ended: {self.stream.ended.is_set()})")
+        return self.errors.pop(0)
+
+    async def flow(self, permits: int) -> None:
+        await self.stream.send(deadletter_pb2.DeadLetterRequest(flow=deadletter_pb2.DeadLetterFlow(permits=permits)))
+
+    async def moved(self, letter_id: int) -> None:
+        await self.stream.send(deadletter_pb2.DeadLetterRequest(moved=deadletter_pb2.DeadLetterDone(
+            letter_id=letter_id)))
+
+    async def failed(self, letter_id: int, reason: str = "") -> None:
+        await self.stream.send(deadletter_pb2.DeadLetterRequest(failed=deadletter_pb2.DeadLetterDone(
+            letter_id=letter_id, reason=reason)))
+
+    async def close(self) -> None:
+        await self.stream.close()
+
+
+async def open_letters(wire: WireClient, address: str) -> WireLetters:
+    """A Letters stream to the broker at `address` (`await wire.owner(topic)`), closed with `wire`."""
+    stub = deadletter_pb2_grpc.DeadLetterServiceStub(wire.channel(address))
+    requests: asyncio.Queue[Any] = asyncio.Queue()
+    stream = _Stream(stub.Letters(_Stream.feed(requests)), requests)
+    wire._streams.append(stream)
+    return WireLetters(stream)
+
+
+async def abandon(consumer: WireConsumer) -> None:
+    """End a consumer's stream as a killed client does: no CloseConsumer and no half-close, the
+    call is cut (RST_STREAM) and whatever the broker sent after is never read."""
+    consumer.stream.call.cancel()
+    with contextlib.suppress(BaseException):
+        await consumer.stream.ended.wait()
+
+
+async def register_producer(
+    wire: WireClient, topic: str, name: str = "",
+) -> tuple[WireProducer, broker_pb2.ProducerRegistered]:
+    """A producer and the broker's whole ProducerRegistered reply (max_message_size and all);
+    WireError when refused."""
+    stub = await wire.broker(topic)
+    requests: asyncio.Queue[Any] = asyncio.Queue()
+    await requests.put(broker_pb2.ProduceRequest(register=broker_pb2.RegisterProducer(
+        topic=topic, producer_name=name)))
+    stream = _Stream(stub.Produce(_Stream.feed(requests)), requests)
+    wire._streams.append(stream)
+    reply = await stream.reply()
+    if reply.HasField("error"):
+        await stream.close()
+        raise WireError(reply.error)
+    registered: broker_pb2.ProducerRegistered = reply.registered
+    return WireProducer(stream, registered.producer_name, registered.last_sequence_id), registered

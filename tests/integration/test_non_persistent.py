@@ -95,6 +95,17 @@ async def test_a_producer_starts_from_nothing_and_names_are_unique(cluster: Clus
     assert (await loaded(service)).msg_in_counter == 2
 
 
+async def test_producers_registering_at_once_never_pass_the_limit_together(cluster: Cluster) -> None:
+    service = await cluster.broker(BrokerSettings(max_producers_per_topic=2))
+    await loaded(service)
+    # Unnamed producers wait for a name from the store: all four are in flight at once.
+    results = await asyncio.gather(*(service.create_producer(TOPIC) for _ in range(4)), return_exceptions=True)
+    refused = [r for r in results if isinstance(r, BaseException)]
+    assert len(refused) == 2 and all(isinstance(r, ProducerBusyError) for r in refused), results
+    assert str(refused[0]) == f"Topic reached max producers limit (2): {TOPIC} has 2 producers"
+    assert len((await loaded(service)).producers) == 2
+
+
 async def test_producer_checks_still_apply(cluster: Cluster) -> None:
     service = await cluster.broker(BrokerSettings(max_message_size=1000))
     topic = await loaded(service)

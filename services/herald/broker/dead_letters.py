@@ -54,9 +54,20 @@ class DeadLetterPolicy:
         base = str(TopicName.parse(topic))
         return cls(
             max_redeliver_count,
-            str(TopicName.parse(dead_letter_topic)) if dead_letter_topic else f"{base}-{subscription}-DLQ",
-            str(TopicName.parse(retry_letter_topic)) if retry_letter_topic else f"{base}-{subscription}-RETRY",
+            _policy_topic("dead_letter_topic", dead_letter_topic) or f"{base}-{subscription}-DLQ",
+            _policy_topic("retry_letter_topic", retry_letter_topic) or f"{base}-{subscription}-RETRY",
         )
+
+
+def _policy_topic(field: str, name: str) -> str:
+    """The full name of a topic the policy names ("" when not given); the error names the field,
+    or a subscriber would take it for a complaint about the topic it subscribes to."""
+    if not name:
+        return ""
+    try:
+        return str(TopicName.parse(name))
+    except InvalidArgumentError as exc:
+        raise InvalidArgumentError(f"dead-letter policy: {field}: {exc}") from None
 
 
 class LetterOwner(Protocol):

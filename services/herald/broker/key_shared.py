@@ -128,12 +128,12 @@ class KeySharedDispatcher(SharedDispatcher):
 
     Per-key order holds across consumer changes by two rules (Pulsar's): an entry waits while an
     earlier entry of its key (or one whose key is not known yet) waits in the replay set; and a
-    consumer that joins while entries are outstanding (read but not all acknowledged) only gets
-    entries older than the read position at its join until the mark-delete position reaches it, so
-    it never overtakes entries of its new keys still held by their previous consumer. Replayed
-    entries are taken only for consumers that can take them now, and new entries are read for the
-    others meanwhile (up to MAX_REPLAY_FOR_READ_AHEAD waiting), so one slow consumer neither stalls
-    the rest nor makes the dispatcher spin."""
+    consumer that joins while entries are outstanding (read, not acknowledged, and not held back as
+    delayed entries or dead letters) only gets entries older than the read position at its join
+    until no older entry is outstanding, so it never overtakes entries of its new keys still held
+    by their previous consumer. Replayed entries are taken only for consumers that can take them
+    now, and new entries are read for the others meanwhile (up to MAX_REPLAY_FOR_READ_AHEAD
+    waiting), so one slow consumer neither stalls the rest nor makes the dispatcher spin."""
 
     type_name = "Key_Shared"
     MAX_REPLAY_FOR_READ_AHEAD = 10_000
@@ -143,6 +143,8 @@ class KeySharedDispatcher(SharedDispatcher):
         self._ranges: HashRanges[Consumer] = HashRanges()
         # Consumers that joined while entries were outstanding -> the read position at their join.
         self._recently_joined: dict[Consumer, Position] = {}
+        # Where _first_outstanding's last scan stopped: everything before it was acknowledged or held.
+        self._outstanding_from: Position | None = None
 
     # ---- consumers ----
 
@@ -164,9 +166,25 @@ class KeySharedDispatcher(SharedDispatcher):
         return self._ranges.ranges()
 
     def _entries_outstanding(self) -> bool:
-        mark_delete = self._cursor.mark_delete_position
-        first_unacked = self._ledger.normalize(Position(mark_delete.ledger_id, mark_delete.entry_id + 1))
-        return first_unacked < self._ledger.normalize(self._cursor.read_position)
+        return self._first_outstanding() < self._ledger.normalize(self._cursor.read_position)
+
+    def _first_outstanding(self) -> Position:
+        """The oldest entry read and not acknowledged that is not held back on purpose: delayed
+        entries and dead letters are with no consumer, so no key's order depends on them, and a
+        joining consumer must not wait for them (that could be hours, or until a dlq-worker runs).
+        Entries stay held until acknowledged (dead letters) or released (delayed: _prepare then
+        scans again), so each scan goes on from where the last one stopped."""
+        ledger, cursor, sub = self._ledger, self._cursor, self._sub
+        mark_delete = cursor.mark_delete_position
+        position = ledger.normalize(Position(mark_delete.ledger_id, mark_delete.entry_id + 1))
+        if self._outstanding_from is not None and self._outstanding_from > position:
+            position = self._outstanding_from
+        read_position = ledger.normalize(cursor.read_position)
+        while position < read_position and (
+                cursor.is_acked(position) or position in self._delayed or sub.holds_dead_letter(position)):
+            position = ledger.normalize(Position(position.ledger_id, position.entry_id + 1))
+        self._outstanding_from = position
+        return position
 
     def _may_receive(self, consumer: Consumer, position: Position) -> bool:
         limit = self._recently_joined.get(consumer)
@@ -178,14 +196,17 @@ class KeySharedDispatcher(SharedDispatcher):
 
     def _forget(self) -> None:
         self._recently_joined.clear()
+        self._outstanding_from = None
 
     def _prepare(self) -> None:
+        delayed = len(self._delayed)
         super()._prepare()
+        if len(self._delayed) < delayed:
+            self._outstanding_from = None  # released entries may be dispatched now: scan them again
         if self._recently_joined:
-            mark_delete = self._cursor.mark_delete_position
-            first_unacked = self._ledger.normalize(Position(mark_delete.ledger_id, mark_delete.entry_id + 1))
+            first_outstanding = self._first_outstanding()
             for consumer, limit in list(self._recently_joined.items()):
-                if first_unacked >= self._ledger.normalize(limit):
+                if first_outstanding >= self._ledger.normalize(limit):
                     del self._recently_joined[consumer]
 
     # ---- dispatch ----

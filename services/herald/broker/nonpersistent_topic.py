@@ -32,7 +32,7 @@ from herald.broker.producer import Producer
 from herald.broker.rates import Counters, RateMeters
 from herald.broker.settings import BrokerSettings
 from herald.broker.stats import ConsumerStats, ProducerStats, SubscriptionStats, TopicStats
-from herald.broker.subscription import SubscriptionType
+from herald.broker.subscription import SubscriptionType, validate_priority_level
 from herald.broker.topic import PRODUCER_NAME_COUNTER
 from herald.common.entry import EntryMetadata, read_metadata
 from herald.common.errors import (
@@ -354,6 +354,7 @@ class NonPersistentTopic:
         Where it starts is moot: it gets what is published from now on."""
         self._check_open()
         validate_subscription_name(subscription)
+        validate_priority_level(priority_level)
         sub = self.subscriptions.get(subscription)
         created = sub is None
         if sub is None:

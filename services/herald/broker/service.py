@@ -44,6 +44,7 @@ from herald.common.errors import (
     NotFoundError,
     NotOwnerError,
     PreconditionFailedError,
+    ProducerBusyError,
     ServiceNotReadyError,
 )
 from herald.common.names import TopicName
@@ -465,9 +466,16 @@ class BrokerService:
         """A producer on the topic, and the last sequence id persisted under its name (-1 if none).
         Publish with `producer.topic.publish(producer, ...)`; close with close_producer()."""
         loaded = await self.get_topic(topic)
+        producer, last_sequence_id = await loaded.add_producer(producer_name)
         if isinstance(loaded, NonPersistentTopic):  # a persistent topic checks its own limits
-            check_producer_limit(loaded.name, self._topic_policies(loaded), len(loaded.producers))
-        return await loaded.add_producer(producer_name)
+            # Checked once added (no await in between): registrations racing through the name
+            # allocation in add_producer must not all pass a check made before it.
+            try:
+                check_producer_limit(loaded.name, self._topic_policies(loaded), len(loaded.producers) - 1)
+            except ProducerBusyError:
+                loaded.remove_producer(producer)
+                raise
+        return producer, last_sequence_id
 
     async def close_producer(self, producer: Producer) -> None:
         producer.topic.remove_producer(producer)

@@ -19,7 +19,7 @@ from herald.broker.managed_ledger import ManagedLedger, Position
 from herald.broker.settings import BrokerSettings
 from herald.common.errors import ConsumerBusyError, InvalidArgumentError, NotAllowedError
 
-__all__ = ["InitialPosition", "Subscription", "SubscriptionType"]
+__all__ = ["InitialPosition", "Subscription", "SubscriptionType", "validate_priority_level"]
 
 
 class SubscriptionType(enum.IntEnum):
@@ -48,6 +48,13 @@ _DISPATCHERS: dict[SubscriptionType, type[Dispatcher]] = {
     SubscriptionType.KEY_SHARED: KeySharedDispatcher,
 }
 _NO_CUMULATIVE = (SubscriptionType.SHARED, SubscriptionType.KEY_SHARED)
+
+
+def validate_priority_level(priority_level: int) -> int:
+    """Topics check it before making a subscription, so a refused consumer leaves nothing behind."""
+    if priority_level < 0:
+        raise InvalidArgumentError(f"priority level must be 0 (the highest) or more, got {priority_level}")
+    return priority_level
 
 
 class Subscription:
@@ -88,8 +95,7 @@ class Subscription:
     ) -> Consumer:
         if self.closed:
             raise NotAllowedError(f"subscription {self.name} on {self.topic_name} is closed")
-        if priority_level < 0:
-            raise InvalidArgumentError(f"priority level must be 0 (the highest) or more, got {priority_level}")
+        validate_priority_level(priority_level)
         dispatcher_class = _DISPATCHERS[sub_type]
         if self.dispatcher is not None and self.dispatcher.consumers:
             if sub_type is not self.type:

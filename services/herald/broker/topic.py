@@ -38,7 +38,7 @@ from herald.broker.stats import ProducerStats as ProducerStats
 from herald.broker.stats import SubscriptionStats as SubscriptionStats
 from herald.broker.stats import TopicStats as TopicStats
 from herald.broker.stats import TopicStatsCollector
-from herald.broker.subscription import Subscription, SubscriptionType
+from herald.broker.subscription import Subscription, SubscriptionType, validate_priority_level
 from herald.common.entry import read_metadata
 from herald.common.errors import (
     AlreadyExistsError,
@@ -269,6 +269,7 @@ class PersistentTopic:
         holds no data back and is dropped when its last consumer leaves."""
         self._check_open()
         validate_subscription_name(subscription)
+        validate_priority_level(priority_level)
         async with self._subscribe_lock:
             sub = self.subscriptions.get(subscription)
             if sub is not None and sub.durable == non_durable:

@@ -361,6 +361,8 @@ class AsyncProducer(BrokerStream[broker_pb2.ProduceRequest, broker_pb2.ProduceRe
         self._acc.producer_name = self._name
         if registered.max_message_size > 0:
             self._max_message_size = registered.max_message_size
+            # A topic's policy may set a limit below the batch size: batches must fit it too.
+            self._acc.max_bytes = min(self._config.batching_max_bytes, self._max_message_size)
         if first:
             initial = self._config.initial_sequence_id
             self._last_sequence_id = registered.last_sequence_id if initial is None else initial

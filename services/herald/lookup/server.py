@@ -78,6 +78,7 @@ class LookupServicer(lookup_pb2_grpc.LookupServiceServicer):
     ) -> lookup_pb2.LookupTopicResponse:
         try:
             topic = str(TopicName.parse(request.topic))
+            await self.resources.check_partition(topic)
             owner = await self.ownership.lookup(topic)
         except HeraldError as error:
             await abort(context, error)
@@ -118,7 +119,9 @@ class LookupServicer(lookup_pb2_grpc.LookupServiceServicer):
         self, request: lookup_pb2.TopicRouteRequest, context: grpc.aio.ServicerContext  # type: ignore[type-arg]
     ) -> lookup_pb2.TopicRouteResponse:
         try:
-            partitions, routes = await topic_route(self.ownership, TopicName.parse(request.topic))
+            topic = TopicName.parse(request.topic)
+            await self.resources.check_partition(str(topic))
+            partitions, routes = await topic_route(self.ownership, topic)
         except HeraldError as error:
             await abort(context, error)
         return lookup_pb2.TopicRouteResponse(partitions=partitions, routes=[

@@ -256,6 +256,17 @@ class Resources:
     async def get_partitions(self, topic: str) -> int:
         return await get_partitions(self.store, str(_topic(topic)))
 
+    async def check_partition(self, topic: str) -> None:
+        """NotFoundError when `topic` names a partition past its partitioned topic's count (a
+        `<x>-partition-<i>` whose `x` is not partitioned is a topic of its own, as in Pulsar)."""
+        name = _topic(topic)
+        if name.partition_index < 0:
+            return
+        partitions = await get_partitions(self.store, str(name.base))
+        if name.partition_index >= partitions > 0:
+            raise NotFoundError(
+                f"Topic {name} does not exist: {name.base} has {partitions} partitions (0 to {partitions - 1})")
+
     async def create_partitioned_topic(self, topic: str, partitions: int) -> None:
         name = _topic(topic)
         if partitions < 1:
