@@ -277,8 +277,19 @@ class WireClient:
     async def admin(self, topic: str = "any") -> admin_pb2_grpc.AdminServiceStub:
         return admin_pb2_grpc.AdminServiceStub(self.channel(await self.owner(topic)))
 
-    async def producer(self, topic: str, name: str = "") -> WireProducer:
-        stub = await self.broker(topic)
+    async def _stub(self, topic: str, address: str | None) -> broker_pb2_grpc.BrokerServiceStub:
+        """The topic's owner, or the broker at `address` whoever owns the topic (it answers
+        NOT_OWNER when the topic is not assigned to it)."""
+        if address is None:
+            return await self.broker(topic)
+        return broker_pb2_grpc.BrokerServiceStub(self.channel(address))
+
+    async def register(
+        self, topic: str, name: str = "", address: str | None = None,
+    ) -> tuple[WireProducer, broker_pb2.ProducerRegistered]:
+        """A producer and the broker's whole ProducerRegistered reply (max_message_size and all);
+        WireError when refused."""
+        stub = await self._stub(topic, address)
         requests: asyncio.Queue[Any] = asyncio.Queue()
         await requests.put(broker_pb2.ProduceRequest(register=broker_pb2.RegisterProducer(
             topic=topic, producer_name=name)))
@@ -288,12 +299,19 @@ class WireClient:
         if reply.HasField("error"):
             await stream.close()
             raise WireError(reply.error)
-        return WireProducer(stream, reply.registered.producer_name, reply.registered.last_sequence_id)
+        registered: broker_pb2.ProducerRegistered = reply.registered
+        return WireProducer(stream, registered.producer_name, registered.last_sequence_id), registered
 
-    async def consumer(self, topic: str, subscription: str, **options: Any) -> WireConsumer:
+    async def producer(self, topic: str, name: str = "", address: str | None = None) -> WireProducer:
+        return (await self.register(topic, name, address))[0]
+
+    async def consumer(
+        self, topic: str, subscription: str, address: str | None = None, **options: Any,
+    ) -> WireConsumer:
         """Subscribe (options are Subscribe fields: type, initial_position, consumer_name,
-        priority_level, non_durable, start_position, dead_letter_policy, ...); WireError when refused."""
-        stub = await self.broker(topic)
+        priority_level, non_durable, start_position, dead_letter_policy, ...); WireError when
+        refused. `address`: subscribe at that broker rather than the topic's owner."""
+        stub = await self._stub(topic, address)
         requests: asyncio.Queue[Any] = asyncio.Queue()
         await requests.put(broker_pb2.ConsumeRequest(subscribe=broker_pb2.Subscribe(
             topic=topic, subscription=subscription, **options)))
@@ -305,21 +323,6 @@ class WireClient:
             raise WireError(reply.error)
         consumer = WireConsumer(stream, reply.subscribed.consumer_name)
         return consumer
-
-
-async def producer_at(client: WireClient, address: str, topic: str, name: str = "") -> WireProducer:
-    """A raw producer registered on the broker at `address`, whoever owns the topic: WireError when
-    refused (NOT_OWNER from a broker the topic is not assigned to)."""
-    stub = broker_pb2_grpc.BrokerServiceStub(client.channel(address))
-    requests: asyncio.Queue[Any] = asyncio.Queue()
-    await requests.put(broker_pb2.ProduceRequest(register=broker_pb2.RegisterProducer(topic=topic, producer_name=name)))
-    stream = _Stream(stub.Produce(_Stream.feed(requests)), requests)
-    client._streams.append(stream)
-    reply = await stream.reply()
-    if reply.HasField("error"):
-        await stream.close()
-        raise WireError(reply.error)
-    return WireProducer(stream, reply.registered.producer_name, reply.registered.last_sequence_id)
 
 
 # ---- dead letters: a dlq-worker's Letters stream (DeadLetterService, served by each broker) ----
@@ -411,22 +414,3 @@ async def abandon(consumer: WireConsumer) -> None:
     consumer.stream.call.cancel()
     with contextlib.suppress(BaseException):
         await consumer.stream.ended.wait()
-
-
-async def register_producer(
-    wire: WireClient, topic: str, name: str = "",
-) -> tuple[WireProducer, broker_pb2.ProducerRegistered]:
-    """A producer and the broker's whole ProducerRegistered reply (max_message_size and all);
-    WireError when refused."""
-    stub = await wire.broker(topic)
-    requests: asyncio.Queue[Any] = asyncio.Queue()
-    await requests.put(broker_pb2.ProduceRequest(register=broker_pb2.RegisterProducer(
-        topic=topic, producer_name=name)))
-    stream = _Stream(stub.Produce(_Stream.feed(requests)), requests)
-    wire._streams.append(stream)
-    reply = await stream.reply()
-    if reply.HasField("error"):
-        await stream.close()
-        raise WireError(reply.error)
-    registered: broker_pb2.ProducerRegistered = reply.registered
-    return WireProducer(stream, registered.producer_name, registered.last_sequence_id), registered

@@ -417,9 +417,10 @@ def print_topic_stats(stats: admin_pb2.TopicStats) -> None:
         print("\nconsumers:")
         print_table(
             ["SUBSCRIPTION", "NAME", "MSG OUT", "BYTES OUT", "MSG/S", "BYTES/S", "UNACKED", "PERMITS", "PRIORITY",
-             "ACTIVE"],
+             "ACTIVE", "KEY HASH RANGES"],
             [[sub, c.consumer_name, c.msg_out_counter, c.bytes_out_counter, c.msg_rate_out, c.msg_throughput_out,
-              c.unacked_messages, c.available_permits, c.priority_level, c.is_active] for sub, c in consumers],
+              c.unacked_messages, c.available_permits, c.priority_level, c.is_active,
+              " ".join(f"[{r.start}, {r.end}]" for r in c.key_hash_ranges)] for sub, c in consumers],
             indent="  ",
         )
     if stats.partition_stats:

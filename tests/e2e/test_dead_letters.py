@@ -229,6 +229,30 @@ async def test_a_failed_letter_is_handed_out_again(wire: WireClient, new_topic: 
     await stats_become(wire, topic, dead=0, backlog=0)
 
 
+async def test_a_letter_acknowledged_another_way_is_no_longer_a_letter(
+    wire: WireClient, new_topic: Callable[[], str],
+) -> None:
+    """A skip (or a reset past it, a cumulative ack, the message TTL) acknowledges the entry: no
+    worker may publish it any more, and a worker that had it lent is told it is not its to move."""
+    topic = new_topic()
+    consumer = await consume(wire, topic, max_redeliver_count=1)
+    await publish(wire, topic, b"poison-1", b"poison-2")
+    await nack_until_dead(consumer, await consumer.receive(2), 1)
+    await stats_become(wire, topic, dead=2, backlog=2)
+    worker = await letters(wire, topic, permits=1)
+    (lent,) = await worker.receive(1)  # the other one waits for a permit
+    admin = await wire.admin(topic)
+    skipped = await admin.SkipMessages(admin_pb2.SkipMessagesRequest(topic=topic, subscription="s", all=True))
+    assert skipped.skipped == 2
+    await stats_become(wire, topic, dead=0, backlog=0)
+    await worker.moved(lent.letter_id)
+    error = await worker.error()
+    assert error.code == common_pb2.NOT_FOUND and f"dead letter {lent.letter_id} is not lent" in error.message
+    await worker.flow(5)
+    assert await worker.nothing_for(0.5) == []  # the waiting one was withdrawn too
+    assert await consumer.nothing_for(0.2) == []
+
+
 async def test_letters_outstanding_when_a_stream_ends_go_to_the_next_stream(
     wire: WireClient, new_topic: Callable[[], str],
 ) -> None:

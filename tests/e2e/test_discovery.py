@@ -21,7 +21,7 @@ from herald.common.errors import NotAllowedError
 from herald.local_cluster import LocalCluster
 
 from tests.conftest import StandaloneProcess, service_env
-from tests.wire import WireClient, WireError, producer_at, values_of
+from tests.wire import WireClient, WireError, values_of
 
 T = TypeVar("T")
 _names = itertools.count()
@@ -152,6 +152,33 @@ async def test_grown_partitions_are_routable_and_usable_and_a_refused_shrink_cha
     assert (await refused(wire.owner(f"{topic}-partition-4"))).code() == grpc.StatusCode.NOT_FOUND
 
 
+async def test_the_broker_refuses_a_partitioned_topics_base_name_and_partitions_past_its_count(
+    admin: AdminClient, wire: WireClient, shared_standalone: StandaloneProcess,
+) -> None:
+    """A partitioned topic's data lives in its partitions: a producer or consumer on its base name
+    would make a hidden topic beside them, and one dialling the broker with a partition past the
+    count (lookup refuses it) would make a partition that cannot exist."""
+    broker = f"127.0.0.1:{shared_standalone.broker_port}"
+    topic = f"persistent://public/default/{unique('based')}"
+    await admin.create_topic(topic, partitions=2)
+    why = (f"topic {topic} is partitioned (2 partitions): producers and consumers use its partitions, "
+           f"{topic}-partition-0 to -1")
+    with pytest.raises(WireError) as producing:
+        await wire.producer(topic)
+    assert (producing.value.code, producing.value.error.message) == (common_pb2.NOT_ALLOWED, why)
+    with pytest.raises(WireError) as consuming:
+        await wire.consumer(topic, "s")
+    assert (consuming.value.code, consuming.value.error.message) == (common_pb2.NOT_ALLOWED, why)
+    past = f"{topic}-partition-2"
+    with pytest.raises(WireError) as beyond:
+        await wire.producer(past, address=broker)
+    assert (beyond.value.code, beyond.value.error.message) == (
+        common_pb2.NOT_FOUND, f"Topic {past} does not exist: {topic} has 2 partitions (0 to 1)")
+    listed = await topics_of(wire, "public/default")
+    assert listed.count(topic) == 1 and past not in listed  # no hidden topic was made
+    await assert_round_trip(wire, f"{topic}-partition-1", b"the partitions still serve")
+
+
 # ---- route info ----
 
 async def test_route_names_every_partition_with_its_index_name_and_owner(
@@ -275,11 +302,11 @@ async def test_partitions_spread_over_both_brokers_and_each_route_names_the_brok
         assert sorted(Counter(r.broker_id for r in route.routes).values()) == [4, 4]  # fewest assigned first
         for r in route.routes:
             assert r.broker_address == brokers[r.broker_id].address
-            producer = await producer_at(wire, r.broker_address, r.topic)
+            producer = await wire.producer(r.topic, address=r.broker_address)
             assert (await producer.send(b"to %d" % r.partition)).HasField("receipt")
             [other] = [b.address for b in brokers.values() if b.address != r.broker_address]
             with pytest.raises(WireError) as not_owner:
-                await producer_at(wire, other, r.topic)
+                await wire.producer(r.topic, address=other)
             assert not_owner.value.code == common_pb2.NOT_OWNER, not_owner.value
 
         async def counted() -> bool:  # each broker reports its 4 partitions and their producers
@@ -318,7 +345,7 @@ async def test_a_killed_broker_leaves_cluster_info_and_routes_name_the_survivor(
         assert [(r.partition, r.broker_id, r.broker_address) for r in after.routes] == [
             (i, survivor.broker_id, survivor.address) for i in range(8)
         ]
-        producer = await producer_at(wire, survivor.address, moved[0])
+        producer = await wire.producer(moved[0], address=survivor.address)
         assert (await producer.send(b"after the kill")).HasField("receipt")
         consumer = await wire.consumer(moved[0], "after", initial_position=broker_pb2.EARLIEST)
         await consumer.flow(10)

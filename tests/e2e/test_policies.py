@@ -17,8 +17,10 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
+import grpc
+import grpc.aio
 import pytest
-from herald.api.v1 import admin_pb2, broker_pb2, common_pb2
+from herald.api.v1 import admin_pb2, broker_pb2, common_pb2, lookup_pb2
 from herald.client import AsyncClient, InitialPosition, MessageTooLargeError
 from herald.client.admin import AdminClient
 from herald.common.errors import NotFoundError, PreconditionFailedError
@@ -27,7 +29,7 @@ from herald.metadata.redis import RedisMetadataStore
 from herald.storage.ledger_metadata import read_ledger_metadata
 
 from tests.conftest import StandaloneProcess, service_env
-from tests.wire import WireClient, WireConsumer, WireError, WireProducer, make_entry, register_producer
+from tests.wire import WireClient, WireConsumer, WireError, WireProducer, make_entry
 
 T = TypeVar("T")
 ENTRIES_PER_LEDGER = 4
@@ -138,41 +140,64 @@ async def new_consumer(wire: WireClient, topic: str, subscription: str, **option
     return await eventually(attempt, f"a consumer accepted on {topic}/{subscription}")
 
 
-async def refused_producer(wire: WireClient, topic: str) -> WireError:
+async def refused_producer(wire: WireClient, topic: str, address: str | None = None) -> WireError:
     with pytest.raises(WireError) as refused:
-        await wire.producer(topic)
+        await wire.producer(topic, address=address)
     return refused.value
 
 
-async def refused_consumer(wire: WireClient, topic: str, subscription: str, **options: Any) -> WireError:
+async def refused_consumer(
+    wire: WireClient, topic: str, subscription: str, address: str | None = None, **options: Any,
+) -> WireError:
     with pytest.raises(WireError) as refused:
-        await wire.consumer(topic, subscription, **options)
+        await wire.consumer(topic, subscription, address, **options)
     return refused.value
 
 
 # ---- unknown tenants and namespaces ----
 
 async def test_producing_or_subscribing_in_a_namespace_that_does_not_exist_is_refused(
-    admin: AdminClient, wire: WireClient,
+    admin: AdminClient, wire: WireClient, policy_standalone: StandaloneProcess,
 ) -> None:
+    """Lookup refuses the topic (no owner is assigned to it), and so does the broker itself when a
+    client dials it directly."""
+    broker = f"127.0.0.1:{policy_standalone.broker_port}"
     tenant = unique("tenant")
-    error = await refused_producer(wire, f"persistent://{tenant}/ns/t")
-    assert (error.code, error.error.message) == (common_pb2.NOT_FOUND, f"Tenant {tenant} does not exist")
-    error = await refused_consumer(wire, f"persistent://{tenant}/ns/t", "s")
-    assert (error.code, error.error.message) == (common_pb2.NOT_FOUND, f"Tenant {tenant} does not exist")
+    missing_tenant = f"Tenant {tenant} does not exist"
+    await refused_by_lookup(wire, f"persistent://{tenant}/ns/t", missing_tenant)
+    error = await refused_producer(wire, f"persistent://{tenant}/ns/t", address=broker)
+    assert (error.code, error.error.message) == (common_pb2.NOT_FOUND, missing_tenant)
+    error = await refused_consumer(wire, f"persistent://{tenant}/ns/t", "s", address=broker)
+    assert (error.code, error.error.message) == (common_pb2.NOT_FOUND, missing_tenant)
 
     await admin.create_tenant(tenant)
+    missing_namespace = f"Namespace {tenant}/missing does not exist"
     for topic in (f"persistent://{tenant}/missing/t", f"non-persistent://{tenant}/missing/t"):
-        error = await refused_producer(wire, topic)
-        assert (error.code, error.error.message) == (common_pb2.NOT_FOUND, f"Namespace {tenant}/missing does not exist")
-        error = await refused_consumer(wire, topic, "s")
-        assert (error.code, error.error.message) == (common_pb2.NOT_FOUND, f"Namespace {tenant}/missing does not exist")
+        await refused_by_lookup(wire, topic, missing_namespace)
+        error = await refused_producer(wire, topic, address=broker)
+        assert (error.code, error.error.message) == (common_pb2.NOT_FOUND, missing_namespace)
+        error = await refused_consumer(wire, topic, "s", address=broker)
+        assert (error.code, error.error.message) == (common_pb2.NOT_FOUND, missing_namespace)
     assert await admin.list_namespaces(tenant) == []  # nothing was made on the way
 
     # public/default exists from the start: short names work on a fresh standalone.
     producer = await wire.producer(unique("short-name"))
     assert receipt_of(await producer.send(b"x"))[0] >= 0
     assert "public/default" in await admin.list_namespaces("public")
+
+
+async def refused_by_lookup(wire: WireClient, topic: str, message: str) -> None:
+    """Every topic discovery call answers NOT_FOUND with `message`."""
+    calls = [
+        wire.lookup.LookupTopic(lookup_pb2.LookupTopicRequest(topic=topic)),
+        wire.lookup.GetTopicRoute(lookup_pb2.TopicRouteRequest(topic=topic)),
+        wire.lookup.GetPartitionedTopicMetadata(lookup_pb2.PartitionedTopicMetadataRequest(topic=topic)),
+    ]
+    for call in calls:
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await call
+        assert refused.value.code() == grpc.StatusCode.NOT_FOUND
+        assert refused.value.details() == f"{common_pb2.NOT_FOUND}:{message}"
 
 
 async def test_the_client_is_told_the_namespace_does_not_exist(policy_standalone: StandaloneProcess) -> None:
@@ -440,7 +465,7 @@ async def test_the_namespaces_max_message_size_is_reported_and_enforced(
     namespace = await new_namespace(admin, max_message_size=limit)
     topic, overridden = topic_in(namespace), topic_in(namespace)
     await admin.set_topic_policies(overridden, admin_pb2.Policies(max_message_size=4 * limit))
-    producer, registered = await register_producer(wire, topic)
+    producer, registered = await wire.register(topic)
     assert registered.max_message_size == limit
     receipt_of(await producer.send(b"x" * limit))
     too_large = make_entry(producer.name, 100, b"x" * (limit + FRAMING_ALLOWANCE + 1))
@@ -450,7 +475,7 @@ async def test_the_namespaces_max_message_size_is_reported_and_enforced(
         "send smaller messages or smaller batches")
     assert await stored_entries(admin, topic) == 1
     # The topic's own limit overrides the namespace's.
-    big, registered = await register_producer(wire, overridden)
+    big, registered = await wire.register(overridden)
     assert registered.max_message_size == 4 * limit
     receipt_of(await big.send_entry(too_large, 100))
 
@@ -470,7 +495,7 @@ async def test_the_namespaces_max_message_size_is_reported_and_enforced(
 async def test_a_changed_max_message_size_applies_to_a_loaded_topic(admin: AdminClient, wire: WireClient) -> None:
     namespace = await new_namespace(admin)
     topic = topic_in(namespace)
-    producer, registered = await register_producer(wire, topic)
+    producer, registered = await wire.register(topic)
     assert registered.max_message_size == 5 * 1024 * 1024  # the broker's default
     value = b"x" * (64 * 1024)
     receipt_of(await producer.send(value))
@@ -484,7 +509,7 @@ async def test_a_changed_max_message_size_applies_to_a_loaded_topic(admin: Admin
     assert code == common_pb2.MESSAGE_TOO_LARGE
     assert message.endswith("is larger than the maximum message size of 32768 bytes: "
                             "send smaller messages or smaller batches")
-    _, registered = await register_producer(wire, topic)
+    _, registered = await wire.register(topic)
     assert registered.max_message_size == 32 * 1024
 
 
@@ -537,6 +562,12 @@ async def test_over_its_size_quota_a_send_fails_with_producer_exception_and_noth
         assert error_of(await send_value(producer, sequence_id)) == quota_error(topic, producer, 5, limit)
     assert await stored_entries(admin, topic) == 5
     assert (await subscription_stats(admin, topic, "slow")).backlog_entries == 5
+    newcomer = await refused_producer(wire, topic)  # as in Pulsar: its sends would only fail
+    assert (newcomer.code, newcomer.error.message) == (
+        common_pb2.BACKLOG_QUOTA_EXCEEDED,
+        f"Cannot create a producer on {topic}: its backlog is over quota "
+        f"({5 * entry_size(producer.name)} bytes unacknowledged, limit {limit} bytes); consumers must catch up, or the "
+        "quota be raised")
 
     await consumer.ack(common_pb2.Position(ledger_id=positions[0][0], entry_id=positions[0][1]))
 

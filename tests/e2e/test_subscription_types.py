@@ -260,6 +260,9 @@ async def test_key_shared_sends_each_key_to_one_consumer_in_publish_order_by_aut
     # Joining in this order, a owns 32768..65535, then b takes 0..32767, then c takes 0..16383 of b's.
     a, b, c = [await wire.consumer(topic, "ks", type=KEY_SHARED, consumer_name=name) for name in "abc"]
     owners = {"a": (32768, 65535), "b": (16384, 32767), "c": (0, 16383)}
+    stats = await subscription_stats(wire, topic, "ks")
+    assert {c.consumer_name: [(r.start, r.end) for r in c.key_hash_ranges] for c in stats.consumer_stats} == {
+        name: [owned] for name, owned in owners.items()}  # the stats show the split
     keys = {name: keys_hashing_into(low, high, 4) for name, (low, high) in owners.items()}
     for consumer in (a, b, c):
         await consumer.flow(1000)

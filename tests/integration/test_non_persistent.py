@@ -266,6 +266,9 @@ async def test_key_shared_sends_one_key_to_one_consumer(cluster: Cluster) -> Non
     assert len(owner) == len(keys) and set(owner.values()) == {"a", "b"}
     # Auto-split: the second consumer took the lower half of the first one's (whole) range.
     assert all((owner[key] == "b") == (key_hash(key.encode()) < 32768) for key in keys)
+    (sub_stats,) = (await loaded(service)).stats().subscriptions
+    assert {c.consumer_name: c.key_hash_ranges for c in sub_stats.consumer_stats} == {
+        "a": [(32768, 65535)], "b": [(0, 32767)]}
     await second.close()
     await producer.topic.publish(producer, 100, 100, 1, encode_entry(EntryMetadata(
         producer_name="p", sequence_id=100, highest_sequence_id=100, num_messages=1, partition_key="k"), b""))

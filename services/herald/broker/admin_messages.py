@@ -88,6 +88,7 @@ def _subscription_to_proto(stats: SubscriptionStats) -> admin_pb2.SubscriptionSt
             msg_rate_out=c.msg_rate_out, msg_throughput_out=c.msg_throughput_out,
             unacked_messages=c.unacked_messages, available_permits=c.available_permits,
             priority_level=c.priority_level, is_active=c.is_active,
+            key_hash_ranges=[admin_pb2.KeyHashRange(start=start, end=end) for start, end in c.key_hash_ranges],
         ) for c in stats.consumer_stats],
     )
 
@@ -120,6 +121,7 @@ def _subscription_from_proto(stats: admin_pb2.SubscriptionStats) -> Subscription
         consumer_stats=[ConsumerStats(
             c.consumer_name, c.msg_out_counter, c.bytes_out_counter, c.msg_rate_out, c.msg_throughput_out,
             c.unacked_messages, c.available_permits, c.priority_level, c.is_active,
+            [(r.start, r.end) for r in c.key_hash_ranges],
         ) for c in stats.consumer_stats],
     )
 

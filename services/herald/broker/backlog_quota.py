@@ -93,6 +93,20 @@ class BacklogQuotaGuard:
         quota = self.quota
         return (quota.limits_size and self._size_exceeded) or (quota.limits_age and self._age_exceeded)
 
+    def check_new_producer(self) -> None:
+        """Under producer_exception a topic over quota takes no new producer, as in Pulsar (its
+        sends would only fail); the size is measured afresh, consumers may have caught up."""
+        quota = self.quota
+        if quota.policy is not BacklogQuotaPolicy.PRODUCER_EXCEPTION:
+            return
+        if quota.limits_size:
+            self._estimate = self.measure()
+            self._size_exceeded = self._estimate > quota.limit_bytes
+        if self.exceeded:
+            raise BacklogQuotaExceededError(
+                f"Cannot create a producer on {self._topic.name}: its backlog is over quota ({self.describe()}); "
+                "consumers must catch up, or the quota be raised")
+
     @property
     def held(self) -> int:
         """Sends waiting for the backlog to shrink."""

@@ -16,6 +16,7 @@ import asyncio
 import itertools
 import logging
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -231,7 +232,24 @@ class DeadLetterQueue:
 
     def withdraw(self, owner: LetterOwner) -> None:
         """The subscription closed: forget its letters (they stay unacknowledged on its cursor)."""
-        for letter in self._by_owner.pop(owner, {}).values():
+        self._forget(list(self._by_owner.pop(owner, {}).values()))
+
+    def forget_acknowledged(self, owner: LetterOwner, is_acked: Callable[[Position], bool]) -> None:
+        """Entries acknowledged some other way (a cumulative ack, skip, message TTL, a reset past
+        them) are letters no more: no worker must publish them, nor count them as waiting."""
+        letters = self._by_owner.get(owner)
+        if not letters:
+            return
+        gone = [letters.pop(position) for position in [p for p in letters if is_acked(p)]]
+        if not letters:
+            del self._by_owner[owner]
+        if gone:
+            log.info("%d dead letters of %s %s were acknowledged before being moved", len(gone),
+                     owner.topic_name, owner.name)
+            self._forget(gone)
+
+    def _forget(self, letters: list[DeadLetter]) -> None:
+        for letter in letters:
             if letter.worker is not None:
                 letter.worker.drop(letter)
         self._waiting = deque(letter for letter in self._waiting if self._is_live(letter))

@@ -182,6 +182,10 @@ class Dispatcher(abc.ABC):
         """Something changed (entries added, permits, consumers): look for work."""
         self._wakeup.set()
 
+    def hash_ranges_of(self, consumer: Consumer) -> list[tuple[int, int]]:
+        """Key_Shared: the slices of the key hash range the consumer owns (for stats); [] elsewhere."""
+        return []
+
     def reset(self) -> None:
         """Forget what is held for dispatch (the caller moves the cursor: a seek): the replay set,
         delayed entries, pending negative acks, the consumers' unacknowledged and not yet sent

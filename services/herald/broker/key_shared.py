@@ -117,6 +117,10 @@ class HashRanges(Generic[Owner]):
         """The consumer owning a hash; IndexError when no consumer is attached."""
         return self._owners[bisect.bisect_left(self._ends, hash_value)]
 
+    def owned_by(self, owner: Owner) -> list[tuple[int, int]]:
+        """The (start, end) slices one consumer owns, inclusive (for stats)."""
+        return [(start, end) for start, end, holder in self.ranges() if holder is owner]
+
     def ranges(self) -> list[HashRange[Owner]]:
         return [HashRange(self._ends[i - 1] + 1 if i else 0, end, owner)
                 for i, (end, owner) in enumerate(zip(self._ends, self._owners, strict=True))]
@@ -162,8 +166,11 @@ class KeySharedDispatcher(SharedDispatcher):
         super().remove_consumer(consumer)
 
     def hash_ranges(self) -> list[HashRange[Consumer]]:
-        """Who owns which slice of the hash range (for stats)."""
+        """Who owns which slice of the hash range."""
         return self._ranges.ranges()
+
+    def hash_ranges_of(self, consumer: Consumer) -> list[tuple[int, int]]:
+        return self._ranges.owned_by(consumer)
 
     def _entries_outstanding(self) -> bool:
         return self._first_outstanding() < self._ledger.normalize(self._cursor.read_position)

@@ -425,6 +425,8 @@ class NonPersistentTopic:
                     available_permits=c.permits,
                     priority_level=c.priority_level,
                     is_active=c.is_active,
+                    key_hash_ranges=(sub.hash_ranges.owned_by(c) if sub.type is SubscriptionType.KEY_SHARED
+                                     else []),
                 )
                 for c in sub.consumers
             ]

@@ -164,6 +164,7 @@ class BrokerService:
         seen = self._policies_watcher.generation
         # NotFoundError "Tenant x does not exist" / "Namespace t/n does not exist" refuses the topic.
         policies = await self.policy_resolver.effective(name)
+        await self._check_not_partitioned(name)
         await self.ownership.acquire(key)
         if not name.persistent:
             np_topic = await self._load_non_persistent(name)
@@ -196,6 +197,16 @@ class BrokerService:
         self._topics[key] = topic
         log.info("topic %s loaded", key)
         return topic
+
+    async def _check_not_partitioned(self, name: TopicName) -> None:
+        """A partitioned topic's data lives in its partitions: its base name is no topic to load
+        (Pulsar refuses it too), and a partition past its topic's count does not exist."""
+        key = str(name)
+        await self.resources.check_partition(key)
+        if name.partition_index < 0 and (partitions := await self.resources.get_partitions(key)) > 0:
+            raise NotAllowedError(
+                f"topic {key} is partitioned ({partitions} partitions): producers and consumers use its "
+                f"partitions, {key}-partition-0 to -{partitions - 1}")
 
     async def _load_non_persistent(self, name: TopicName) -> NonPersistentTopic:
         key = str(name)

@@ -37,6 +37,8 @@ class ConsumerStats:
     available_permits: int = 0
     priority_level: int = 0
     is_active: bool = False  # Failover: the active consumer
+    # Key_Shared: the (start, end) slices of the key hash range 0..65535 it owns, inclusive.
+    key_hash_ranges: list[tuple[int, int]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -218,6 +220,7 @@ class TopicStatsCollector:
                 consumer_name=c.name, msg_out_counter=c.msg_out_counter, bytes_out_counter=c.bytes_out_counter,
                 msg_rate_out=rates[c][0], msg_throughput_out=rates[c][1], unacked_messages=c.unacked_messages,
                 available_permits=c.permits, priority_level=c.priority_level, is_active=c.is_active,
+                key_hash_ranges=sub.dispatcher.hash_ranges_of(c) if sub.dispatcher is not None else [],
             )
             for c in sub.consumers
         ]

@@ -152,6 +152,8 @@ class Subscription:
                 pending.pop(position, None)
                 if counts:
                     counts.pop(position, None)
+        if self.dead_letters is not None:
+            self.dead_letters.forget_acknowledged(self, self.cursor.is_acked)
         if self.dispatcher is not None:
             self.dispatcher.acked()
         if self.ledger.terminated:
@@ -239,6 +241,8 @@ class Subscription:
         self.disconnect_consumers("the subscription was reset: reconnect")
         self.cursor.reset(read_from)
         self.redelivery_counts.clear()
+        if self.dead_letters is not None:
+            self.dead_letters.forget_acknowledged(self, self.cursor.is_acked)
         if self.dispatcher is not None:
             self.dispatcher.reset()
         self._told_end_of_topic.clear()
@@ -250,6 +254,8 @@ class Subscription:
         if counts:
             for position in [p for p in counts if self.cursor.is_acked(p)]:
                 del counts[position]
+        if self.dead_letters is not None:
+            self.dead_letters.forget_acknowledged(self, self.cursor.is_acked)
         self.notify()
         if self.ledger.terminated:
             self.check_end_of_topic()

@@ -169,6 +169,7 @@ class PersistentTopic:
         if name in self.producers:
             raise ProducerBusyError(f"producer {name!r} is already connected to {self.name}")
         check_producer_limit(self.name, self.policies, len(self.producers))
+        self.backlog_quota.check_new_producer()
         producer = Producer(self, name, next(self._producer_ids))
         self.producers[name] = producer
         return producer, self.dedup.last_sequence_id(name)

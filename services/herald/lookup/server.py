@@ -40,6 +40,15 @@ class LookupServicer(lookup_pb2_grpc.LookupServiceServicer):
         self.ownership = OwnershipAssigner(store, self.registry)
         self.resources = Resources(store)
 
+    async def _existing_namespace_topic(self, topic: str) -> TopicName:
+        """The topic's name, once its tenant and namespace exist (NotFoundError naming the missing
+        one) and it is not a partition past its topic's count: as Pulsar's broker, lookup assigns
+        no owner to a topic that cannot exist."""
+        name = TopicName.parse(topic)
+        await self.resources.check_namespace(name.namespace_name)
+        await self.resources.check_partition(str(name))
+        return name
+
     async def RegisterBroker(
         self, request: lookup_pb2.RegisterBrokerRequest, context: grpc.aio.ServicerContext  # type: ignore[type-arg]
     ) -> lookup_pb2.RegisterBrokerResponse:
@@ -77,8 +86,7 @@ class LookupServicer(lookup_pb2_grpc.LookupServiceServicer):
         self, request: lookup_pb2.LookupTopicRequest, context: grpc.aio.ServicerContext  # type: ignore[type-arg]
     ) -> lookup_pb2.LookupTopicResponse:
         try:
-            topic = str(TopicName.parse(request.topic))
-            await self.resources.check_partition(topic)
+            topic = str(await self._existing_namespace_topic(request.topic))
             owner = await self.ownership.lookup(topic)
         except HeraldError as error:
             await abort(context, error)
@@ -89,7 +97,9 @@ class LookupServicer(lookup_pb2_grpc.LookupServiceServicer):
         context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
     ) -> lookup_pb2.PartitionedTopicMetadataResponse:
         try:
-            topic = str(TopicName.parse(request.topic))
+            name = TopicName.parse(request.topic)
+            await self.resources.check_namespace(name.namespace_name)
+            topic = str(name)
         except HeraldError as error:
             await abort(context, error)
         partitions = await get_partitions(self.store, topic)
@@ -119,8 +129,7 @@ class LookupServicer(lookup_pb2_grpc.LookupServiceServicer):
         self, request: lookup_pb2.TopicRouteRequest, context: grpc.aio.ServicerContext  # type: ignore[type-arg]
     ) -> lookup_pb2.TopicRouteResponse:
         try:
-            topic = TopicName.parse(request.topic)
-            await self.resources.check_partition(str(topic))
+            topic = await self._existing_namespace_topic(request.topic)
             partitions, routes = await topic_route(self.ownership, topic)
         except HeraldError as error:
             await abort(context, error)

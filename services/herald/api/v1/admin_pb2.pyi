@@ -771,6 +771,7 @@ class ConsumerStats(_message.Message):
     AVAILABLE_PERMITS_FIELD_NUMBER: _builtins.int
     PRIORITY_LEVEL_FIELD_NUMBER: _builtins.int
     IS_ACTIVE_FIELD_NUMBER: _builtins.int
+    KEY_HASH_RANGES_FIELD_NUMBER: _builtins.int
     consumer_name: _builtins.str
     msg_out_counter: _builtins.int
     bytes_out_counter: _builtins.int
@@ -781,6 +782,10 @@ class ConsumerStats(_message.Message):
     priority_level: _builtins.int
     is_active: _builtins.bool
     """Failover: the active consumer"""
+    @_builtins.property
+    def key_hash_ranges(self) -> _containers.RepeatedCompositeFieldContainer[Global___KeyHashRange]:
+        """Key_Shared: the slices of the key hash range it owns"""
+
     def __init__(
         self,
         *,
@@ -793,14 +798,39 @@ class ConsumerStats(_message.Message):
         available_permits: _builtins.int = ...,
         priority_level: _builtins.int = ...,
         is_active: _builtins.bool = ...,
+        key_hash_ranges: _abc.Iterable[Global___KeyHashRange] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["available_permits", b"available_permits", "bytes_out_counter", b"bytes_out_counter", "consumer_name", b"consumer_name", "is_active", b"is_active", "msg_out_counter", b"msg_out_counter", "msg_rate_out", b"msg_rate_out", "msg_throughput_out", b"msg_throughput_out", "priority_level", b"priority_level", "unacked_messages", b"unacked_messages"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["available_permits", b"available_permits", "bytes_out_counter", b"bytes_out_counter", "consumer_name", b"consumer_name", "is_active", b"is_active", "key_hash_ranges", b"key_hash_ranges", "msg_out_counter", b"msg_out_counter", "msg_rate_out", b"msg_rate_out", "msg_throughput_out", b"msg_throughput_out", "priority_level", b"priority_level", "unacked_messages", b"unacked_messages"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ConsumerStats: _TypeAlias = ConsumerStats  # noqa: Y015
+
+@_typing.final
+class KeyHashRange(_message.Message):
+    """A slice of Key_Shared's key hash range 0..65535, both ends inclusive."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    START_FIELD_NUMBER: _builtins.int
+    END_FIELD_NUMBER: _builtins.int
+    start: _builtins.int
+    end: _builtins.int
+    def __init__(
+        self,
+        *,
+        start: _builtins.int = ...,
+        end: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "start", b"start"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___KeyHashRange: _TypeAlias = KeyHashRange  # noqa: Y015
 
 @_typing.final
 class SubscriptionStats(_message.Message):
