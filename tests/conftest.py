@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -129,27 +130,33 @@ class StandaloneProcess:
         self.start()
 
 
-@pytest.fixture
-def standalone(tmp_path: Path, herald_env: dict[str, str]) -> Iterator[StandaloneProcess]:
-    """A running `herald standalone` with its own data dir; stopped after the test."""
-    server = StandaloneProcess(tmp_path / "data", herald_env)
+@contextlib.contextmanager
+def running_standalone(data_dir: Path, **broker_settings: object) -> Iterator[StandaloneProcess]:
+    """`herald standalone` on `data_dir`, its broker settings given as HERALD_BROKER_<NAME>
+    variables (a module's fixture shortens check intervals this way); stopped on exit."""
+    env = service_env()
+    env.update({f"HERALD_BROKER_{name.upper()}": str(value) for name, value in broker_settings.items()})
+    server = StandaloneProcess(data_dir, env)
     server.start()
     try:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def standalone(tmp_path: Path) -> Iterator[StandaloneProcess]:
+    """A running `herald standalone` with its own data dir; stopped after the test."""
+    with running_standalone(tmp_path / "data") as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
 def shared_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneProcess]:
     """One `herald standalone` for a whole test module (tests use their own topic names): starting a
     process per test costs seconds. Tests that restart or kill it use `standalone` instead."""
-    server = StandaloneProcess(tmp_path_factory.mktemp("shared") / "data", service_env())
-    server.start()
-    try:
+    with running_standalone(tmp_path_factory.mktemp("shared") / "data") as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

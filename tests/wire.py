@@ -98,6 +98,20 @@ class _Stream:
     async def reply(self, timeout: float = _REPLY_TIMEOUT) -> Any:  # noqa: ASYNC109 - one deadline
         return await asyncio.wait_for(self.replies.get(), timeout)
 
+    async def next_reply(self, timeout: float) -> Any:  # noqa: ASYNC109 - one deadline
+        """The next reply; None on timeout, or when the stream ended with none left."""
+        get = asyncio.ensure_future(self.replies.get())
+        ended = asyncio.ensure_future(self.ended.wait())
+        done, _ = await asyncio.wait({get, ended}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        ended.cancel()
+        if get not in done:
+            get.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await get
+            if not get.done() or get.cancelled():
+                return None
+        return get.result()
+
     async def close(self) -> None:
         await self._requests.put(None)
         self.call.cancel()
@@ -141,19 +155,10 @@ class WireConsumer:
 
     async def _pump(self, timeout: float) -> bool:  # noqa: ASYNC109 - one deadline
         """Move one reply into entries / events; False on timeout or when the stream ended."""
-        get = asyncio.ensure_future(self.stream.replies.get())
-        ended = asyncio.ensure_future(self.stream.ended.wait())
-        done, _ = await asyncio.wait({get, ended}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        ended.cancel()
-        if get not in done:
-            get.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await get
-            if get.done() and not get.cancelled():
-                self._file(get.result())
-                return True
+        reply = await self.stream.next_reply(timeout)
+        if reply is None:
             return False
-        self._file(get.result())
+        self._file(reply)
         return True
 
     def _file(self, reply: broker_pb2.ConsumeResponse) -> None:
@@ -337,17 +342,9 @@ class WireLetters:
 
     async def _pump(self, timeout: float) -> bool:  # noqa: ASYNC109 - one deadline
         """Move one reply into letters / errors; False on timeout or when the stream ended."""
-        get = asyncio.ensure_future(self.stream.replies.get())
-        ended = asyncio.ensure_future(self.stream.ended.wait())
-        done, _ = await asyncio.wait({get, ended}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        ended.cancel()
-        if get not in done:
-            get.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await get
-            if not (get.done() and not get.cancelled()):
-                return False
-        reply: deadletter_pb2.DeadLetterResponse = get.result()
+        reply: deadletter_pb2.DeadLetterResponse | None = await self.stream.next_reply(timeout)
+        if reply is None:
+            return False
         if reply.HasField("letters"):
             self.letters.extend(reply.letters.letters)
         else:

@@ -16,7 +16,7 @@ from herald.api.v1 import admin_pb2, broker_pb2, common_pb2
 from herald.client import AsyncClient
 from herald.metadata.embedded import EmbeddedMetadataStore
 
-from tests.conftest import StandaloneProcess, service_env
+from tests.conftest import StandaloneProcess, running_standalone
 from tests.wire import WireClient, WireError, make_entry, values_of
 
 MAX_PENDING = 4
@@ -36,14 +36,9 @@ async def wire(shared_standalone: StandaloneProcess) -> AsyncIterator[WireClient
 @pytest.fixture(scope="module")
 def limited_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneProcess]:
     """A standalone whose non-persistent topics hold at most MAX_PENDING entries in flight."""
-    env = service_env()
-    env["HERALD_BROKER_NON_PERSISTENT_MAX_PENDING"] = str(MAX_PENDING)
-    server = StandaloneProcess(tmp_path_factory.mktemp("limited") / "data", env)
-    server.start()
-    try:
+    with running_standalone(tmp_path_factory.mktemp("limited") / "data",
+                            non_persistent_max_pending=MAX_PENDING) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def receipt_id(reply: broker_pb2.ProduceResponse) -> tuple[int, int]:

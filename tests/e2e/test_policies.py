@@ -28,7 +28,7 @@ from herald.local_cluster import LocalCluster
 from herald.metadata.redis import RedisMetadataStore
 from herald.storage.ledger_metadata import read_ledger_metadata
 
-from tests.conftest import StandaloneProcess, service_env
+from tests.conftest import StandaloneProcess, running_standalone, service_env
 from tests.wire import WireClient, WireConsumer, WireError, WireProducer, make_entry
 
 T = TypeVar("T")
@@ -46,18 +46,12 @@ def unique(prefix: str) -> str:
 def policy_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneProcess]:
     """A standalone that checks backlog quotas, retention and message TTLs often and rolls ledgers
     over every few entries, so that quotas act and ledgers are trimmed within a test's patience."""
-    env = service_env()
-    env["HERALD_BROKER_BACKLOG_QUOTA_CHECK_INTERVAL"] = str(CHECK_INTERVAL)
-    env["HERALD_BROKER_RETENTION_CHECK_INTERVAL"] = str(CHECK_INTERVAL)
-    env["HERALD_BROKER_MESSAGE_EXPIRY_CHECK_INTERVAL"] = str(CHECK_INTERVAL)
-    env["HERALD_BROKER_MAX_ENTRIES_PER_LEDGER"] = str(ENTRIES_PER_LEDGER)
-    env["HERALD_BROKER_MIN_LEDGER_ROLLOVER_SECONDS"] = "0"
-    server = StandaloneProcess(tmp_path_factory.mktemp("policies") / "data", env)
-    server.start()
-    try:
+    with running_standalone(
+        tmp_path_factory.mktemp("policies") / "data", backlog_quota_check_interval=CHECK_INTERVAL,
+        retention_check_interval=CHECK_INTERVAL, message_expiry_check_interval=CHECK_INTERVAL,
+        max_entries_per_ledger=ENTRIES_PER_LEDGER, min_ledger_rollover_seconds=0,
+    ) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from herald.common.entry import decode_entry, encode_entry
 from herald.common.errors import InvalidArgumentError, NotAllowedError, NotFoundError
 from herald.common.rpc import error_from_rpc
 
-from tests.conftest import StandaloneProcess, service_env
+from tests.conftest import StandaloneProcess, running_standalone
 from tests.wire import WireClient, WireConsumer, WireError, make_entry, values_of
 
 _names = itertools.count()
@@ -39,22 +39,12 @@ async def wire(shared_standalone: StandaloneProcess) -> AsyncIterator[WireClient
 def short_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneProcess]:
     """Messages expire after TTL_SECONDS, checked every 0.1 s; ledgers of 2 entries, kept by no
     retention once consumed, trimmed every 0.1 s."""
-    env = service_env()
-    env.update({
-        "HERALD_BROKER_MESSAGE_TTL_SECONDS": str(TTL_SECONDS),
-        "HERALD_BROKER_MESSAGE_EXPIRY_CHECK_INTERVAL": "0.1",
-        "HERALD_BROKER_MAX_ENTRIES_PER_LEDGER": "2",
-        "HERALD_BROKER_MIN_LEDGER_ROLLOVER_SECONDS": "0",
-        "HERALD_BROKER_RETENTION_TIME_SECONDS": "0",
-        "HERALD_BROKER_RETENTION_SIZE_BYTES": "0",
-        "HERALD_BROKER_RETENTION_CHECK_INTERVAL": "0.1",
-    })
-    server = StandaloneProcess(tmp_path_factory.mktemp("short") / "data", env)
-    server.start()
-    try:
+    with running_standalone(
+        tmp_path_factory.mktemp("short") / "data", message_ttl_seconds=TTL_SECONDS,
+        message_expiry_check_interval=0.1, max_entries_per_ledger=2, min_ledger_rollover_seconds=0,
+        retention_time_seconds=0, retention_size_bytes=0, retention_check_interval=0.1,
+    ) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 import pytest
 from herald.api.v1 import admin_pb2, broker_pb2, common_pb2
 
-from tests.conftest import StandaloneProcess, service_env
+from tests.conftest import StandaloneProcess, running_standalone
 from tests.wire import WireClient, WireConsumer, values_of
 
 _names = itertools.count()
@@ -29,14 +29,9 @@ def new_topic(prefix: str = "redeliver", namespace: str = "public/default") -> s
 @pytest.fixture(scope="module")
 def ttl_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneProcess]:
     """A standalone whose message expiry check runs every 0.1 s (no broker-wide TTL: policies set it)."""
-    env = service_env()
-    env["HERALD_BROKER_MESSAGE_EXPIRY_CHECK_INTERVAL"] = "0.1"
-    server = StandaloneProcess(tmp_path_factory.mktemp("redelivery") / "data", env)
-    server.start()
-    try:
+    with running_standalone(tmp_path_factory.mktemp("redelivery") / "data",
+                            message_expiry_check_interval=0.1) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
