@@ -290,14 +290,14 @@ class WireClient:
         return broker_pb2_grpc.BrokerServiceStub(self.channel(address))
 
     async def register(
-        self, topic: str, name: str = "", address: str | None = None,
+        self, topic: str, name: str = "", address: str | None = None, properties: dict[str, str] | None = None,
     ) -> tuple[WireProducer, broker_pb2.ProducerRegistered]:
         """A producer and the broker's whole ProducerRegistered reply (max_message_size and all);
         WireError when refused."""
         stub = await self._stub(topic, address)
         requests: asyncio.Queue[Any] = asyncio.Queue()
         await requests.put(broker_pb2.ProduceRequest(register=broker_pb2.RegisterProducer(
-            topic=topic, producer_name=name)))
+            topic=topic, producer_name=name, properties=properties)))
         stream = _Stream(stub.Produce(_Stream.feed(requests)), requests)
         self._streams.append(stream)
         reply = await stream.reply()
@@ -307,8 +307,10 @@ class WireClient:
         registered: broker_pb2.ProducerRegistered = reply.registered
         return WireProducer(stream, registered.producer_name, registered.last_sequence_id), registered
 
-    async def producer(self, topic: str, name: str = "", address: str | None = None) -> WireProducer:
-        return (await self.register(topic, name, address))[0]
+    async def producer(
+        self, topic: str, name: str = "", address: str | None = None, properties: dict[str, str] | None = None,
+    ) -> WireProducer:
+        return (await self.register(topic, name, address, properties))[0]
 
     async def consumer(
         self, topic: str, subscription: str, address: str | None = None, **options: Any,

@@ -229,7 +229,7 @@ async def test_stats_move_as_messages_are_produced_consumed_and_acknowledged(
     admin: AdminClient, wire: WireClient,
 ) -> None:
     topic = f"persistent://public/default/{unique('stats')}"
-    producer = await wire.producer(topic)
+    producer = await wire.producer(topic, properties={"app": "billing"})
     await admin.create_subscription(topic, "sub", InitialPosition.Earliest)
     before = await admin.topic_stats(topic)
     assert (before.msg_in_counter, before.entries, before.subscriptions[0].backlog_entries) == (0, 0, 0)
@@ -237,7 +237,8 @@ async def test_stats_move_as_messages_are_produced_consumed_and_acknowledged(
     sent = await send_entries(producer, 3, values_per_entry=2)
     sizes = [size for _, _, size in sent]
     assert len(set(sizes)) == 1, "entries of equal size make the backlog's bytes exact"
-    consumer = await wire.consumer(topic, "sub", type=broker_pb2.SHARED, consumer_name="c1")
+    consumer = await wire.consumer(topic, "sub", type=broker_pb2.SHARED, consumer_name="c1",
+                                   properties={"team": "ops"})
     await consumer.flow(4)  # permits count messages: two entries of two
     first, second = await consumer.receive(2)
     await consumer.ack(first)
@@ -259,6 +260,7 @@ async def test_stats_move_as_messages_are_produced_consumed_and_acknowledged(
     assert (producer_stats.producer_name, producer_stats.msg_in_counter, producer_stats.bytes_in_counter) == (
         producer.name, 6, sum(sizes))
     assert producer_stats.msg_rate_in > 0 and producer_stats.msg_throughput_in > 0
+    assert dict(producer_stats.properties) == {"app": "billing"}
 
     [sub] = stats.subscriptions
     assert (sub.name, sub.type, sub.consumers, sub.durable) == ("sub", "Shared", 1, True)
@@ -267,7 +269,7 @@ async def test_stats_move_as_messages_are_produced_consumed_and_acknowledged(
     assert (sub.dead_letters, sub.delayed_messages, sub.msg_expired_counter) == (0, 0, 0)
     assert sub.msg_rate_out > 0 and sub.msg_throughput_out > 0
     [consumer_stats] = sub.consumer_stats
-    assert consumer_stats.consumer_name == "c1"
+    assert consumer_stats.consumer_name == "c1" and dict(consumer_stats.properties) == {"team": "ops"}
     assert (consumer_stats.msg_out_counter, consumer_stats.bytes_out_counter) == (4, 2 * sizes[0])
     assert (consumer_stats.unacked_messages, consumer_stats.available_permits) == (2, 0)
     assert consumer_stats.priority_level == 0 and consumer_stats.msg_rate_out > 0

@@ -62,7 +62,7 @@ def topic_stats_to_proto(stats: TopicStats) -> admin_pb2.TopicStats:
         entries=stats.entries, storage_size=stats.storage_size,
         producers=[admin_pb2.ProducerStats(
             producer_name=p.producer_name, msg_in_counter=p.msg_in_counter, bytes_in_counter=p.bytes_in_counter,
-            msg_rate_in=p.msg_rate_in, msg_throughput_in=p.msg_throughput_in,
+            msg_rate_in=p.msg_rate_in, msg_throughput_in=p.msg_throughput_in, properties=p.properties,
         ) for p in stats.producers],
         subscriptions=[_subscription_to_proto(s) for s in stats.subscriptions],
         msg_rate_in=stats.msg_rate_in, msg_throughput_in=stats.msg_throughput_in,
@@ -89,6 +89,7 @@ def _subscription_to_proto(stats: SubscriptionStats) -> admin_pb2.SubscriptionSt
             unacked_messages=c.unacked_messages, available_permits=c.available_permits,
             priority_level=c.priority_level, is_active=c.is_active,
             key_hash_ranges=[admin_pb2.KeyHashRange(start=start, end=end) for start, end in c.key_hash_ranges],
+            properties=c.properties,
         ) for c in stats.consumer_stats],
     )
 
@@ -98,7 +99,7 @@ def topic_stats_from_proto(stats: admin_pb2.TopicStats) -> TopicStats:
         topic=stats.topic, msg_in_counter=stats.msg_in_counter, bytes_in_counter=stats.bytes_in_counter,
         entries=stats.entries, storage_size=stats.storage_size,
         producers=[ProducerStats(p.producer_name, p.msg_in_counter, p.bytes_in_counter, p.msg_rate_in,
-                                 p.msg_throughput_in) for p in stats.producers],
+                                 p.msg_throughput_in, dict(p.properties)) for p in stats.producers],
         subscriptions=[_subscription_from_proto(s) for s in stats.subscriptions],
         msg_rate_in=stats.msg_rate_in, msg_throughput_in=stats.msg_throughput_in,
         msg_rate_out=stats.msg_rate_out, msg_throughput_out=stats.msg_throughput_out,
@@ -121,7 +122,7 @@ def _subscription_from_proto(stats: admin_pb2.SubscriptionStats) -> Subscription
         consumer_stats=[ConsumerStats(
             c.consumer_name, c.msg_out_counter, c.bytes_out_counter, c.msg_rate_out, c.msg_throughput_out,
             c.unacked_messages, c.available_permits, c.priority_level, c.is_active,
-            [(r.start, r.end) for r in c.key_hash_ranges],
+            [(r.start, r.end) for r in c.key_hash_ranges], dict(c.properties),
         ) for c in stats.consumer_stats],
     )
 

@@ -58,6 +58,7 @@ class Consumer:
         self.consumer_id = consumer_id
         self.name = name
         self.priority_level = priority_level
+        self.properties: dict[str, str] = {}  # the application's, for stats
         self.permits = 0  # messages the client can still take (an entry counts its num_messages)
         self.closed = False
         self.close_reason = ""

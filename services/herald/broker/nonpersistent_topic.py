@@ -427,6 +427,7 @@ class NonPersistentTopic:
                     is_active=c.is_active,
                     key_hash_ranges=(sub.hash_ranges.owned_by(c) if sub.type is SubscriptionType.KEY_SHARED
                                      else []),
+                    properties=c.properties,
                 )
                 for c in sub.consumers
             ]
@@ -442,7 +443,8 @@ class NonPersistentTopic:
             topic=self.name,
             msg_in_counter=self.msg_in_counter,
             bytes_in_counter=self.bytes_in_counter,
-            producers=[ProducerStats(p.name, p.msg_in_counter, p.bytes_in_counter, *rates[p]) for p in producers],
+            producers=[ProducerStats(p.name, p.msg_in_counter, p.bytes_in_counter, rates[p][0], rates[p][1],
+                                     p.properties) for p in producers],
             subscriptions=sub_stats,
             msg_rate_in=msg_rate_in,
             msg_throughput_in=throughput_in,

@@ -26,6 +26,7 @@ class Producer:
         self.msg_in_counter = 0
         self.bytes_in_counter = 0
         self.entries_in_counter = 0
+        self.properties: dict[str, str] = {}  # the application's, for stats
         self._closed_event = asyncio.Event()
 
     def check(self, entry: bytes, *, encryption_required: bool, max_message_size: int) -> None:

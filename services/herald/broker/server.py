@@ -71,7 +71,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
             return
         try:
             producer, last_sequence_id = await self.service.create_producer(
-                first.register.topic, first.register.producer_name or None
+                first.register.topic, first.register.producer_name or None, dict(first.register.properties),
             )
         except Exception as exc:
             await replies.write(_produce_error(_as_herald_error(exc, "registering a producer")))
@@ -159,7 +159,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                 sub.consumer_name or None, sub.priority_level,
                 non_durable=sub.non_durable,
                 start_position=_position(sub.start_position) if sub.HasField("start_position") else None,
-                start_inclusive=sub.start_inclusive,
+                start_inclusive=sub.start_inclusive, properties=dict(sub.properties),
             )
         except KeyError:
             await replies.write(_consume_error(errors.InvalidArgumentError("unknown subscription type")))

@@ -473,11 +473,15 @@ class BrokerService:
 
     # ---- producers and consumers ----
 
-    async def create_producer(self, topic: str, producer_name: str | None = None) -> tuple[Producer, int]:
+    async def create_producer(
+        self, topic: str, producer_name: str | None = None, properties: dict[str, str] | None = None,
+    ) -> tuple[Producer, int]:
         """A producer on the topic, and the last sequence id persisted under its name (-1 if none).
-        Publish with `producer.topic.publish(producer, ...)`; close with close_producer()."""
+        Publish with `producer.topic.publish(producer, ...)`; close with close_producer().
+        `properties` are the application's, shown in the topic's stats."""
         loaded = await self.get_topic(topic)
         producer, last_sequence_id = await loaded.add_producer(producer_name)
+        producer.properties = dict(properties or {})
         if isinstance(loaded, NonPersistentTopic):  # a persistent topic checks its own limits
             # Checked once added (no await in between): registrations racing through the name
             # allocation in add_producer must not all pass a check made before it.
@@ -503,18 +507,23 @@ class BrokerService:
         non_durable: bool = False,
         start_position: Position | None = None,
         start_inclusive: bool = False,
+        properties: dict[str, str] | None = None,
     ) -> Consumer:
         """Attach a consumer (see PersistentTopic.subscribe; non_durable makes a reader's
-        subscription starting at start_position)."""
+        subscription starting at start_position; `properties` are the application's, shown in
+        the topic's stats)."""
         loaded = await self.get_topic(topic)
         if isinstance(loaded, NonPersistentTopic):  # no cursor: where to start is moot
             existing = loaded.subscriptions.get(subscription)
             check_consumer_limits(loaded.name, self._topic_policies(loaded), loaded.consumer_count,
                                   len(existing.consumers) if existing is not None else 0)
-            return await loaded.subscribe(subscription, sub_type, consumer_name, priority_level)
-        return await loaded.subscribe(subscription, sub_type, initial_position, consumer_name, priority_level,
-                                      non_durable=non_durable, start_position=start_position,
-                                      start_inclusive=start_inclusive)
+            consumer = await loaded.subscribe(subscription, sub_type, consumer_name, priority_level)
+        else:
+            consumer = await loaded.subscribe(subscription, sub_type, initial_position, consumer_name,
+                                              priority_level, non_durable=non_durable,
+                                              start_position=start_position, start_inclusive=start_inclusive)
+        consumer.properties = dict(properties or {})
+        return consumer
 
     # ---- cursors and reading (see PersistentTopic for each) ----
 

@@ -24,6 +24,7 @@ class ProducerStats:
     bytes_in_counter: int = 0
     msg_rate_in: float = 0.0
     msg_throughput_in: float = 0.0  # bytes/s
+    properties: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -39,6 +40,7 @@ class ConsumerStats:
     is_active: bool = False  # Failover: the active consumer
     # Key_Shared: the (start, end) slices of the key hash range 0..65535 it owns, inclusive.
     key_hash_ranges: list[tuple[int, int]] = field(default_factory=list)
+    properties: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -198,7 +200,8 @@ class TopicStatsCollector:
             entries=entries,
             storage_size=ledger.storage_size,
             producers=[
-                ProducerStats(p.name, p.msg_in_counter, p.bytes_in_counter, *rates[p]) for p in producers
+                ProducerStats(p.name, p.msg_in_counter, p.bytes_in_counter, rates[p][0], rates[p][1], p.properties)
+                for p in producers
             ],
             subscriptions=sub_stats,
             msg_rate_in=msg_rate_in,
@@ -221,6 +224,7 @@ class TopicStatsCollector:
                 msg_rate_out=rates[c][0], msg_throughput_out=rates[c][1], unacked_messages=c.unacked_messages,
                 available_permits=c.permits, priority_level=c.priority_level, is_active=c.is_active,
                 key_hash_ranges=sub.dispatcher.hash_ranges_of(c) if sub.dispatcher is not None else [],
+                properties=c.properties,
             )
             for c in sub.consumers
         ]

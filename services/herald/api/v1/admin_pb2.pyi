@@ -730,17 +730,42 @@ Global___TerminateTopicResponse: _TypeAlias = TerminateTopicResponse  # noqa: Y0
 class ProducerStats(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class PropertiesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     PRODUCER_NAME_FIELD_NUMBER: _builtins.int
     MSG_IN_COUNTER_FIELD_NUMBER: _builtins.int
     BYTES_IN_COUNTER_FIELD_NUMBER: _builtins.int
     MSG_RATE_IN_FIELD_NUMBER: _builtins.int
     MSG_THROUGHPUT_IN_FIELD_NUMBER: _builtins.int
+    PROPERTIES_FIELD_NUMBER: _builtins.int
     producer_name: _builtins.str
     msg_in_counter: _builtins.int
     bytes_in_counter: _builtins.int
     msg_rate_in: _builtins.float
     msg_throughput_in: _builtins.float
     """bytes/s"""
+    @_builtins.property
+    def properties(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """given by the producer when it registered"""
+
     def __init__(
         self,
         *,
@@ -749,10 +774,11 @@ class ProducerStats(_message.Message):
         bytes_in_counter: _builtins.int = ...,
         msg_rate_in: _builtins.float = ...,
         msg_throughput_in: _builtins.float = ...,
+        properties: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_in_counter", b"bytes_in_counter", "msg_in_counter", b"msg_in_counter", "msg_rate_in", b"msg_rate_in", "msg_throughput_in", b"msg_throughput_in", "producer_name", b"producer_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_in_counter", b"bytes_in_counter", "msg_in_counter", b"msg_in_counter", "msg_rate_in", b"msg_rate_in", "msg_throughput_in", b"msg_throughput_in", "producer_name", b"producer_name", "properties", b"properties"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -761,6 +787,26 @@ Global___ProducerStats: _TypeAlias = ProducerStats  # noqa: Y015
 @_typing.final
 class ConsumerStats(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class PropertiesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
 
     CONSUMER_NAME_FIELD_NUMBER: _builtins.int
     MSG_OUT_COUNTER_FIELD_NUMBER: _builtins.int
@@ -772,6 +818,7 @@ class ConsumerStats(_message.Message):
     PRIORITY_LEVEL_FIELD_NUMBER: _builtins.int
     IS_ACTIVE_FIELD_NUMBER: _builtins.int
     KEY_HASH_RANGES_FIELD_NUMBER: _builtins.int
+    PROPERTIES_FIELD_NUMBER: _builtins.int
     consumer_name: _builtins.str
     msg_out_counter: _builtins.int
     bytes_out_counter: _builtins.int
@@ -786,6 +833,10 @@ class ConsumerStats(_message.Message):
     def key_hash_ranges(self) -> _containers.RepeatedCompositeFieldContainer[Global___KeyHashRange]:
         """Key_Shared: the slices of the key hash range it owns"""
 
+    @_builtins.property
+    def properties(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """given by the consumer when it subscribed"""
+
     def __init__(
         self,
         *,
@@ -799,10 +850,11 @@ class ConsumerStats(_message.Message):
         priority_level: _builtins.int = ...,
         is_active: _builtins.bool = ...,
         key_hash_ranges: _abc.Iterable[Global___KeyHashRange] | None = ...,
+        properties: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["available_permits", b"available_permits", "bytes_out_counter", b"bytes_out_counter", "consumer_name", b"consumer_name", "is_active", b"is_active", "key_hash_ranges", b"key_hash_ranges", "msg_out_counter", b"msg_out_counter", "msg_rate_out", b"msg_rate_out", "msg_throughput_out", b"msg_throughput_out", "priority_level", b"priority_level", "unacked_messages", b"unacked_messages"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["available_permits", b"available_permits", "bytes_out_counter", b"bytes_out_counter", "consumer_name", b"consumer_name", "is_active", b"is_active", "key_hash_ranges", b"key_hash_ranges", "msg_out_counter", b"msg_out_counter", "msg_rate_out", b"msg_rate_out", "msg_throughput_out", b"msg_throughput_out", "priority_level", b"priority_level", "properties", b"properties", "unacked_messages", b"unacked_messages"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -235,6 +235,10 @@ class EntryMetadata(_message.Message):
     DELIVER_AT_TIME_FIELD_NUMBER: _builtins.int
     PARTITION_KEY_FIELD_NUMBER: _builtins.int
     ORDERING_KEY_FIELD_NUMBER: _builtins.int
+    UUID_FIELD_NUMBER: _builtins.int
+    CHUNK_ID_FIELD_NUMBER: _builtins.int
+    NUM_CHUNKS_FIELD_NUMBER: _builtins.int
+    TOTAL_CHUNK_SIZE_FIELD_NUMBER: _builtins.int
     producer_name: _builtins.str
     sequence_id: _builtins.int
     highest_sequence_id: _builtins.int
@@ -252,6 +256,14 @@ class EntryMetadata(_message.Message):
     partition_key; a producer batching for Key_Shared puts one key per entry). Empty: no key.
     """
     ordering_key: _builtins.bytes
+    uuid: _builtins.str
+    """Chunking: a message larger than the max message size travels as num_chunks entries (each
+    unbatched, chunk_id 0..num_chunks-1, sharing uuid), reassembled by the consumer.
+    total_chunk_size is the whole payload's size. num_chunks 0: not a chunk.
+    """
+    chunk_id: _builtins.int
+    num_chunks: _builtins.int
+    total_chunk_size: _builtins.int
     @_builtins.property
     def encryption_keys(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
@@ -269,10 +281,14 @@ class EntryMetadata(_message.Message):
         deliver_at_time: _builtins.int = ...,
         partition_key: _builtins.str = ...,
         ordering_key: _builtins.bytes = ...,
+        uuid: _builtins.str = ...,
+        chunk_id: _builtins.int = ...,
+        num_chunks: _builtins.int = ...,
+        total_chunk_size: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batched", b"batched", "compression", b"compression", "deliver_at_time", b"deliver_at_time", "encryption_keys", b"encryption_keys", "highest_sequence_id", b"highest_sequence_id", "num_messages", b"num_messages", "ordering_key", b"ordering_key", "partition_key", b"partition_key", "producer_name", b"producer_name", "publish_time", b"publish_time", "sequence_id", b"sequence_id", "uncompressed_size", b"uncompressed_size"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batched", b"batched", "chunk_id", b"chunk_id", "compression", b"compression", "deliver_at_time", b"deliver_at_time", "encryption_keys", b"encryption_keys", "highest_sequence_id", b"highest_sequence_id", "num_chunks", b"num_chunks", "num_messages", b"num_messages", "ordering_key", b"ordering_key", "partition_key", b"partition_key", "producer_name", b"producer_name", "publish_time", b"publish_time", "sequence_id", b"sequence_id", "total_chunk_size", b"total_chunk_size", "uncompressed_size", b"uncompressed_size", "uuid", b"uuid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
