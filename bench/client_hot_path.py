@@ -1,4 +1,4 @@
-"""The client's per-message costs, without a server: what AsyncProducer.send_async does to pack a
+"""The client's per-message costs, without a server: what TopicProducer.send_async does to pack a
 message into the open batch (closing and encoding batches included), what a receipt costs to hand
 out the ids, and what the consumer does to turn a delivered entry into Messages and hand them to
 receive(). Prints microseconds per message; the target is about 1-2 us each.
@@ -17,9 +17,9 @@ from herald.api.v1 import broker_pb2
 from herald.client.accumulator import BatchAccumulator, PendingOp
 from herald.client.config import ClientConfig, ConsumerConfig, ProducerConfig
 from herald.client.connection import ConnectionPool
-from herald.client.consumer import AsyncConsumer
+from herald.client.topic_consumer import TopicConsumer
 from herald.client.lookup import LookupService
-from herald.client.producer import AsyncProducer
+from herald.client.topic_producer import TopicProducer
 from herald.common.entry import EntryMetadata, decode_entry, encode_entry, iter_records, pack_record
 
 TOPIC = "persistent://public/default/bench"
@@ -31,11 +31,11 @@ def offline_parts() -> tuple[ClientConfig, ConnectionPool, LookupService]:
     return config, pool, LookupService(pool, config)
 
 
-def offline_producer(batch: int) -> AsyncProducer:
+def offline_producer(batch: int) -> TopicProducer:
     """A producer that never connects: batches pile up as pending ops, as they would while the
     writer is busy."""
     config, pool, lookup = offline_parts()
-    producer = AsyncProducer(
+    producer = TopicProducer(
         TOPIC, ProducerConfig(max_pending_messages=10**9, batching_max_messages=batch, send_timeout=0),
         config, pool, lookup, lambda _p: None,
     )
@@ -43,9 +43,9 @@ def offline_producer(batch: int) -> AsyncProducer:
     return producer
 
 
-def offline_consumer(queue_size: int) -> AsyncConsumer:
+def offline_consumer(queue_size: int) -> TopicConsumer:
     config, pool, lookup = offline_parts()
-    return AsyncConsumer(TOPIC, ConsumerConfig("bench", receiver_queue_size=queue_size), config, pool, lookup,
+    return TopicConsumer(TOPIC, ConsumerConfig("bench", receiver_queue_size=queue_size), config, pool, lookup,
                          lambda _c: None)
 
 
@@ -151,7 +151,7 @@ async def bench_raw_iter_records(messages: int, payload: bytes, batch: int) -> f
 
 CASES: list[tuple[str, Callable[[int, bytes, int], Awaitable[float]]]] = [
     ("producer: accumulator.append (+ future, batch encode)", bench_accumulator),
-    ("producer: AsyncProducer.send_async (whole hot path)", bench_send_async),
+    ("producer: TopicProducer.send_async (whole hot path)", bench_send_async),
     ("producer: receipt -> ids to every future", bench_receipts),
     ("consumer: decode_entry + iter_records only (floor)", bench_raw_iter_records),
     ("consumer: entry -> Message objects (_unpack)", bench_unpack),

@@ -122,13 +122,13 @@ async def test_consumer_skips_messages_it_acked_when_their_batch_comes_again() -
     from herald.api.v1 import broker_pb2
     from herald.client.config import ClientConfig, ConsumerConfig
     from herald.client.connection import ConnectionPool
-    from herald.client.consumer import AsyncConsumer
+    from herald.client.topic_consumer import TopicConsumer
     from herald.client.lookup import LookupService
     from herald.common.entry import EntryMetadata, encode_entry, pack_record
 
     config = ClientConfig("herald://127.0.0.1:1")
     pool = ConnectionPool(config)
-    consumer = AsyncConsumer("persistent://public/default/t", ConsumerConfig("s", ack_group_time=0), config, pool,
+    consumer = TopicConsumer("persistent://public/default/t", ConsumerConfig("s", ack_group_time=0), config, pool,
                              LookupService(pool, config), lambda _c: None)
     payload = bytearray()
     for value in (b"a", b"b", b"c"):

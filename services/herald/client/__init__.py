@@ -17,15 +17,24 @@ types in herald.common; it knows nothing of the services' code.
 
 from herald.client.client import AsyncClient
 from herald.client.config import (
+    BatchingType,
+    BatchReceivePolicy,
     ClientConfig,
+    CompressionType,
     ConsumerConfig,
     ConsumerType,
+    DeadLetterPolicy,
+    HashingScheme,
     InitialPosition,
+    PartitionsRoutingMode,
     ProducerConfig,
 )
 from herald.client.consumer import AsyncConsumer
-from herald.client.message import Message
+from herald.client.interceptors import ConsumerInterceptor, ProducerInterceptor
+from herald.client.listeners import ConsumerEventListener
+from herald.client.message import Message, OutgoingMessage
 from herald.client.producer import AsyncProducer
+from herald.client.schema import BytesSchema, JsonSchema, Schema, StringSchema
 from herald.client.sync import Client, Consumer, Producer
 from herald.common.errors import (
     AlreadyClosedError,
@@ -42,6 +51,7 @@ from herald.common.errors import (
     ProducerBusyError,
     ProducerClosedError,
     ProducerQueueIsFullError,
+    SchemaError,
     SendTimeoutError,
     TopicNotFoundError,
     TopicTerminatedError,
@@ -53,30 +63,45 @@ __all__ = [
     "AsyncClient",
     "AsyncConsumer",
     "AsyncProducer",
+    "BatchReceivePolicy",
+    "BatchingType",
+    "BytesSchema",
     "ChecksumError",
     "Client",
     "ClientConfig",
+    "CompressionType",
     "ConnectionError_",
     "Consumer",
     "ConsumerBusyError",
     "ConsumerClosedError",
     "ConsumerConfig",
+    "ConsumerEventListener",
+    "ConsumerInterceptor",
     "ConsumerType",
+    "DeadLetterPolicy",
+    "HashingScheme",
     "HeraldError",
     "HeraldTimeoutError",
     "InitialPosition",
     "InvalidArgumentError",
     "InvalidTopicNameError",
+    "JsonSchema",
     "Message",
     "MessageId",
     "MessageTooLargeError",
     "NotAllowedError",
+    "OutgoingMessage",
+    "PartitionsRoutingMode",
     "Producer",
     "ProducerBusyError",
     "ProducerClosedError",
     "ProducerConfig",
+    "ProducerInterceptor",
     "ProducerQueueIsFullError",
+    "Schema",
+    "SchemaError",
     "SendTimeoutError",
+    "StringSchema",
     "TopicNotFoundError",
     "TopicTerminatedError",
 ]

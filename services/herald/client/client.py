@@ -15,9 +15,9 @@ from herald.client.config import (
     ProducerConfig,
 )
 from herald.client.connection import ConnectionPool
-from herald.client.consumer import AsyncConsumer
 from herald.client.lookup import LookupService
-from herald.client.producer import AsyncProducer
+from herald.client.topic_consumer import TopicConsumer
+from herald.client.topic_producer import TopicProducer
 from herald.common.errors import AlreadyClosedError, InvalidArgumentError, NotAllowedError
 from herald.common.names import TopicName, validate_subscription_name
 
@@ -38,21 +38,21 @@ class AsyncClient:
         self._config = _build(ClientConfig, "client", service_url=service_url, **options)
         self._pool = ConnectionPool(self._config)
         self._lookup = LookupService(self._pool, self._config)
-        self._producers: set[AsyncProducer] = set()
-        self._consumers: set[AsyncConsumer] = set()
+        self._producers: set[TopicProducer] = set()
+        self._consumers: set[TopicConsumer] = set()
         self._state = _OPEN
 
     @property
     def config(self) -> ClientConfig:
         return self._config
 
-    async def create_producer(self, topic: str, **options: Any) -> AsyncProducer:
+    async def create_producer(self, topic: str, **options: Any) -> TopicProducer:
         """A producer on `topic`, registered with its broker. Options: see ProducerConfig."""
         self._check_open()
         name = str(TopicName.parse(topic))
         config = _build(ProducerConfig, "producer", **options)
         await self._refuse_partitioned(name)
-        producer = AsyncProducer(name, config, self._config, self._pool, self._lookup, self._producers.discard)
+        producer = TopicProducer(name, config, self._config, self._pool, self._lookup, self._producers.discard)
         self._producers.add(producer)
         try:
             await producer._start()
@@ -64,7 +64,7 @@ class AsyncClient:
     async def subscribe(
         self, topic: str, subscription_name: str, consumer_type: ConsumerType = ConsumerType.Exclusive,
         initial_position: InitialPosition = InitialPosition.Latest, **options: Any,
-    ) -> AsyncConsumer:
+    ) -> TopicConsumer:
         """A consumer of `topic` through the subscription `subscription_name` (made if new).
         Options: see ConsumerConfig."""
         # Validation in Pulsar's order (SEEDS §3): client closed, then empty subscription name.
@@ -76,7 +76,7 @@ class AsyncClient:
         config = _build(ConsumerConfig, "consumer", subscription_name=subscription_name,
                         consumer_type=consumer_type, initial_position=initial_position, **options)
         await self._refuse_partitioned(name)
-        consumer = AsyncConsumer(name, config, self._config, self._pool, self._lookup, self._consumers.discard)
+        consumer = TopicConsumer(name, config, self._config, self._pool, self._lookup, self._consumers.discard)
         self._consumers.add(consumer)
         try:
             await consumer._start()

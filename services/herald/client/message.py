@@ -1,13 +1,19 @@
-"""Received messages. The consumer makes one Message per record of every entry, so a Message holds
-only what differs per record; what its whole entry shares (topic, position, producer, publish time,
-redelivery count) lives once in an EntryInfo that all the entry's messages point to."""
+"""Messages. A received Message holds only what differs per record; what its whole entry shares
+(topic, position, producer, publish time, redelivery count, schema) lives once in an EntryInfo
+that all the entry's messages point to, since the consumer makes one Message per record.
+OutgoingMessage is a message on its way out, as interceptors and custom routers see it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
 from herald.common.message_id import MessageId
 
-__all__ = ["EntryInfo", "Message", "MessageId"]
+__all__ = ["EntryInfo", "Message", "MessageId", "OutgoingMessage"]
 
+T = TypeVar("T")
 _new_id = MessageId._make
 
 
@@ -15,13 +21,14 @@ class EntryInfo:
     """What every message of one delivered entry shares."""
 
     __slots__ = (
-        "entry_id", "ledger_id", "num_messages", "partition", "producer_name", "publish_time",
+        "decode", "entry_id", "ledger_id", "num_messages", "partition", "producer_name", "publish_time",
         "redelivery_count", "topic",
     )
 
     def __init__(
         self, topic: str, ledger_id: int, entry_id: int, partition: int, producer_name: str,
         publish_time: int, redelivery_count: int, num_messages: int,
+        decode: Callable[[bytes], Any] | None = None,
     ) -> None:
         self.topic = topic
         self.ledger_id = ledger_id
@@ -31,18 +38,20 @@ class EntryInfo:
         self.publish_time = publish_time
         self.redelivery_count = redelivery_count
         self.num_messages = num_messages
+        self.decode = decode  # the consumer's schema; None: values are the bytes themselves
 
 
-class Message:
-    """One received message: its value (bytes), key, properties and the ids that place it."""
+class Message(Generic[T]):
+    """One received message: its value (decoded by the consumer's schema; bytes by default), key,
+    properties and the ids that place it."""
 
-    __slots__ = ("_entry", "_event_time", "_properties", "batch_index", "key", "sequence_id", "value")
+    __slots__ = ("_data", "_entry", "_event_time", "_properties", "batch_index", "key", "sequence_id")
 
     def __init__(
-        self, value: bytes, key: str | None, properties: dict[str, str] | None, event_time: int,
+        self, data: bytes, key: str | None, properties: dict[str, str] | None, event_time: int,
         sequence_id: int, batch_index: int, entry: EntryInfo,
     ) -> None:
-        self.value = value  # the payload, as the producer sent it
+        self._data = data
         self.key = key
         self._properties = properties
         self._event_time = event_time
@@ -50,9 +59,15 @@ class Message:
         self.batch_index = batch_index  # -1 when the entry is not a batch
         self._entry = entry
 
+    @property
+    def value(self) -> T:
+        """The value, decoded by the consumer's schema (SchemaError when it does not decode)."""
+        decode = self._entry.decode
+        return self._data if decode is None else decode(self._data)  # type: ignore[return-value]
+
     def data(self) -> bytes:
-        """The payload (the `value` attribute), as Pulsar's clients spell it."""
-        return self.value
+        """The payload's bytes, as the producer sent them (before any schema)."""
+        return self._data
 
     @property
     def properties(self) -> dict[str, str]:
@@ -88,5 +103,20 @@ class Message:
         return _new_id((entry.ledger_id, entry.entry_id, entry.partition, self.batch_index))
 
     def __repr__(self) -> str:
-        shown = self.value if len(self.value) <= 32 else self.value[:32] + b"..."
-        return f"Message(id={self.message_id}, key={self.key!r}, value={shown!r})"
+        data = self._data
+        shown = data if len(data) <= 32 else data[:32] + b"..."
+        return f"Message(id={self.message_id}, key={self.key!r}, data={shown!r})"
+
+
+@dataclass(slots=True)
+class OutgoingMessage:
+    """A message being sent: its value already encoded by the producer's schema. Interceptors may
+    return a changed copy from before_send; custom routers read it to choose a partition."""
+
+    value: bytes
+    key: str | None = None
+    ordering_key: bytes | None = None
+    properties: dict[str, str] | None = None
+    event_time: int | None = None
+    sequence_id: int | None = None
+    deliver_at: int | None = None  # unix milliseconds

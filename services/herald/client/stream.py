@@ -1,6 +1,6 @@
 """The stream life cycle producers and consumers share (Pulsar's ConnectionHandler): one bidi
 stream to the topic's owning broker, served by a writer task and a read loop, reconnected with
-backoff until closed. AsyncProducer and AsyncConsumer fill in the hooks: what the stream carries."""
+backoff until closed. TopicProducer and TopicConsumer fill in the hooks: what the stream carries."""
 
 from __future__ import annotations
 

@@ -171,6 +171,10 @@ class SendTimeoutError(HeraldTimeoutError):
     pass
 
 
+class SchemaError(InvalidArgumentError):
+    """A message's bytes do not decode with the consumer's schema (or a value does not encode)."""
+
+
 _BY_CODE: dict[int, type[HeraldError]] = {
     cls.code: cls
     for cls in (

@@ -4,20 +4,27 @@ and text so applications can store them."""
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 from herald.common.errors import InvalidArgumentError
 
 _PACKED = struct.Struct(">qqii")
 
 
-class MessageId(NamedTuple):
+class _MessageIdFields(NamedTuple):
     ledger_id: int
     entry_id: int
     partition: int = -1
     batch_index: int = -1
 
-    # Ordering is the tuple's: ledger, entry, partition, batch index.
+
+class MessageId(_MessageIdFields):
+    """Where a message is: ordered as the tuple (ledger, entry, partition, batch index).
+    MessageId.earliest and MessageId.latest stand for a topic's two ends."""
+
+    __slots__ = ()
+    earliest: ClassVar[MessageId]
+    latest: ClassVar[MessageId]
 
     def to_bytes(self) -> bytes:
         return _PACKED.pack(self.ledger_id, self.entry_id, self.partition, self.batch_index)
@@ -44,5 +51,5 @@ class MessageId(NamedTuple):
         return cls(*parts)
 
 
-EARLIEST = MessageId(-1, -1)
-LATEST = MessageId(2**63 - 1, 2**63 - 1)
+EARLIEST = MessageId.earliest = MessageId(-1, -1)
+LATEST = MessageId.latest = MessageId(2**63 - 1, 2**63 - 1)

@@ -1,0 +1,96 @@
+"""The blocking Client: the same options and calls as AsyncClient, for threads. Its asyncio core
+runs on a LoopThread started on first use and stopped when the client closes."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from herald.client.client import AsyncClient
+from herald.client.config import ClientConfig, ConsumerType, InitialPosition
+from herald.client.sync.consumer import Consumer
+from herald.client.sync.loop import LoopThread
+from herald.client.sync.producer import Producer
+from herald.common.errors import AlreadyClosedError, InvalidArgumentError
+
+
+class Client:
+    """A blocking client of one Herald cluster (`herald://host:port`); the same options as
+    AsyncClient. Its asyncio core runs on a background thread started on first use."""
+
+    def __init__(self, service_url: str, **options: Any) -> None:
+        try:
+            ClientConfig(service_url, **options)  # fail here, in the caller's thread, on a bad option
+        except TypeError as exc:
+            raise InvalidArgumentError(f"invalid client option: {exc}") from None
+        self._service_url = service_url
+        self._options = options
+        self._thread = LoopThread()
+        self._async: AsyncClient | None = None
+        self._start_lock = threading.Lock()
+        self._closed = False
+
+    def _core(self) -> AsyncClient:
+        if self._closed:
+            raise AlreadyClosedError("client already closed")
+        with self._start_lock:
+            if self._async is None:
+                self._async = self._thread.run(self._make())
+            return self._async
+
+    async def _make(self) -> AsyncClient:
+        return AsyncClient(self._service_url, **self._options)
+
+    def create_producer(self, topic: str, **options: Any) -> Producer:
+        """A producer on `topic`; options as AsyncClient.create_producer."""
+        core = self._core()
+        return Producer(self, self._thread.run(core.create_producer(topic, **options)))
+
+    def subscribe(
+        self, topic: str, subscription_name: str, consumer_type: ConsumerType = ConsumerType.Exclusive,
+        initial_position: InitialPosition = InitialPosition.Latest, **options: Any,
+    ) -> Consumer:
+        """A consumer of `topic` through `subscription_name`; options as AsyncClient.subscribe."""
+        core = self._core()
+        consumer = self._thread.run(core.subscribe(
+            topic, subscription_name, consumer_type=consumer_type, initial_position=initial_position, **options
+        ))
+        return Consumer(self, consumer, consumer._config.receiver_queue_size)
+
+    def get_partitions_for_topic(self, topic: str) -> list[str]:
+        core = self._core()
+        return self._thread.run(core.get_partitions_for_topic(topic))
+
+    def close(self) -> None:
+        """Close every producer and consumer, then the connections and the client's thread.
+        A second close raises AlreadyClosedError."""
+        if self._closed:
+            raise AlreadyClosedError("client already closed")
+        self._closed = True
+        try:
+            if self._async is not None:
+                self._thread.run(self._async.close())
+        finally:
+            self._thread.stop()
+
+    def shutdown(self) -> None:
+        """Stop at once: fail what is pending and drop the connections."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._async is not None:
+                self._thread.run(self._async.shutdown())
+        finally:
+            self._thread.stop()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if not self._closed:
+            self.close()
