@@ -1,11 +1,15 @@
 """AsyncClient: the entry point of the asyncio API. It owns the connection pool, the lookups and
-every producer and consumer it made, and closes them with itself (Open -> Closing -> Closed)."""
+every producer, consumer and reader it made, and closes them with itself (Open -> Closing ->
+Closed). It chooses the implementation a topic needs: a TopicProducer or a PartitionedProducer, a
+TopicConsumer, a MultiTopicConsumer (several topics, or a partitioned one) or a PatternConsumer."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, TypeVar
+import re
+from collections.abc import Sequence
+from typing import Any, TypeVar, overload
 
 from herald.client.config import (
     ClientConfig,
@@ -15,7 +19,10 @@ from herald.client.config import (
     ProducerConfig,
 )
 from herald.client.connection import ConnectionPool
+from herald.client.consumer import AsyncConsumer
 from herald.client.lookup import LookupService
+from herald.client.producer import AsyncProducer
+from herald.client.schema import BYTES, Schema
 from herald.client.topic_consumer import TopicConsumer
 from herald.client.topic_producer import TopicProducer
 from herald.common.errors import AlreadyClosedError, InvalidArgumentError, NotAllowedError
@@ -25,74 +32,108 @@ log = logging.getLogger(__name__)
 
 _OPEN, _CLOSING, _CLOSED = "open", "closing", "closed"
 C = TypeVar("C")
+T = TypeVar("T")
+
+# What subscribe() takes as its topic: one name, a list of names, or a compiled regex (a pattern
+# consumer: every topic of the pattern's namespace whose full name matches, found as they come).
+Topics = str | Sequence[str] | re.Pattern[str]
 
 
 class AsyncClient:
     """A client of one Herald cluster, named by its service URL (`herald://host:port`).
 
-    Options: operation_timeout (30 s), connection_timeout (10 s), keep_alive (30 s),
-    connections_per_broker (1). Make it inside a running event loop; use it from that loop only.
+    Options (ClientConfig): operation_timeout (30 s), connection_timeout (10 s), keep_alive
+    (30 s), connections_per_broker (1), stats_interval (60 s), tls_trust_certs_file_path,
+    tls_allow_insecure_connection, tls_validate_hostname. Make it inside a running event loop; use
+    it from that loop only.
     """
 
     def __init__(self, service_url: str, **options: Any) -> None:
         self._config = _build(ClientConfig, "client", service_url=service_url, **options)
         self._pool = ConnectionPool(self._config)
         self._lookup = LookupService(self._pool, self._config)
-        self._producers: set[TopicProducer] = set()
-        self._consumers: set[TopicConsumer] = set()
+        self._producers: set[AsyncProducer[Any]] = set()
+        self._consumers: set[AsyncConsumer[Any]] = set()
         self._state = _OPEN
 
     @property
     def config(self) -> ClientConfig:
         return self._config
 
-    async def create_producer(self, topic: str, **options: Any) -> TopicProducer:
-        """A producer on `topic`, registered with its broker. Options: see ProducerConfig."""
+    # ---- producers ----
+
+    @overload
+    async def create_producer(self, topic: str, **options: Any) -> AsyncProducer[bytes]: ...
+
+    @overload
+    async def create_producer(self, topic: str, *, schema: Schema[T], **options: Any) -> AsyncProducer[T]: ...
+
+    async def create_producer(self, topic: str, *, schema: Schema[Any] = BYTES, **options: Any) -> AsyncProducer[Any]:
+        """A producer on `topic` (all its partitions when it is partitioned), registered with its
+        broker(s). `schema` encodes the values sent (bytes by default); options: ProducerConfig."""
         self._check_open()
         name = str(TopicName.parse(topic))
         config = _build(ProducerConfig, "producer", **options)
+        _check_schema(schema)
         await self._refuse_partitioned(name)
-        producer = TopicProducer(name, config, self._config, self._pool, self._lookup, self._producers.discard)
-        self._producers.add(producer)
-        try:
-            await producer._start()
-        except BaseException:
-            await producer._shutdown()
-            raise
-        return producer
+        producer: AsyncProducer[Any] = TopicProducer(
+            name, config, self._config, self._pool, self._lookup, self._producers.discard)
+        return await self._started(producer, self._producers)
+
+    # ---- consumers ----
+
+    @overload
+    async def subscribe(
+        self, topic: Topics, subscription_name: str, consumer_type: ConsumerType = ...,
+        initial_position: InitialPosition = ..., **options: Any,
+    ) -> AsyncConsumer[bytes]: ...
+
+    @overload
+    async def subscribe(
+        self, topic: Topics, subscription_name: str, consumer_type: ConsumerType = ...,
+        initial_position: InitialPosition = ..., *, schema: Schema[T], **options: Any,
+    ) -> AsyncConsumer[T]: ...
 
     async def subscribe(
-        self, topic: str, subscription_name: str, consumer_type: ConsumerType = ConsumerType.Exclusive,
-        initial_position: InitialPosition = InitialPosition.Latest, **options: Any,
-    ) -> TopicConsumer:
-        """A consumer of `topic` through the subscription `subscription_name` (made if new).
-        Options: see ConsumerConfig."""
-        # Validation in Pulsar's order (SEEDS §3): client closed, then empty subscription name.
+        self, topic: Topics, subscription_name: str, consumer_type: ConsumerType = ConsumerType.Exclusive,
+        initial_position: InitialPosition = InitialPosition.Latest, *, schema: Schema[Any] = BYTES,
+        **options: Any,
+    ) -> AsyncConsumer[Any]:
+        """A consumer through the subscription `subscription_name` (made if new) of `topic`: a
+        name, a list of names, or a compiled regex whose matches in its namespace are followed as
+        they come and go. `schema` decodes the values (bytes by default); options: ConsumerConfig.
+
+        Refused, in Pulsar's order, when: the client is closed; the subscription name is empty;
+        read_compacted is asked of a non-persistent topic or a Shared / Key_Shared subscription;
+        a consumer_event_listener is given to anything but a Failover subscription; names and a
+        pattern are mixed.
+        """
         self._check_open()
         if not subscription_name:
             raise InvalidArgumentError("subscription name is empty: give the subscription a name")
         validate_subscription_name(subscription_name)
-        name = str(TopicName.parse(topic))
         config = _build(ConsumerConfig, "consumer", subscription_name=subscription_name,
                         consumer_type=consumer_type, initial_position=initial_position, **options)
-        await self._refuse_partitioned(name)
-        consumer = TopicConsumer(name, config, self._config, self._pool, self._lookup, self._consumers.discard)
-        self._consumers.add(consumer)
-        try:
-            await consumer._start()
-        except BaseException:
-            await consumer._shutdown()
-            raise
-        return consumer
+        names, pattern = _topics(topic)
+        _check_consumer_config(config, names, pattern)
+        _check_schema(schema)
+        if pattern is not None or len(names) != 1:
+            raise NotAllowedError("subscribing to several topics or a pattern is not supported yet")
+        await self._refuse_partitioned(names[0])
+        consumer: AsyncConsumer[Any] = TopicConsumer(
+            names[0], config, self._config, self._pool, self._lookup, self._consumers.discard)
+        return await self._started(consumer, self._consumers)
 
     async def get_partitions_for_topic(self, topic: str) -> list[str]:
         """The topic's partitions' names, or the topic itself when it is not partitioned."""
         self._check_open()
         name = TopicName.parse(topic)
         count = await self._lookup.partitions(str(name))
-        if count <= 1:
+        if count <= 0:
             return [str(name)]
         return [str(name.partition(index)) for index in range(count)]
+
+    # ---- closing ----
 
     async def close(self) -> None:
         """Close every producer and consumer (sending what they owe the brokers), then the
@@ -129,13 +170,26 @@ class AsyncClient:
         if self._state is _OPEN:
             await self.close()
 
+    # ---- helpers ----
+
     def _check_open(self) -> None:
         if self._state is not _OPEN:
             raise AlreadyClosedError("client already closed")
 
+    async def _started(self, made: Any, registry: set[Any]) -> Any:
+        """Start a producer or consumer made here, keeping it for close(); on failure nothing
+        is left behind."""
+        registry.add(made)
+        try:
+            await made._start()
+        except BaseException:
+            await made._shutdown()
+            raise
+        return made
+
     async def _refuse_partitioned(self, topic: str) -> None:
         count = await self._lookup.partitions(topic)
-        if count > 1:
+        if count > 0:
             raise NotAllowedError(
                 f"topic {topic} has {count} partitions: partitioned producers and consumers are not "
                 "supported by this client version yet; use a topic without partitions"
@@ -147,3 +201,37 @@ def _build(cls: type[C], what: str, **options: Any) -> C:
         return cls(**options)
     except TypeError as exc:
         raise InvalidArgumentError(f"invalid {what} option: {exc}") from None
+
+
+def _check_schema(schema: object) -> None:
+    if not isinstance(schema, Schema):
+        raise InvalidArgumentError(f"schema must be a herald.client.Schema (BytesSchema, StringSchema, "
+                                   f"JsonSchema or your own), got {schema!r}")
+
+
+def _topics(topic: Topics) -> tuple[list[str], re.Pattern[str] | None]:
+    """The full topic names asked for, or the pattern; InvalidArgumentError for names mixed with a
+    pattern (Pulsar: topic names and a topics pattern are exclusive) or an empty list."""
+    if isinstance(topic, re.Pattern):
+        return [], topic
+    if isinstance(topic, str):
+        return [str(TopicName.parse(topic))], None
+    if not isinstance(topic, Sequence) or not topic:
+        raise InvalidArgumentError(f"topic must be a topic name, a non-empty list of names or a compiled "
+                                   f"pattern, got {topic!r}")
+    if any(isinstance(item, re.Pattern) for item in topic):
+        raise InvalidArgumentError("topic names and a topics pattern cannot be combined: subscribe with a "
+                                   "list of names or with one pattern")
+    names = [str(TopicName.parse(item)) for item in topic]
+    return list(dict.fromkeys(names)), None  # duplicates once, order kept
+
+
+def _check_consumer_config(config: ConsumerConfig, names: list[str], pattern: re.Pattern[str] | None) -> None:
+    if config.read_compacted:
+        persistent = pattern is None and all(TopicName.parse(name).persistent for name in names) or (
+            pattern is not None and not pattern.pattern.startswith("non-persistent://"))
+        if not persistent or config.consumer_type not in (ConsumerType.Exclusive, ConsumerType.Failover):
+            raise InvalidArgumentError(
+                "read_compacted can only be used with Exclusive or Failover subscriptions of persistent topics")
+    if config.consumer_event_listener is not None and config.consumer_type is not ConsumerType.Failover:
+        raise InvalidArgumentError("a consumer_event_listener is only supported on Failover subscriptions")
