@@ -14,6 +14,7 @@ import grpc
 import grpc.aio
 
 from herald.client.config import ClientConfig
+from herald.client.tls import read_trust_certs, secure_channel_settings
 from herald.common.backoff import Backoff
 from herald.common.errors import AlreadyClosedError, ConnectionError_, HeraldError, HeraldTimeoutError
 from herald.common.rpc import MAX_GRPC_MESSAGE_BYTES
@@ -26,7 +27,7 @@ T = TypeVar("T")
 _BAD_STATES = (grpc.ChannelConnectivity.TRANSIENT_FAILURE, grpc.ChannelConnectivity.SHUTDOWN)
 
 
-def channel_options(config: ClientConfig) -> list[tuple[str, int]]:
+def channel_options(config: ClientConfig) -> list[tuple[str, str | int]]:
     return [
         ("grpc.keepalive_time_ms", int(config.keep_alive * 1000)),
         ("grpc.keepalive_timeout_ms", int(min(config.keep_alive, 20.0) * 1000)),
@@ -79,7 +80,9 @@ class ConnectionPool:
     def __init__(self, config: ClientConfig) -> None:
         self._config = config
         self._options = channel_options(config)
-        self._credentials = grpc.ssl_channel_credentials() if config.url.tls else None
+        # Read once, at construction: a bad path fails the AsyncClient(...) call that gave it.
+        path = config.tls_trust_certs_file_path
+        self._trusted = read_trust_certs(path) if config.url.tls and path else None
         self._channels: dict[tuple[str, int], grpc.aio.Channel] = {}
         self._connecting: dict[tuple[str, int], asyncio.Future[grpc.aio.Channel]] = {}
         self._turn = itertools.count()
@@ -120,8 +123,9 @@ class ConnectionPool:
         return await asyncio.shield(pending)
 
     async def _connect(self, address: str) -> grpc.aio.Channel:
-        if self._credentials is not None:
-            channel = grpc.aio.secure_channel(address, self._credentials, options=self._options)
+        if self._config.url.tls:
+            credentials, extra = await secure_channel_settings(self._config, address, self._trusted)
+            channel = grpc.aio.secure_channel(address, credentials, options=[*self._options, *extra])
         else:
             channel = grpc.aio.insecure_channel(address, options=self._options)
         timeout = self._config.connection_timeout

@@ -120,6 +120,11 @@ class AsyncConsumer(abc.ABC, Generic[T]):
         sync facade drops the ones it still buffers."""
 
     @abc.abstractmethod
+    async def _start(self) -> None:
+        """Connect (subscribe, retrying what may pass within the operation timeout), then run in
+        the background: AsyncClient calls it once, right after making the object."""
+
+    @abc.abstractmethod
     async def _shutdown(self) -> None:
         """Close without telling the broker: for AsyncClient.shutdown()."""
 

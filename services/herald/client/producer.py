@@ -109,6 +109,11 @@ class AsyncProducer(abc.ABC, Generic[T]):
         """Wait until a message may be queued without going over the pending limit."""
 
     @abc.abstractmethod
+    async def _start(self) -> None:
+        """Connect (register with the broker(s), retrying what may pass within the operation timeout), then run in
+        the background: AsyncClient calls it once, right after making the object."""
+
+    @abc.abstractmethod
     async def _shutdown(self) -> None:
         """Close without telling the broker: for AsyncClient.shutdown()."""
 

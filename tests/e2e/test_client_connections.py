@@ -1,0 +1,134 @@
+"""The client's connections against a real `herald standalone`: the pool (connections per broker,
+handed out connected, dropped when they fail), lookups that follow redirects, and the clear errors
+when a service cannot be reached.
+
+Herald's own lookup knows every owner, so it never redirects; a proxy or a lookup in front of
+several clusters would. The redirecting lookup here is a real gRPC server on loopback that answers
+LookupTopic with a redirect to the standalone's lookup and passes the partition metadata on."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator
+
+import grpc
+import grpc.aio
+import pytest
+from herald.api.v1 import lookup_pb2, lookup_pb2_grpc
+from herald.client import AsyncClient, InitialPosition
+from herald.client.config import ClientConfig
+from herald.client.connection import ConnectionPool
+from herald.common.errors import AlreadyClosedError, HeraldError, HeraldTimeoutError
+
+from tests.conftest import StandaloneProcess, free_port
+
+_names = itertools.count()
+
+
+def new_topic() -> str:
+    return f"persistent://public/default/connections-{next(_names)}"
+
+
+class RedirectingLookup(lookup_pb2_grpc.LookupServiceServicer):
+    """Sends every topic lookup on to `target` (redirect=True), as a lookup that does not own the
+    answer would; partition metadata is asked of `metadata_from` (a real lookup) and passed back."""
+
+    def __init__(self, target: str, metadata_from: str) -> None:
+        self.target = target
+        self.metadata_from = metadata_from
+        self.redirected = 0
+
+    async def LookupTopic(
+        self, request: lookup_pb2.LookupTopicRequest, context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+    ) -> lookup_pb2.LookupTopicResponse:
+        self.redirected += 1
+        return lookup_pb2.LookupTopicResponse(broker_address=self.target, redirect=True)
+
+    async def GetPartitionedTopicMetadata(
+        self, request: lookup_pb2.PartitionedTopicMetadataRequest,
+        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+    ) -> lookup_pb2.PartitionedTopicMetadataResponse:
+        async with grpc.aio.insecure_channel(self.metadata_from) as channel:
+            reply: lookup_pb2.PartitionedTopicMetadataResponse = await lookup_pb2_grpc.LookupServiceStub(
+                channel).GetPartitionedTopicMetadata(request)
+            return reply
+
+
+async def serve(servicer: lookup_pb2_grpc.LookupServiceServicer) -> tuple[grpc.aio.Server, str]:
+    server = grpc.aio.server()
+    lookup_pb2_grpc.add_LookupServiceServicer_to_server(servicer, server)
+    address = f"127.0.0.1:{server.add_insecure_port(f'127.0.0.1:{free_port()}')}"
+    await server.start()
+    return server, address
+
+
+@pytest.fixture
+async def redirector(shared_standalone: StandaloneProcess) -> AsyncIterator[tuple[RedirectingLookup, str]]:
+    lookup = f"127.0.0.1:{shared_standalone.port}"
+    servicer = RedirectingLookup(lookup, lookup)
+    server, address = await serve(servicer)
+    yield servicer, address
+    await server.stop(None)
+
+
+async def test_lookups_follow_redirects_to_the_owner(redirector: tuple[RedirectingLookup, str]) -> None:
+    servicer, address = redirector
+    topic = new_topic()
+    async with AsyncClient(f"herald://{address}") as client:
+        producer = await client.create_producer(topic)
+        consumer = await client.subscribe(topic, "s", initial_position=InitialPosition.Earliest)
+        sent = await producer.send(b"through a redirect")
+        message = await consumer.receive(timeout=10)
+        assert message is not None and (message.value, message.message_id) == (b"through a redirect", sent)
+    assert servicer.redirected >= 2  # the producer's lookup and the consumer's
+
+
+async def test_a_lookup_redirected_without_end_fails_clearly(shared_standalone: StandaloneProcess) -> None:
+    servicer = RedirectingLookup("", f"127.0.0.1:{shared_standalone.port}")
+    server, address = await serve(servicer)
+    servicer.target = address  # every answer sends the client back here
+    try:
+        async with AsyncClient(f"herald://{address}", operation_timeout=5) as client:
+            with pytest.raises(HeraldError, match="was redirected more than 20 times"):
+                await client.create_producer(new_topic())
+    finally:
+        await server.stop(None)
+
+
+async def test_the_pool_keeps_connections_per_broker_connected_and_takes_them_in_turn(
+    shared_standalone: StandaloneProcess,
+) -> None:
+    address = f"127.0.0.1:{shared_standalone.broker_port}"
+    pool = ConnectionPool(ClientConfig(shared_standalone.service_url, connections_per_broker=3))
+    try:
+        handed = [await pool.get(address) for _ in range(6)]
+        assert len({id(channel) for channel in handed}) == 3
+        assert handed[:3] == handed[3:]  # in turn
+        assert all(channel.get_state() is grpc.ChannelConnectivity.READY for channel in handed)
+        pool.discard(address)  # a failed broker's channels are forgotten: the next get connects anew
+        fresh = await pool.get(address)
+        assert all(fresh is not channel for channel in handed)
+    finally:
+        await pool.close()
+    with pytest.raises(AlreadyClosedError):
+        await pool.get(address)
+
+
+async def test_a_service_nobody_listens_on_fails_within_the_operation_timeout() -> None:
+    async with AsyncClient(f"herald://127.0.0.1:{free_port()}", connection_timeout=0.5,
+                           operation_timeout=2) as client:
+        with pytest.raises(HeraldTimeoutError, match=r"did not complete within the operation timeout of 2s"):
+            await client.create_producer(new_topic())
+
+
+async def test_a_client_survives_its_service_restarting(standalone: StandaloneProcess) -> None:
+    """The pooled channel of the stopped process fails, is dropped, and a new one is made."""
+    topic = new_topic()
+    async with AsyncClient(standalone.service_url, operation_timeout=60) as client:
+        producer = await client.create_producer(topic)
+        await producer.send(b"before")
+        standalone.restart()
+        await producer.send(b"after")
+        consumer = await client.subscribe(topic, "s", initial_position=InitialPosition.Earliest)
+        got = [await consumer.receive(timeout=10) for _ in range(2)]
+        assert [m.value for m in got if m is not None] == [b"before", b"after"]
