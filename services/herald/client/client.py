@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 _OPEN, _CLOSING, _CLOSED = "open", "closing", "closed"
 C = TypeVar("C")
 T = TypeVar("T")
+Made = TypeVar("Made", AsyncProducer[Any], AsyncConsumer[Any])
 
 # What subscribe() takes as its topic: one name, a list of names, or a compiled regex (a pattern
 # consumer: every topic of the pattern's namespace whose full name matches, found as they come).
@@ -63,18 +64,20 @@ class AsyncClient:
     # ---- producers ----
 
     @overload
-    async def create_producer(self, topic: str, **options: Any) -> AsyncProducer[bytes]: ...
+    async def create_producer(self, topic: str, *, schema: None = None, **options: Any) -> AsyncProducer[bytes]: ...
 
     @overload
     async def create_producer(self, topic: str, *, schema: Schema[T], **options: Any) -> AsyncProducer[T]: ...
 
-    async def create_producer(self, topic: str, *, schema: Schema[Any] = BYTES, **options: Any) -> AsyncProducer[Any]:
+    async def create_producer(
+        self, topic: str, *, schema: Schema[Any] | None = None, **options: Any,
+    ) -> AsyncProducer[Any]:
         """A producer on `topic` (all its partitions when it is partitioned), registered with its
         broker(s). `schema` encodes the values sent (bytes by default); options: ProducerConfig."""
         self._check_open()
         name = str(TopicName.parse(topic))
         config = _build(ProducerConfig, "producer", **options)
-        _check_schema(schema)
+        schema = _check_schema(schema)
         await self._refuse_partitioned(name)
         producer: AsyncProducer[Any] = TopicProducer(
             name, config, self._config, self._pool, self._lookup, self._producers.discard)
@@ -85,7 +88,7 @@ class AsyncClient:
     @overload
     async def subscribe(
         self, topic: Topics, subscription_name: str, consumer_type: ConsumerType = ...,
-        initial_position: InitialPosition = ..., **options: Any,
+        initial_position: InitialPosition = ..., *, schema: None = None, **options: Any,
     ) -> AsyncConsumer[bytes]: ...
 
     @overload
@@ -96,7 +99,7 @@ class AsyncClient:
 
     async def subscribe(
         self, topic: Topics, subscription_name: str, consumer_type: ConsumerType = ConsumerType.Exclusive,
-        initial_position: InitialPosition = InitialPosition.Latest, *, schema: Schema[Any] = BYTES,
+        initial_position: InitialPosition = InitialPosition.Latest, *, schema: Schema[Any] | None = None,
         **options: Any,
     ) -> AsyncConsumer[Any]:
         """A consumer through the subscription `subscription_name` (made if new) of `topic`: a
@@ -116,7 +119,7 @@ class AsyncClient:
                         consumer_type=consumer_type, initial_position=initial_position, **options)
         names, pattern = _topics(topic)
         _check_consumer_config(config, names, pattern)
-        _check_schema(schema)
+        schema = _check_schema(schema)
         if pattern is not None or len(names) != 1:
             raise NotAllowedError("subscribing to several topics or a pattern is not supported yet")
         await self._refuse_partitioned(names[0])
@@ -176,7 +179,7 @@ class AsyncClient:
         if self._state is not _OPEN:
             raise AlreadyClosedError("client already closed")
 
-    async def _started(self, made: Any, registry: set[Any]) -> Any:
+    async def _started(self, made: Made, registry: set[Made]) -> Made:
         """Start a producer or consumer made here, keeping it for close(); on failure nothing
         is left behind."""
         registry.add(made)
@@ -203,10 +206,14 @@ def _build(cls: type[C], what: str, **options: Any) -> C:
         raise InvalidArgumentError(f"invalid {what} option: {exc}") from None
 
 
-def _check_schema(schema: object) -> None:
+def _check_schema(schema: object) -> Schema[Any]:
+    """The schema to use (bytes when none was given)."""
+    if schema is None:
+        return BYTES
     if not isinstance(schema, Schema):
         raise InvalidArgumentError(f"schema must be a herald.client.Schema (BytesSchema, StringSchema, "
                                    f"JsonSchema or your own), got {schema!r}")
+    return schema
 
 
 def _topics(topic: Topics) -> tuple[list[str], re.Pattern[str] | None]:
