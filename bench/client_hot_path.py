@@ -1,7 +1,8 @@
 """The client's per-message costs, without a server: what TopicProducer.send_async does to pack a
 message into the open batch (closing and encoding batches included), what a receipt costs to hand
-out the ids, and what the consumer does to turn a delivered entry into Messages and hand them to
-receive(). Prints microseconds per message; the target is about 1-2 us each.
+out the ids, what a partitioned producer adds (routing each message), and what the consumer does to
+turn a delivered entry into Messages and hand them to receive(). Prints microseconds per message;
+the target is about 1-2 us each.
 
     .venv/bin/python bench/client_hot_path.py [--messages 200000] [--size 100] [--repeat 5]
 """
@@ -12,13 +13,16 @@ import argparse
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from herald.api.v1 import broker_pb2
 from herald.client.accumulator import BatchAccumulator, PendingOp
-from herald.client.config import ClientConfig, ConsumerConfig, ProducerConfig
+from herald.client.config import ClientConfig, ConsumerConfig, HashingScheme, ProducerConfig
 from herald.client.connection import ConnectionPool
-from herald.client.topic_consumer import TopicConsumer
 from herald.client.lookup import LookupService
+from herald.client.partitioned_producer import PartitionedProducer
+from herald.client.routing import make_router
+from herald.client.topic_consumer import TopicConsumer
 from herald.client.topic_producer import TopicProducer
 from herald.common.entry import EntryMetadata, decode_entry, encode_entry, iter_records, pack_record
 
@@ -43,6 +47,23 @@ def offline_producer(batch: int) -> TopicProducer:
     return producer
 
 
+def offline_partitioned(batch: int, partitions: int, **options: Any) -> PartitionedProducer[bytes]:
+    """A partitioned producer over offline partition producers (see offline_producer)."""
+    config, pool, lookup = offline_parts()
+    producer_config = ProducerConfig(max_pending_messages=10**9, max_pending_messages_across_partitions=10**9,
+                                     batching_max_messages=batch, send_timeout=0, **options)
+
+    def make(topic: str, partition_config: ProducerConfig, max_pending: int) -> TopicProducer[bytes]:
+        made: TopicProducer[bytes] = TopicProducer(topic, partition_config, config, pool, lookup, lambda _p: None,
+                                                   max_pending_messages=max_pending)
+        made._acc.producer_name = "bench"
+        return made
+
+    producer = PartitionedProducer(TOPIC, partitions, producer_config, lookup, make, lambda _p: None)
+    producer._producers = [make(f"{TOPIC}-partition-{i}", producer_config, 10**9) for i in range(partitions)]
+    return producer
+
+
 def offline_consumer(queue_size: int) -> TopicConsumer:
     config, pool, lookup = offline_parts()
     return TopicConsumer(TOPIC, ConsumerConfig("bench", receiver_queue_size=queue_size), config, pool, lookup,
@@ -61,6 +82,43 @@ async def bench_send_async(messages: int, payload: bytes, batch: int) -> float:
     producer._pending.clear()  # nobody awaits these futures: drop them rather than fail them
     await producer._shutdown()
     return elapsed
+
+
+async def bench_partitioned_send_async(messages: int, payload: bytes, batch: int, keys: int = 0) -> float:
+    """PartitionedProducer.send_async over 4 partitions: routing plus the partition's send_async.
+    keys=0: no key (round robin by batching window); else that many distinct keys in turn."""
+    producer = offline_partitioned(batch, 4)
+    send_async = producer.send_async
+    names = [f"user-{i:08d}" for i in range(keys)] if keys else [None]
+    rounds = messages // len(names)
+    started = time.perf_counter()
+    for _ in range(rounds):
+        for key in names:
+            await send_async(payload, key=key)
+    for partition in producer.partitions:
+        partition.flush_nowait()
+    elapsed = time.perf_counter() - started
+    for partition in producer.partitions:
+        assert isinstance(partition, TopicProducer)
+        partition._pending.clear()
+        await partition._shutdown()
+    return elapsed * messages / (rounds * len(names))
+
+
+async def bench_route(messages: int, payload: bytes, batch: int, scheme: HashingScheme | None = None,
+                      keys: int = 0) -> float:
+    """Router.choose alone: no key (batching window), or keys hashed by a scheme, `keys` distinct
+    ones in turn (more than MAX_CACHED_KEYS: every hash computed)."""
+    router = make_router(ProducerConfig(hashing_scheme=scheme or HashingScheme.JavaStringHash), 4)
+    assert router is not None
+    choose = router.choose
+    names = [f"user-{i:08d}" for i in range(keys)] if keys else [None]
+    rounds = messages // len(names)
+    started = time.perf_counter()
+    for _ in range(rounds):
+        for key in names:
+            choose(key, 4)
+    return (time.perf_counter() - started) * messages / (rounds * len(names))
 
 
 async def bench_accumulator(messages: int, payload: bytes, batch: int) -> float:
@@ -134,8 +192,7 @@ async def bench_deliver_and_receive(messages: int, payload: bytes, batch: int) -
             message = await receive()
             consumer.acknowledge(message)  # type: ignore[arg-type]
     elapsed = time.perf_counter() - started
-    if consumer._ack_timer is not None:
-        consumer._ack_timer.cancel()
+    consumer._acks.stop(flush=False)  # the ack group's timer: nobody runs the loop to fire it
     return elapsed
 
 
@@ -153,6 +210,15 @@ CASES: list[tuple[str, Callable[[int, bytes, int], Awaitable[float]]]] = [
     ("producer: accumulator.append (+ future, batch encode)", bench_accumulator),
     ("producer: TopicProducer.send_async (whole hot path)", bench_send_async),
     ("producer: receipt -> ids to every future", bench_receipts),
+    ("partitioned: send_async, 4 partitions, no key", bench_partitioned_send_async),
+    ("partitioned: send_async, 4 partitions, 100 keys", lambda n, p, b: bench_partitioned_send_async(n, p, b, 100)),
+    ("routing: choose, no key (batching window)", bench_route),
+    ("routing: choose, Java hash, 100 keys (cached)",
+     lambda n, p, b: bench_route(n, p, b, HashingScheme.JavaStringHash, 100)),
+    ("routing: choose, Java hash, 10000 keys (computed)",
+     lambda n, p, b: bench_route(n, p, b, HashingScheme.JavaStringHash, 10_000)),
+    ("routing: choose, Murmur3, 10000 keys (computed)",
+     lambda n, p, b: bench_route(n, p, b, HashingScheme.Murmur3_32Hash, 10_000)),
     ("consumer: decode_entry + iter_records only (floor)", bench_raw_iter_records),
     ("consumer: entry -> Message objects (_unpack)", bench_unpack),
     ("consumer: keyed entry -> Message objects", lambda n, p, b: bench_unpack(n, p, b, keyed=True)),

@@ -166,7 +166,7 @@ async def test_plaintext_to_a_tls_server_fails_clearly(ca_signed: TlsLookup) -> 
 
 
 async def test_a_trust_file_that_cannot_be_used_is_refused_at_once(tmp_path: Path) -> None:
-    with pytest.raises(InvalidArgumentError, match="tls_trust_certs_file_path .* cannot be read"):
+    with pytest.raises(InvalidArgumentError, match=r"tls_trust_certs_file_path .* cannot be read"):
         AsyncClient("herald+ssl://127.0.0.1:1", tls_trust_certs_file_path=str(tmp_path / "missing.pem"))
     garbage = tmp_path / "garbage.pem"
     garbage.write_text("not a certificate")

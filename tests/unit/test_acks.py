@@ -122,8 +122,8 @@ async def test_consumer_skips_messages_it_acked_when_their_batch_comes_again() -
     from herald.api.v1 import broker_pb2
     from herald.client.config import ClientConfig, ConsumerConfig
     from herald.client.connection import ConnectionPool
-    from herald.client.topic_consumer import TopicConsumer
     from herald.client.lookup import LookupService
+    from herald.client.topic_consumer import TopicConsumer
     from herald.common.entry import EntryMetadata, encode_entry, pack_record
 
     config = ClientConfig("herald://127.0.0.1:1")
@@ -153,3 +153,28 @@ async def test_consumer_skips_messages_it_acked_when_their_batch_comes_again() -
     assert await consumer.receive(timeout=0) is None
     assert consumer.corrupt_entries == 1
     await consumer.close()
+
+
+def test_a_delivered_batch_has_unacked_messages_until_its_last_ack() -> None:
+    tracker = AckTracker()
+    assert not tracker.has_unacked_messages(1, 5)  # never delivered
+    tracker.track(1, 5, 3)
+    assert tracker.has_unacked_messages(1, 5)
+    tracker.acknowledge_cumulative(1, 5, 1, 3)
+    assert tracker.has_unacked_messages(1, 5)
+    tracker.acknowledge(1, 5, 2, 3)
+    assert not tracker.has_unacked_messages(1, 5)
+
+
+def test_reset_after_a_seek_lets_messages_behind_the_floor_be_acked_again() -> None:
+    tracker = AckTracker()
+    assert tracker.acknowledge_cumulative(1, 9, -1)
+    tracker.track(2, 0, 2)
+    tracker.acknowledge(2, 0, 0, 2)
+    tracker.take()
+    tracker.reset()
+    # Delivered again after seeking back: acks below the old floor count, and the batch is whole.
+    assert tracker.track(2, 0, 2) == 0b11
+    assert tracker.acknowledge_cumulative(1, 3, -1)
+    assert tracker.acknowledge(1, 4, -1)
+    assert tracker.take() == ([(1, 4)], (1, 3))

@@ -102,3 +102,13 @@ class AckTracker:
 
     def batches_tracked(self) -> int:
         return len(self._batches)
+
+    def has_unacked_messages(self, ledger_id: int, entry_id: int) -> bool:
+        """Whether this entry is a batch delivered here with messages not acknowledged yet."""
+        return (ledger_id, entry_id) in self._batches
+
+    def reset(self) -> None:
+        """Forget the partly acked batches and the cumulative floor: after a seek every message
+        may come again and must count as unacked. Acks waiting for the next flush are kept."""
+        self._batches = {}
+        self._floor = None

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, overload
 
 from herald.client.config import (
@@ -21,6 +21,7 @@ from herald.client.config import (
 from herald.client.connection import ConnectionPool
 from herald.client.consumer import AsyncConsumer
 from herald.client.lookup import LookupService
+from herald.client.partitioned_producer import PartitionedProducer
 from herald.client.producer import AsyncProducer
 from herald.client.schema import BYTES, Schema
 from herald.client.topic_consumer import TopicConsumer
@@ -78,10 +79,25 @@ class AsyncClient:
         name = str(TopicName.parse(topic))
         config = _build(ProducerConfig, "producer", **options)
         schema = _check_schema(schema)
-        await self._refuse_partitioned(name)
-        producer: AsyncProducer[Any] = TopicProducer(
-            name, config, self._config, self._pool, self._lookup, self._producers.discard)
+        partitions = await self._lookup.partitions(name)
+        producer: AsyncProducer[Any]
+        if partitions > 0:
+            producer = PartitionedProducer(
+                name, partitions, config, self._lookup,
+                lambda partition, partition_config, max_pending: self._topic_producer(
+                    partition, partition_config, schema, _kept, max_pending),
+                self._producers.discard)
+        else:
+            producer = self._topic_producer(name, config, schema, self._producers.discard)
         return await self._started(producer, self._producers)
+
+    def _topic_producer(
+        self, topic: str, config: ProducerConfig, schema: Schema[Any], on_closed: Callable[[Any], None],
+        max_pending_messages: int | None = None,
+    ) -> AsyncProducer[Any]:
+        """The producer of one topic, or of one partition (the partitioned producer owns those)."""
+        return TopicProducer(topic, config, self._config, self._pool, self._lookup, on_closed, schema=schema,
+                             max_pending_messages=max_pending_messages)
 
     # ---- consumers ----
 
@@ -124,7 +140,7 @@ class AsyncClient:
             raise NotAllowedError("subscribing to several topics or a pattern is not supported yet")
         await self._refuse_partitioned(names[0])
         consumer: AsyncConsumer[Any] = TopicConsumer(
-            names[0], config, self._config, self._pool, self._lookup, self._consumers.discard)
+            names[0], config, self._config, self._pool, self._lookup, self._consumers.discard, schema)
         return await self._started(consumer, self._consumers)
 
     async def get_partitions_for_topic(self, topic: str) -> list[str]:
@@ -194,9 +210,13 @@ class AsyncClient:
         count = await self._lookup.partitions(topic)
         if count > 0:
             raise NotAllowedError(
-                f"topic {topic} has {count} partitions: partitioned producers and consumers are not "
-                "supported by this client version yet; use a topic without partitions"
+                f"topic {topic} has {count} partitions: consuming a partitioned topic is not supported by "
+                "this client version yet; subscribe to its partitions (<topic>-partition-<i>) one by one"
             )
+
+
+def _kept(producer: object) -> None:
+    """A partition's producer closed: its partitioned producer closed it, and keeps no registry."""
 
 
 def _build(cls: type[C], what: str, **options: Any) -> C:
@@ -235,8 +255,10 @@ def _topics(topic: Topics) -> tuple[list[str], re.Pattern[str] | None]:
 
 def _check_consumer_config(config: ConsumerConfig, names: list[str], pattern: re.Pattern[str] | None) -> None:
     if config.read_compacted:
-        persistent = pattern is None and all(TopicName.parse(name).persistent for name in names) or (
-            pattern is not None and not pattern.pattern.startswith("non-persistent://"))
+        if pattern is None:
+            persistent = all(TopicName.parse(name).persistent for name in names)
+        else:
+            persistent = not pattern.pattern.startswith("non-persistent://")
         if not persistent or config.consumer_type not in (ConsumerType.Exclusive, ConsumerType.Failover):
             raise InvalidArgumentError(
                 "read_compacted can only be used with Exclusive or Failover subscriptions of persistent topics")

@@ -9,7 +9,9 @@ import datetime
 from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
+from herald.client.config import ConsumerType
 from herald.client.message import Message
+from herald.common.errors import NotAllowedError
 from herald.common.message_id import MessageId
 
 T = TypeVar("T")
@@ -34,6 +36,11 @@ class AsyncConsumer(abc.ABC, Generic[T]):
 
     @property
     @abc.abstractmethod
+    def consumer_type(self) -> ConsumerType:
+        """The subscription's type (Exclusive, Shared, Failover, Key_Shared)."""
+
+    @property
+    @abc.abstractmethod
     def is_connected(self) -> bool: ...
 
     @property
@@ -48,8 +55,10 @@ class AsyncConsumer(abc.ABC, Generic[T]):
 
     @abc.abstractmethod
     async def batch_receive(self) -> list[Message[T]]:
-        """The messages the batch receive policy allows: what is queued up to its limits, or what
-        arrives within its timeout once the first message did (an empty list when none did)."""
+        """Messages up to the batch receive policy's limits (max messages, max bytes; the first
+        message always counts as fitting): at once when the queue holds enough to reach a limit,
+        else what is queued when a limit is reached or the policy's timeout passes (an empty list
+        when nothing came). Refused with NotAllowedError when the consumer has a message listener."""
 
     @abc.abstractmethod
     def acknowledge(self, message: Message[T] | MessageId) -> None:
@@ -57,7 +66,19 @@ class AsyncConsumer(abc.ABC, Generic[T]):
 
     @abc.abstractmethod
     def acknowledge_cumulative(self, message: Message[T] | MessageId) -> None:
-        """Acknowledge this message and every one before it (Exclusive and Failover only)."""
+        """Acknowledge this message and every one before it (Exclusive and Failover only: see
+        check_cumulative_allowed)."""
+
+    def check_cumulative_allowed(self) -> None:
+        """NotAllowedError when this consumer's subscription type refuses cumulative acks (Shared,
+        Key_Shared): what acknowledge_cumulative raises, for callers that check first (the
+        blocking facade, in the caller's thread)."""
+        kind = self.consumer_type
+        if kind in (ConsumerType.Shared, ConsumerType.KeyShared):
+            raise NotAllowedError(
+                f"cumulative acknowledgement is not allowed on a {kind.name} subscription "
+                f"({self.subscription!r}): acknowledge messages one by one"
+            )
 
     @abc.abstractmethod
     def negative_acknowledge(self, message: Message[T] | MessageId) -> None:
@@ -98,6 +119,11 @@ class AsyncConsumer(abc.ABC, Generic[T]):
         """The id of the last message stored in the topic (one per partition for several)."""
 
     @abc.abstractmethod
+    def has_reached_end_of_topic(self) -> bool:
+        """True once the broker said the topic is terminated and everything in it was delivered
+        and acknowledged (for several topics: all of them)."""
+
+    @abc.abstractmethod
     async def close(self) -> None:
         """Send the grouped acks, leave the subscription and close; pending receive() calls fail
         with ConsumerClosedError. Closing twice does nothing."""
@@ -116,8 +142,9 @@ class AsyncConsumer(abc.ABC, Generic[T]):
     @property
     @abc.abstractmethod
     def epoch(self) -> int:
-        """Counts reconnects: messages fetched before a reconnect will be delivered again, so the
-        sync facade drops the ones it still buffers."""
+        """Counts reconnects and seeks: messages fetched before either are not wanted any more (a
+        reconnect delivers them again, a seek moved away), so the sync facade drops the ones it
+        still buffers."""
 
     @abc.abstractmethod
     async def _start(self) -> None:

@@ -108,6 +108,11 @@ class AsyncProducer(abc.ABC, Generic[T]):
     async def wait_for_room(self) -> None:
         """Wait until a message may be queued without going over the pending limit."""
 
+    def flush_nowait(self) -> None:
+        """Close the open batch(es) and queue them for sending now, without waiting for receipts
+        (on the loop thread): the blocking send() calls it so as not to wait out the batching
+        delay. Does nothing here; producers that batch override it."""
+
     @abc.abstractmethod
     async def _start(self) -> None:
         """Connect (register with the broker(s), retrying what may pass within the operation timeout), then run in

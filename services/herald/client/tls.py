@@ -56,7 +56,7 @@ async def secure_channel_settings(
     return grpc.ssl_channel_credentials(root_certificates=roots), options
 
 
-async def _server_certificate(address: str, timeout: float) -> str:
+async def _server_certificate(address: str, timeout: float) -> str:  # noqa: ASYNC109 - the handshake's socket timeout
     host, _, port = address.rpartition(":")
     try:
         return await asyncio.to_thread(ssl.get_server_certificate, (host.strip("[]"), int(port)), timeout=timeout)

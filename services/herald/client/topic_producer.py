@@ -1,25 +1,41 @@
-"""The asyncio producer: sequence ids and the send API in front of the accumulator, and the sender
-behind it: one Produce stream to the topic's broker, a writer task shipping closed batches in
-order and a reader matching receipts to the head of the pending queue (SEEDS §2). On any stream
-failure it looks the topic up again, re-registers under the same name and resends every pending
-batch in order; the broker's dedup makes that safe."""
+"""The asyncio producer of one topic (or one partition): the send API in front of the accumulator
+(schema, immediate checks, interceptors, deliver-at times), and the sender behind it: one Produce
+stream to the topic's broker, a writer task shipping closed entries in order and a reader matching
+receipts to the head of the pending queue (SEEDS §2). On any stream failure it looks the topic up
+again, re-registers under the same name and resends every pending entry in order; the broker's
+dedup makes that safe (chunks included: each has a sequence id of its own)."""
 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import grpc.aio
 
 from herald.api.v1 import broker_pb2
-from herald.client.accumulator import BatchAccumulator, PendingOp, SendCallback, Waiter
-from herald.client.config import ClientConfig, ProducerConfig
+from herald.client import chunking
+from herald.client.accumulator import (
+    Accumulator,
+    BatchAccumulator,
+    KeyBasedAccumulator,
+    PendingOp,
+    SendCallback,
+    Waiter,
+    fail_waiters,
+)
+from herald.client.config import BatchingType, ClientConfig, ProducerConfig
 from herald.client.connection import ConnectionPool
+from herald.client.interceptors import ProducerInterceptor, run_hook
 from herald.client.lookup import LookupService
+from herald.client.message import OutgoingMessage
+from herald.client.producer import AsyncProducer, T, deliver_at_ms
+from herald.client.schema import BYTES, BytesSchema, Schema
+from herald.client.stats import ProducerStats, ProducerStatsRecorder
 from herald.client.stream import CLOSED, CLOSING, OPEN, BrokerStream, Reconnect
 from herald.common.entry import entry_checksum_ok
 from herald.common.errors import (
@@ -50,11 +66,13 @@ ProduceCall = grpc.aio.StreamStreamCall[broker_pb2.ProduceRequest, broker_pb2.Pr
 _TERMINATED = "terminated"  # besides the stream's OPEN, CLOSING and CLOSED
 # Errors about one entry that a resend cannot fix: that entry fails, the stream carries on.
 _ENTRY_ERRORS = (MessageTooLargeError, InvalidArgumentError, MetadataError)
+_monotonic = time.monotonic
 
 
 class TopicProducer(BrokerStream[broker_pb2.ProduceRequest, broker_pb2.ProduceResponse,
-                                 broker_pb2.ProducerRegistered]):
-    """Publishes to one topic. Made by `AsyncClient.create_producer`, never directly."""
+                                 broker_pb2.ProducerRegistered], AsyncProducer[T]):
+    """Publishes to one topic. Made by `AsyncClient.create_producer` (or by a PartitionedProducer,
+    one per partition, which passes each its share of max_pending_messages), never directly."""
 
     _role = "producer"
     _stream_name = "the produce stream"
@@ -63,27 +81,43 @@ class TopicProducer(BrokerStream[broker_pb2.ProduceRequest, broker_pb2.ProduceRe
 
     def __init__(
         self, topic: str, config: ProducerConfig, client_config: ClientConfig, pool: ConnectionPool,
-        lookup: LookupService, on_closed: Callable[[TopicProducer], None],
+        lookup: LookupService, on_closed: Callable[[TopicProducer[Any]], None], *,
+        schema: Schema[T] | None = None, max_pending_messages: int | None = None,
     ) -> None:
         super().__init__(topic, config.producer_name or "", client_config, pool, lookup)
         self._partition = TopicName.parse(topic).partition_index
         self._config = config
         self._on_closed = on_closed
+        self._schema: Schema[Any] = BYTES if schema is None else schema
+        # None: bytes go as they are, with no call at all (the default's whole cost).
+        self._schema_encode = None if type(self._schema) is BytesSchema else self._schema.encode
+        self._interceptors: tuple[ProducerInterceptor, ...] = tuple(config.interceptors)
         self._max_message_size = config.max_message_size
-        self._max_pending = config.max_pending_messages
+        self._chunking = config.chunking_enabled
+        self._max_pending = config.max_pending_messages if max_pending_messages is None else max_pending_messages
+        if not isinstance(self._max_pending, int) or self._max_pending < 1:
+            raise InvalidArgumentError(f"max_pending_messages must be a positive integer, got {self._max_pending!r}")
         self._block = config.block_if_queue_full
-        self._next_sequence_id = 0
         self._last_sequence_id = -1
-        self._acc = BatchAccumulator(
-            max_messages=config.batching_max_messages, max_bytes=config.batching_max_bytes,
-            max_delay=config.batching_max_publish_delay, batched=config.batching_enabled,
-            emit=self._emit, loop=self._loop,
-        )
+        codec = config.compression_type.value
+        self._acc: Accumulator
+        if config.batching_enabled and config.batching_type is BatchingType.KeyBased:
+            self._acc = KeyBasedAccumulator(
+                max_messages=config.batching_max_messages, max_bytes=config.batching_max_bytes,
+                max_delay=config.batching_max_publish_delay, emit=self._emit, loop=self._loop, compression=codec)
+        else:
+            self._acc = BatchAccumulator(
+                max_messages=config.batching_max_messages, max_bytes=config.batching_max_bytes,
+                max_delay=config.batching_max_publish_delay, batched=config.batching_enabled,
+                emit=self._emit, loop=self._loop, compression=codec,
+                chunk_limit=config.max_message_size if self._chunking else 0)
         self._pending: deque[PendingOp] = deque()  # sent or not, oldest first, awaiting receipts
         self._unsent: deque[PendingOp] = deque()  # the ones the writer has yet to write
         self._pending_count = 0  # messages in the open batch and in pending ops
         self._room_waiters: deque[asyncio.Future[None]] = deque()
         self._timeout_timer: asyncio.TimerHandle | None = None
+        self._stats = ProducerStatsRecorder(_monotonic())
+        self._stats_timer: asyncio.TimerHandle | None = None
 
     # ---- public API -------------------------------------------------------------------------
 
@@ -102,6 +136,8 @@ class TopicProducer(BrokerStream[broker_pb2.ProduceRequest, broker_pb2.ProduceRe
 
     @property
     def max_message_size(self) -> int:
+        """The largest message the topic takes (what its broker reported); with chunking on,
+        larger messages go as chunks of at most this size."""
         return self._max_message_size
 
     @property
@@ -114,35 +150,53 @@ class TopicProducer(BrokerStream[broker_pb2.ProduceRequest, broker_pb2.ProduceRe
         return self._state is not OPEN
 
     async def send(
-        self, value: bytes, *, key: str | None = None, properties: dict[str, str] | None = None,
-        event_time: int | None = None, sequence_id: int | None = None,
+        self, value: T, *, key: str | None = None, ordering_key: bytes | None = None,
+        properties: dict[str, str] | None = None, event_time: int | None = None, sequence_id: int | None = None,
+        deliver_at: int | datetime.datetime | None = None, deliver_after: float | datetime.timedelta | None = None,
     ) -> MessageId:
-        """Send one message and wait for the broker to store it."""
+        """Send one message and wait until the broker stored it; returns its id."""
         future = await self.send_async(
-            value, key=key, properties=properties, event_time=event_time, sequence_id=sequence_id
+            value, key=key, ordering_key=ordering_key, properties=properties, event_time=event_time,
+            sequence_id=sequence_id, deliver_at=deliver_at, deliver_after=deliver_after,
         )
         # A caller waiting on one message should not also wait out the batching delay.
         self._acc.flush()
         return await future
 
     async def send_async(
-        self, value: bytes, *, key: str | None = None, properties: dict[str, str] | None = None,
-        event_time: int | None = None, sequence_id: int | None = None,
+        # Not keyword-only here, unlike AsyncProducer's (which callers see): CPython fills each
+        # missing keyword-only default with a dict lookup, ~25 ns a call for these seven.
+        self, value: T, key: str | None = None, ordering_key: bytes | None = None,
+        properties: dict[str, str] | None = None, event_time: int | None = None, sequence_id: int | None = None,
+        deliver_at: int | datetime.datetime | None = None, deliver_after: float | datetime.timedelta | None = None,
     ) -> asyncio.Future[MessageId]:
-        """Queue one message; the returned future gives its id once the broker stored it.
-
-        Raises at once when the producer is closed, the message is too large, or the queue is
-        full (unless block_if_queue_full, which waits for room instead).
-        """
-        if value.__class__ is not bytes:
-            value = _as_bytes(value)
-        self._check_sendable(len(value))
+        """Queue one message; the future gives its id once the broker stored it. Raises at once
+        when the producer is closed, the value does not encode, the message is too large, or the
+        queue is full (unless block_if_queue_full, which waits for room instead)."""
+        # encode(), inlined: this is the hot path.
+        if self._state is not OPEN:
+            raise self._closed_error()
+        if value.__class__ is bytes and self._schema_encode is None:
+            data: bytes = value  # type: ignore[assignment]  # (no cast(): a call costs on this path)
+        else:
+            data = self._schema.encode(value)
+        if len(data) > self._max_message_size:
+            self._check_size(len(data))
+        at = None if deliver_at is None and deliver_after is None else deliver_at_ms(deliver_at, deliver_after)
         if self._pending_count >= self._max_pending:
             if not self._block:
                 raise self._queue_full()
             await self.wait_for_room()
         future: asyncio.Future[MessageId] = self._loop.create_future()
-        self._enqueue(value, key, properties, event_time, sequence_id, future)
+        if self._interceptors:
+            self._queue_intercepted(OutgoingMessage(data, key, ordering_key, properties, event_time, sequence_id, at),
+                                    future, raise_refusal=True)
+            return future
+        self._pending_count += 1
+        if at is None:
+            self._acc.append(data, key, properties, event_time or 0, sequence_id, future, ordering_key)
+        else:
+            self._acc.append_alone(data, key, properties, event_time or 0, sequence_id, future, ordering_key, at)
         return future
 
     async def flush(self) -> None:
@@ -157,12 +211,18 @@ class TopicProducer(BrokerStream[broker_pb2.ProduceRequest, broker_pb2.ProduceRe
             op.flushed = self._loop.create_future()
         await asyncio.shield(op.flushed)
 
+    def flush_nowait(self) -> None:
+        """Close the open batch(es) and queue them for sending now, without waiting."""
+        if self._state is OPEN:
+            self._acc.flush()
+
     async def close(self) -> None:
         """Close the producer. Messages not yet stored fail with ProducerClosedError (call
         `flush()` first to wait for them). Closing twice does nothing."""
         if self._state in (CLOSING, CLOSED):
             return
         self._state = CLOSING
+        self._stop_stats()
         self._fail_all(ProducerClosedError("producer closed"))
         # The writer sends CloseProducer and half-closes; the broker ends the stream.
         await self._stop_stream(graceful=True)
@@ -174,63 +234,67 @@ class TopicProducer(BrokerStream[broker_pb2.ProduceRequest, broker_pb2.ProduceRe
         if self._state is CLOSED:
             return
         self._state = CLOSING
+        self._stop_stats()
         self._fail_all(ProducerClosedError("producer closed"))
         await self._stop_stream(graceful=False)
         self._state = CLOSED
         self._on_closed(self)
 
-    async def __aenter__(self) -> TopicProducer:
-        return self
+    def stats(self) -> ProducerStats:
+        """Counters since creation and send latencies (see herald.client.stats.ProducerStats)."""
+        return self._stats.snapshot(self._pending_count)
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
+    async def __aenter__(self) -> TopicProducer[T]:
+        return self
 
     def __repr__(self) -> str:
         return f"TopicProducer(topic={self._topic!r}, name={self._name!r}, state={self._state})"
 
-    # ---- the send path (hot) ----------------------------------------------------------------
+    # ---- for the blocking facade -------------------------------------------------------------
 
-    def _check_sendable(self, size: int) -> None:
+    def encode(self, value: T) -> bytes:
+        """The value as bytes (the schema's work), after the checks a send makes at once: the
+        producer is open, the message not too large. Safe on any thread."""
         if self._state is not OPEN:
             raise self._closed_error()
-        if size > self._max_message_size:
-            raise MessageTooLargeError(
-                f"message of {size} bytes is larger than the maximum message size of "
-                f"{self._max_message_size} bytes on topic {self._topic}"
-            )
-
-    def _enqueue(
-        self, value: bytes, key: str | None, properties: dict[str, str] | None, event_time: int | None,
-        sequence_id: int | None, waiter: Waiter,
-    ) -> None:
-        if sequence_id is None:
-            sequence_id = self._next_sequence_id
-            self._next_sequence_id = sequence_id + 1
-        elif sequence_id >= self._next_sequence_id:
-            self._next_sequence_id = sequence_id + 1
-        self._pending_count += 1
-        self._acc.append(value, key, properties, event_time or 0, sequence_id, waiter)
+        if value.__class__ is bytes and self._schema_encode is None:
+            data = cast(bytes, value)
+        else:
+            data = self._schema.encode(value)
+        if len(data) > self._max_message_size:
+            self._check_size(len(data))
+        return data
 
     def enqueue_nowait(
-        self, value: bytes, callback: SendCallback, key: str | None = None,
-        properties: dict[str, str] | None = None, event_time: int | None = None,
-        sequence_id: int | None = None,
+        self, data: bytes, callback: SendCallback, key: str | None = None, ordering_key: bytes | None = None,
+        properties: dict[str, str] | None = None, event_time: int | None = None, sequence_id: int | None = None,
+        deliver_at: int | None = None,
     ) -> bool:
-        """Queue a message whose outcome goes to `callback` (on the loop thread): the sync
-        facade's path. False when the queue is full and the producer blocks: wait_for_room() and
-        offer it again. Errors reach the callback, never the caller."""
+        """Queue an encoded message whose outcome goes to `callback` (on the loop thread). False
+        when the queue is full and the producer blocks: wait_for_room() and offer it again.
+        Errors reach the callback, never the caller."""
         try:
-            if value.__class__ is not bytes:
-                value = _as_bytes(value)
-            self._check_sendable(len(value))
+            if self._state is not OPEN:
+                raise self._closed_error()
+            if len(data) > self._max_message_size:
+                self._check_size(len(data))
             if self._pending_count >= self._max_pending:
                 if self._block:
                     return False
                 raise self._queue_full()
         except HeraldError as exc:
-            callback(exc, None)
+            fail_waiters([callback], exc)
             return True
-        self._enqueue(value, key, properties, event_time, sequence_id, callback)
+        if self._interceptors:
+            self._queue_intercepted(OutgoingMessage(data, key, ordering_key, properties, event_time, sequence_id,
+                                                    deliver_at), callback, raise_refusal=False)
+            return True
+        self._pending_count += 1
+        if deliver_at is None:
+            self._acc.append(data, key, properties, event_time or 0, sequence_id, callback, ordering_key)
+        else:
+            self._acc.append_alone(data, key, properties, event_time or 0, sequence_id, callback, ordering_key,
+                                   deliver_at)
         return True
 
     async def wait_for_room(self) -> None:
@@ -251,6 +315,78 @@ class TopicProducer(BrokerStream[broker_pb2.ProduceRequest, broker_pb2.ProduceRe
         if self._state is not OPEN:
             raise self._closed_error()
 
+    # ---- the send path ----------------------------------------------------------------------
+
+    def _check_size(self, size: int) -> None:
+        """Called only for a message over the max message size: fine when chunking takes it."""
+        if self._chunking:
+            limit = chunking.MAX_CHUNKED_SIZE
+            if size <= limit:
+                return
+            raise MessageTooLargeError(
+                f"message of {size} bytes is larger than {limit} bytes, the most a chunked message may carry, "
+                f"on topic {self._topic}")
+        raise MessageTooLargeError(
+            f"message of {size} bytes is larger than the maximum message size of {self._max_message_size} bytes "
+            f"on topic {self._topic}: send smaller messages, or create the producer with chunking_enabled=True "
+            "(and batching_enabled=False)"
+        )
+
+    def _queue_intercepted(self, message: OutgoingMessage, waiter: Waiter, raise_refusal: bool) -> None:
+        """Queue a message through the interceptors: before_send may replace it, and every
+        message before_send returned reaches on_send_acknowledgement with its id or its error.
+        A replaced message that cannot be sent is refused: raised, or reported to the waiter."""
+        for interceptor in self._interceptors:
+            changed = run_hook(interceptor.before_send, self, message, default=message)
+            if isinstance(changed, OutgoingMessage):
+                message = changed
+            else:
+                log.error("interceptor %r: before_send returned %r, not an OutgoingMessage; ignored",
+                          interceptor, changed)
+        acknowledged = self._acknowledging(message, waiter)
+        value = message.value
+        try:
+            if value.__class__ is not bytes:
+                value = BYTES.encode(value)
+            if len(value) > self._max_message_size:
+                self._check_size(len(value))
+        except HeraldError as exc:
+            if not raise_refusal:
+                acknowledged(exc, None)
+                return
+            self._acknowledge(message, None, exc)
+            if isinstance(waiter, asyncio.Future):
+                waiter.cancel()
+            raise
+        self._pending_count += 1
+        event_time = message.event_time or 0
+        if message.deliver_at is None:
+            self._acc.append(value, message.key, message.properties, event_time, message.sequence_id, acknowledged,
+                             message.ordering_key)
+        else:
+            self._acc.append_alone(value, message.key, message.properties, event_time, message.sequence_id,
+                                   acknowledged, message.ordering_key, message.deliver_at)
+
+    def _acknowledging(self, message: OutgoingMessage, waiter: Waiter) -> SendCallback:
+        """A callback that tells the interceptors a message's outcome, then its waiter."""
+
+        def acknowledged(error: HeraldError | None, message_id: MessageId | None) -> None:
+            self._acknowledge(message, message_id, error)
+            if isinstance(waiter, asyncio.Future):
+                if not waiter.done():
+                    if error is not None:
+                        waiter.set_exception(error)
+                    else:
+                        waiter.set_result(cast(MessageId, message_id))
+            else:
+                waiter(error, message_id)
+
+        return acknowledged
+
+    def _acknowledge(self, message: OutgoingMessage, message_id: MessageId | None, error: HeraldError | None) -> None:
+        for interceptor in self._interceptors:
+            run_hook(interceptor.on_send_acknowledgement, self, message, message_id, error, default=None)
+
     def _queue_full(self) -> ProducerQueueIsFullError:
         return ProducerQueueIsFullError(
             f"producer {self._name!r} on {self._topic} already has {self._pending_count} messages "
@@ -264,7 +400,7 @@ class TopicProducer(BrokerStream[broker_pb2.ProduceRequest, broker_pb2.ProduceRe
         return ProducerClosedError("producer closed")
 
     def _emit(self, op: PendingOp) -> None:
-        """The accumulator closed a batch: queue it for the writer."""
+        """The accumulator closed an entry: queue it for the writer."""
         self._pending.append(op)
         self._unsent.append(op)
         self._wake_writer()
@@ -286,6 +422,7 @@ class TopicProducer(BrokerStream[broker_pb2.ProduceRequest, broker_pb2.ProduceRe
         ops = list(self._pending)
         self._pending.clear()
         self._unsent.clear()
+        self._stats.failed(self._pending_count)
         self._acc.fail(error)
         for op in ops:
             op.fail(error)
@@ -303,7 +440,7 @@ class TopicProducer(BrokerStream[broker_pb2.ProduceRequest, broker_pb2.ProduceRe
         if not self._pending:
             return
         timeout = self._config.send_timeout
-        age = time.monotonic() - self._pending[0].created
+        age = _monotonic() - self._pending[0].created
         if age >= timeout:
             count = self._pending_count
             log.warning("producer %s on %s: %d messages not stored within the send timeout of %gs",
@@ -315,6 +452,19 @@ class TopicProducer(BrokerStream[broker_pb2.ProduceRequest, broker_pb2.ProduceRe
         else:
             self._timeout_timer = self._loop.call_later(timeout - age, self._check_send_timeout)
 
+    # ---- stats --------------------------------------------------------------------------------
+
+    def _log_stats(self) -> None:
+        interval = self._client_config.stats_interval
+        log.info("producer %s on %s: %s", self._name, self._topic,
+                 self._stats.interval_report(_monotonic(), self._pending_count))
+        self._stats_timer = self._loop.call_later(interval, self._log_stats)
+
+    def _stop_stats(self) -> None:
+        if self._stats_timer is not None:
+            self._stats_timer.cancel()
+            self._stats_timer = None
+
     # ---- the connection (BrokerStream's hooks) -----------------------------------------------
 
     async def _start(self) -> None:
@@ -322,6 +472,9 @@ class TopicProducer(BrokerStream[broker_pb2.ProduceRequest, broker_pb2.ProduceRe
         timeout), then run the stream in the background."""
         call = await self._connect_first(f"creating a producer on {self._topic}")
         self._task = self._loop.create_task(self._run(call), name=f"herald-producer-{self._name}")
+        interval = self._client_config.stats_interval
+        if interval > 0:
+            self._stats_timer = self._loop.call_later(interval, self._log_stats)
 
     def _open_call(self, stub: BrokerServiceAsyncStub) -> ProduceCall:
         return stub.Produce(None)
@@ -330,9 +483,9 @@ class TopicProducer(BrokerStream[broker_pb2.ProduceRequest, broker_pb2.ProduceRe
         return f"registering producer {self._name or '(unnamed)'} on {self._topic} at {address}"
 
     async def _handshake(self, call: ProduceCall) -> broker_pb2.ProducerRegistered:
-        await call.write(broker_pb2.ProduceRequest(
-            register=broker_pb2.RegisterProducer(topic=self._topic, producer_name=self._name)
-        ))
+        await call.write(broker_pb2.ProduceRequest(register=broker_pb2.RegisterProducer(
+            topic=self._topic, producer_name=self._name, properties=self._config.properties,
+        )))
         reply = await call.read()
         if reply is EOF:
             raise ConnectionError_(f"the broker ended the stream while registering a producer on {self._topic}")
@@ -360,17 +513,21 @@ class TopicProducer(BrokerStream[broker_pb2.ProduceRequest, broker_pb2.ProduceRe
         self._name = registered.producer_name or self._name
         self._acc.producer_name = self._name
         if registered.max_message_size > 0:
-            self._max_message_size = registered.max_message_size
+            self._max_message_size = size = registered.max_message_size
             # A topic's policy may set a limit below the batch size: batches must fit it too.
-            self._acc.max_bytes = min(self._config.batching_max_bytes, self._max_message_size)
+            self._acc.set_limits(min(self._config.batching_max_bytes, size), size if self._chunking else 0)
         if first:
             initial = self._config.initial_sequence_id
             self._last_sequence_id = registered.last_sequence_id if initial is None else initial
-            self._next_sequence_id = self._last_sequence_id + 1
+            self._acc.next_sequence_id = self._last_sequence_id + 1
         # Everything not yet acknowledged goes again, in order; dedup drops what was stored.
         self._unsent = deque(self._pending)
-        log.debug("producer %s registered on %s (last sequence id %d)", self._name, self._topic,
-                  registered.last_sequence_id)
+        if first:
+            log.debug("producer %s registered on %s (last sequence id %d)", self._name, self._topic,
+                      registered.last_sequence_id)
+        else:
+            log.info("producer %s registered again on %s (last sequence id %d): resending %d pending entries",
+                     self._name, self._topic, registered.last_sequence_id, len(self._pending))
 
     def _next_request(self) -> broker_pb2.ProduceRequest | None:
         # Taken before it is written: after a failed write, registration refills _unsent anyway.
@@ -410,7 +567,9 @@ class TopicProducer(BrokerStream[broker_pb2.ProduceRequest, broker_pb2.ProduceRe
         if op.highest_sequence_id > self._last_sequence_id:
             self._last_sequence_id = op.highest_sequence_id
         op.complete(receipt.ledger_id, receipt.entry_id, self._partition)
-        self._release(op.num_messages)
+        settles = op.settles
+        self._release(settles)
+        self._stats.receipt(settles, op.size, _monotonic() - op.created)
 
     def _on_send_error(self, send_error: broker_pb2.SendError) -> None:
         error = from_proto(send_error.error)
@@ -418,9 +577,14 @@ class TopicProducer(BrokerStream[broker_pb2.ProduceRequest, broker_pb2.ProduceRe
             self._terminate(error)
             raise Reconnect("topic terminated")  # ends the stream; _run sees the state and stops
         head = self._pending[0] if self._pending else None
-        is_head = head is not None and head.sequence_id == send_error.sequence_id
+        if head is None or send_error.sequence_id < head.sequence_id:
+            # About an entry already settled (the rest of a failed chunked message, say).
+            log.debug("producer %s: send error for %d behind the head; ignored: %s", self._name,
+                      send_error.sequence_id, error)
+            return
+        is_head = head.sequence_id == send_error.sequence_id
         if isinstance(error, ChecksumError):
-            if head is not None and is_head and not entry_checksum_ok(head.entry):
+            if is_head and not entry_checksum_ok(head.entry):
                 self._fail_head(ChecksumError(f"entry with sequence id {head.sequence_id} was corrupted "
                                               f"in the producer's memory: {error}"))
             raise Reconnect(f"checksum error from the broker for sequence id {send_error.sequence_id}")
@@ -430,17 +594,25 @@ class TopicProducer(BrokerStream[broker_pb2.ProduceRequest, broker_pb2.ProduceRe
         raise Reconnect(f"send of sequence id {send_error.sequence_id} failed: {error}")
 
     def _fail_head(self, error: HeraldError) -> None:
+        """Fail the oldest pending entry; a chunk takes the rest of its message's chunks with it
+        (any already written are stored, and the consumer drops the incomplete message)."""
         op = self._pending.popleft()
-        op.fail(error)
-        self._release(op.num_messages)
+        dropped = [op]
+        for _ in range(op.chunks_after):
+            if not self._pending:
+                break
+            dropped.append(self._pending.popleft())
+        if len(dropped) > 1:
+            self._unsent = deque(unsent for unsent in self._unsent if unsent not in dropped)
+        settles = 0
+        for each in dropped:
+            each.fail(error)
+            settles += each.settles
+        self._stats.failed(settles)
+        self._release(settles)
 
     def _terminate(self, error: HeraldError) -> None:
         log.warning("producer %s: topic %s was terminated", self._name, self._topic)
         self._state = _TERMINATED
+        self._stop_stats()
         self._fail_all(TopicTerminatedError(f"topic {self._topic} was terminated: {error}"))
-
-
-def _as_bytes(value: object) -> bytes:
-    if isinstance(value, bytearray | memoryview):
-        return bytes(value)
-    raise TypeError(f"a message value must be bytes, got {type(value).__name__}")

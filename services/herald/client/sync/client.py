@@ -41,7 +41,7 @@ class Client:
     async def _make(self) -> AsyncClient:
         return AsyncClient(self._service_url, **self._options)
 
-    def create_producer(self, topic: str, **options: Any) -> Producer:
+    def create_producer(self, topic: str, **options: Any) -> Producer[Any]:
         """A producer on `topic`; options as AsyncClient.create_producer."""
         core = self._core()
         return Producer(self, self._thread.run(core.create_producer(topic, **options)))
@@ -49,13 +49,12 @@ class Client:
     def subscribe(
         self, topic: str, subscription_name: str, consumer_type: ConsumerType = ConsumerType.Exclusive,
         initial_position: InitialPosition = InitialPosition.Latest, **options: Any,
-    ) -> Consumer:
-        """A consumer of `topic` through `subscription_name`; options as AsyncClient.subscribe."""
-        core = self._core()
-        consumer = self._thread.run(core.subscribe(
-            topic, subscription_name, consumer_type=consumer_type, initial_position=initial_position, **options
-        ))
-        return Consumer(self, consumer, consumer._config.receiver_queue_size)
+    ) -> Consumer[Any]:
+        """A consumer of `topic` through `subscription_name`; options as AsyncClient.subscribe.
+        A message_listener or consumer_event_listener runs on a thread of the consumer's own and
+        gets the blocking Consumer."""
+        return Consumer._subscribe(self, self._core(), topic, subscription_name, consumer_type, initial_position,
+                                   dict(options))
 
     def get_partitions_for_topic(self, topic: str) -> list[str]:
         core = self._core()

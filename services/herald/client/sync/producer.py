@@ -1,13 +1,16 @@
 """The blocking Producer: the asyncio producer's API for threads. send() waits for the receipt;
-send_async() queues the message through the client's Submitter and reports to a callback."""
+send_async() encodes the value on the caller's thread, queues it through the client's Submitter
+and reports to a callback. It uses only the AsyncProducer interface, so it serves a topic's
+producer and a partitioned one alike."""
 
 from __future__ import annotations
 
 import concurrent.futures
+import datetime
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Generic
 
-from herald.client.producer import AsyncProducer, SendCallback
+from herald.client.producer import AsyncProducer, SendCallback, T, deliver_at_ms
 from herald.client.sync.loop import Submitter
 from herald.common.errors import HeraldError
 from herald.common.message_id import MessageId
@@ -23,10 +26,11 @@ def _ignore(error: HeraldError | None, message_id: MessageId | None) -> None:
         log.debug("send_async without a callback failed: %s", error)
 
 
-class Producer:
-    """Publishes to one topic. Made by `Client.create_producer`."""
+class Producer(Generic[T]):
+    """Publishes values of type T (bytes unless it has a schema) to one topic. Made by
+    `Client.create_producer`. Message options as AsyncProducer.send (herald.client.producer)."""
 
-    def __init__(self, client: Client, producer: AsyncProducer) -> None:
+    def __init__(self, client: Client, producer: AsyncProducer[T]) -> None:
         self._client = client
         self._async = producer
         self._submitter = Submitter(client._thread.loop, producer.wait_for_room)
@@ -41,11 +45,21 @@ class Producer:
 
     @property
     def last_sequence_id(self) -> int:
+        """The highest sequence id the broker has acknowledged (-1 before any)."""
         return self._async.last_sequence_id
 
+    @property
+    def is_connected(self) -> bool:
+        return self._async.is_connected
+
+    @property
+    def closed(self) -> bool:
+        return self._async.closed
+
     def send(
-        self, value: bytes, *, key: str | None = None, properties: dict[str, str] | None = None,
-        event_time: int | None = None, sequence_id: int | None = None,
+        self, value: T, *, key: str | None = None, ordering_key: bytes | None = None,
+        properties: dict[str, str] | None = None, event_time: int | None = None, sequence_id: int | None = None,
+        deliver_at: int | datetime.datetime | None = None, deliver_after: float | datetime.timedelta | None = None,
     ) -> MessageId:
         """Send one message and wait until the broker stored it; returns its id."""
         done: concurrent.futures.Future[MessageId] = concurrent.futures.Future()
@@ -56,32 +70,38 @@ class Producer:
             else:
                 done.set_result(message_id)  # type: ignore[arg-type]
 
-        self.send_async(value, callback, key=key, properties=properties, event_time=event_time,
-                        sequence_id=sequence_id)
+        self.send_async(value, callback, key=key, ordering_key=ordering_key, properties=properties,
+                        event_time=event_time, sequence_id=sequence_id, deliver_at=deliver_at,
+                        deliver_after=deliver_after)
         # A caller waiting on one message should not also wait out the batching delay.
-        self._submitter.submit(self._async._acc.flush)
+        self._submitter.submit(self._async.flush_nowait)
         return done.result()
 
     def send_async(
-        self, value: bytes, callback: SendCallback | None = None, *, key: str | None = None,
-        properties: dict[str, str] | None = None, event_time: int | None = None,
-        sequence_id: int | None = None,
+        self, value: T, callback: SendCallback | None = None, *, key: str | None = None,
+        ordering_key: bytes | None = None, properties: dict[str, str] | None = None, event_time: int | None = None,
+        sequence_id: int | None = None, deliver_at: int | datetime.datetime | None = None,
+        deliver_after: float | datetime.timedelta | None = None,
     ) -> None:
         """Queue one message; `callback(error, message_id)` runs on the client's thread when the
-        broker stored it (error None) or it failed. Raises at once if the producer is closed or
-        the message too large; a full queue is reported to the callback (or waited out with
-        block_if_queue_full)."""
-        if value.__class__ is not bytes:
-            if not isinstance(value, bytearray | memoryview):
-                raise TypeError(f"a message value must be bytes, got {type(value).__name__}")
-            value = bytes(value)
-        self._async._check_sendable(len(value))
-        self._submitter.submit(self._async.enqueue_nowait, value, callback or _ignore, key, properties,
-                               event_time, sequence_id)
+        broker stored it (error None) or it failed. Raises at once if the producer is closed, the
+        value does not encode or the message is too large; a full queue is reported to the
+        callback (or waited out with block_if_queue_full)."""
+        data = self._async.encode(value)
+        at = None if deliver_at is None and deliver_after is None else deliver_at_ms(deliver_at, deliver_after)
+        self._submitter.submit(self._async.enqueue_nowait, data, callback or _ignore, key, ordering_key, properties,
+                               event_time, sequence_id, at)
 
     def flush(self) -> None:
         """Wait until every message sent so far is stored."""
         self._submitter.call(self._async.flush).result()
+
+    def stats(self) -> Any:
+        """The producer's counters and send latencies (a herald.client.stats.ProducerStats)."""
+        return self._submitter.call(self._stats).result()
+
+    async def _stats(self) -> Any:
+        return self._async.stats()
 
     def close(self) -> None:
         """Close; messages not yet stored fail with ProducerClosedError (flush() first to keep them).
@@ -90,7 +110,7 @@ class Producer:
             return  # the client closed it, and its thread is gone
         self._submitter.call(self._async.close).result()
 
-    def __enter__(self) -> Producer:
+    def __enter__(self) -> Producer[T]:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

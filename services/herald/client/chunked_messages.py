@@ -1,0 +1,110 @@
+"""The consumer's side of chunked messages. Chunks from delivered entries go to the ChunkAssembler
+(chunk_assembly.py); a message made whole is decompressed and becomes one Message under its last
+chunk's id, and the positions of all its chunks are kept (`whole`) so that acknowledging, negatively
+acknowledging or timing it out covers every chunk. What the assembler gives up on is acknowledged
+(through the consumer's AckGroup) or left for the broker to deliver again (timed by the ack timeout
+when it is on); incomplete messages expire on a timer of their own."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+from herald.api.v1 import broker_pb2, common_pb2
+from herald.client.ack_group import AckGroup
+from herald.client.acks import AckTracker
+from herald.client.chunk_assembly import ChunkAssembler
+from herald.client.compression import decompress
+from herald.client.config import ConsumerConfig
+from herald.client.message import EntryInfo, Message
+from herald.client.unacked_tracker import UnackedTracker
+from herald.common.entry import iter_records
+from herald.common.errors import InvalidArgumentError
+
+Position = tuple[int, int]
+
+
+class ChunkedMessages:
+    """One consumer's chunked messages, incomplete and whole."""
+
+    def __init__(
+        self, topic: str, partition: int, decode: Callable[[bytes], Any] | None, config: ConsumerConfig,
+        tracker: AckTracker, acks: AckGroup, unacked: UnackedTracker | None,
+    ) -> None:
+        self._topic = topic
+        self._partition = partition
+        self._decode = decode
+        self._tracker = tracker
+        self._acks = acks
+        self._unacked = unacked
+        self._assembler = ChunkAssembler(config.max_pending_chunked_message,
+                                         config.auto_ack_oldest_chunked_message_on_queue_full,
+                                         config.expire_time_of_incomplete_chunked_message)
+        self._loop = asyncio.get_running_loop()
+        self._timer: asyncio.TimerHandle | None = None
+        # Last chunk's position -> every chunk's, for each message made whole and not yet acked.
+        self.whole: dict[Position, tuple[Position, ...]] = {}
+
+    @property
+    def dropped(self) -> int:
+        """Incomplete messages given up on."""
+        return self._assembler.dropped
+
+    def unpack(
+        self, delivered: broker_pb2.DeliveredEntry, metadata: common_pb2.EntryMetadata, payload: memoryview,
+    ) -> tuple[list[Message[Any]], int]:
+        """One chunk: nothing to queue until its message's last chunk (each chunk's permit goes
+        back at once, as in Pulsar; the 1 returned), then the whole message. Raises for a chunk or
+        a message that cannot be read (the consumer drops the entry as corrupt)."""
+        position = (delivered.ledger_id, delivered.entry_id)
+        assembled = self._assembler.add(position, metadata, payload, self._loop.time(), int(time.time() * 1000))
+        self._settle()
+        if assembled is None:
+            return [], 1
+        data = assembled.payload
+        if metadata.compression:
+            data = decompress(metadata.compression, data, metadata.uncompressed_size)
+        records = list(iter_records(data))
+        if len(records) != 1:
+            raise InvalidArgumentError(f"chunked message {metadata.uuid} holds {len(records)} records, not one")
+        value, key, event_time, sequence_id, properties = records[0]
+        info = EntryInfo(self._topic, position[0], position[1], self._partition, metadata.producer_name,
+                         metadata.publish_time, delivered.redelivery_count, 1, self._decode)
+        if len(assembled.positions) > 1:
+            self.whole[position] = assembled.positions
+        return [Message(value, key, properties or None, event_time,
+                        assembled.first_sequence_id if sequence_id is None else sequence_id, -1, info)], 0
+
+    def forget_incomplete(self) -> None:
+        """The broker delivers every chunk not acknowledged again (a reconnect, a seek, a
+        redelivery request): start over."""
+        self._assembler.clear()
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _settle(self) -> None:
+        """Act on what the assembler gave up on, and keep the expiry timer set."""
+        assembler = self._assembler
+        if assembler.to_acknowledge:
+            for ledger_id, entry_id in assembler.to_acknowledge:
+                self._tracker.acknowledge(ledger_id, entry_id, -1)
+            assembler.to_acknowledge.clear()
+            self._acks.queued()
+        if assembler.to_redeliver:
+            if self._unacked is not None:  # else a reconnect or a redelivery request brings them back
+                for position in assembler.to_redeliver:
+                    self._unacked.add(position)
+            assembler.to_redeliver.clear()
+        due = assembler.next_expiry()
+        if due is not None and self._timer is None:
+            self._timer = self._loop.call_at(due, self._expire)
+
+    def _expire(self) -> None:
+        self._timer = None
+        self._assembler.expire(self._loop.time())
+        self._settle()
