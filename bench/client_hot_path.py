@@ -1,7 +1,8 @@
 """The client's per-message costs, without a server: what TopicProducer.send_async does to pack a
 message into the open batch (closing and encoding batches included), what a receipt costs to hand
 out the ids, what a partitioned producer adds (routing each message), and what the consumer does to
-turn a delivered entry into Messages and hand them to receive(). Prints microseconds per message;
+turn a delivered entry into Messages and hand them to receive() (for one topic, and through a
+multi-topic consumer's shared queue over 4 partitions). Prints microseconds per message;
 the target is about 1-2 us each.
 
     .venv/bin/python bench/client_hot_path.py [--messages 200000] [--size 100] [--repeat 5]
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -20,6 +22,7 @@ from herald.client.accumulator import BatchAccumulator, PendingOp
 from herald.client.config import ClientConfig, ConsumerConfig, HashingScheme, ProducerConfig
 from herald.client.connection import ConnectionPool
 from herald.client.lookup import LookupService
+from herald.client.multi_topic_consumer import MultiTopicConsumer, member_queue_size
 from herald.client.partitioned_producer import PartitionedProducer
 from herald.client.routing import make_router
 from herald.client.topic_consumer import TopicConsumer
@@ -196,6 +199,30 @@ async def bench_deliver_and_receive(messages: int, payload: bytes, batch: int) -
     return elapsed
 
 
+async def bench_multi_deliver_and_receive(messages: int, payload: bytes, batch: int, partitions: int = 4) -> float:
+    """The same through a MultiTopicConsumer of `partitions` offline members: each member's entries
+    move to the shared queue, receive() takes from it and acknowledge() routes to the member."""
+    config, pool, lookup = offline_parts()
+    consumer_config = ConsumerConfig("bench", receiver_queue_size=messages,
+                                     max_total_receiver_queue_size_across_partitions=messages * partitions)
+    consumer: MultiTopicConsumer[bytes] = MultiTopicConsumer([TOPIC], consumer_config, config, pool, lookup,
+                                                             lambda _c: None)
+    member_config = dataclasses.replace(consumer._member_config,
+                                        receiver_queue_size=member_queue_size(consumer_config, partitions))
+    members = [consumer._new_member(f"{TOPIC}-partition-{i}", member_config) for i in range(partitions)]
+    delivered = entries(messages, payload, batch, False)
+    receive, acknowledge = consumer.receive, consumer.acknowledge
+    started = time.perf_counter()
+    for at in range(0, len(delivered), 10):
+        members[(at // 10) % partitions]._on_entries(delivered[at:at + 10])
+        while consumer._queue:
+            acknowledge(await receive())  # type: ignore[arg-type]
+    elapsed = time.perf_counter() - started
+    for member in members:
+        member._acks.stop(flush=False)
+    return elapsed
+
+
 async def bench_raw_iter_records(messages: int, payload: bytes, batch: int) -> float:
     """The floor: decode_entry + iter_records alone, no Message objects."""
     delivered = entries(messages, payload, batch, False)
@@ -223,6 +250,7 @@ CASES: list[tuple[str, Callable[[int, bytes, int], Awaitable[float]]]] = [
     ("consumer: entry -> Message objects (_unpack)", bench_unpack),
     ("consumer: keyed entry -> Message objects", lambda n, p, b: bench_unpack(n, p, b, keyed=True)),
     ("consumer: deliver + receive() + acknowledge()", bench_deliver_and_receive),
+    ("multi-topic: the same, 4 partitions, shared queue", bench_multi_deliver_and_receive),
 ]
 
 

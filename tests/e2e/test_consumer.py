@@ -421,19 +421,23 @@ async def test_a_message_nacked_max_redeliver_count_times_stops_coming_and_is_a_
     await eventually(lambda: _equals(dead_letters(), 1), "the message counted as a dead letter")
 
 
-async def test_reconsume_later_is_refused_without_retries_and_left_to_the_multi_topic_consumer(
+async def test_reconsume_later_is_refused_without_retries_and_served_by_a_multi_topic_consumer_with_them(
     client: AsyncClient, wire: WireClient,
 ) -> None:
     topic = new_topic()
     plain = await client.subscribe(topic, "plain", initial_position=EARLIEST)
-    retrying = await client.subscribe(topic, "retry", initial_position=EARLIEST, retry_enable=True)
+    retrying = await client.subscribe(topic, "retry", ConsumerType.Shared, initial_position=EARLIEST,
+                                      retry_enable=True)
     await publish(wire, topic, b"later")
     (message,) = await drain(plain, 1)
     with pytest.raises(NotAllowedError, match="retry_enable=True"):
         await plain.reconsume_later(message, 1.0)
+    # With retries on, the consumer reads the retry letter topic too (test_multi_topic_consumer.py).
+    assert retrying.topic == f"{topic},{topic}-retry-RETRY"
     (message,) = await drain(retrying, 1)
-    with pytest.raises(NotAllowedError, match="multi-topic consumer"):
-        await retrying.reconsume_later(message, datetime.timedelta(seconds=1))
+    await retrying.reconsume_later(message, datetime.timedelta(seconds=0))
+    (again,) = await drain(retrying, 1)
+    assert (again.data(), again.topic, again.properties["RECONSUMETIMES"]) == (b"later", f"{topic}-retry-RETRY", "1")
 
 
 # ---- seek, pause, unsubscribe, last message id ----

@@ -28,14 +28,16 @@ from herald.client.config import (
     InitialPosition,
     PartitionsRoutingMode,
     ProducerConfig,
+    ReaderConfig,
 )
 from herald.client.consumer import AsyncConsumer
 from herald.client.interceptors import ConsumerInterceptor, ProducerInterceptor
 from herald.client.listeners import ConsumerEventListener
 from herald.client.message import Message, OutgoingMessage
 from herald.client.producer import AsyncProducer
+from herald.client.reader import AsyncReader
 from herald.client.schema import BytesSchema, JsonSchema, Schema, StringSchema
-from herald.client.sync import Client, Consumer, Producer
+from herald.client.sync import Client, Consumer, Producer, Reader
 from herald.common.errors import (
     AlreadyClosedError,
     ChecksumError,
@@ -63,6 +65,7 @@ __all__ = [
     "AsyncClient",
     "AsyncConsumer",
     "AsyncProducer",
+    "AsyncReader",
     "BatchReceivePolicy",
     "BatchingType",
     "BytesSchema",
@@ -98,6 +101,8 @@ __all__ = [
     "ProducerConfig",
     "ProducerInterceptor",
     "ProducerQueueIsFullError",
+    "Reader",
+    "ReaderConfig",
     "Schema",
     "SchemaError",
     "SendTimeoutError",

@@ -1,11 +1,13 @@
 """AsyncClient: the entry point of the asyncio API. It owns the connection pool, the lookups and
 every producer, consumer and reader it made, and closes them with itself (Open -> Closing ->
 Closed). It chooses the implementation a topic needs: a TopicProducer or a PartitionedProducer, a
-TopicConsumer, a MultiTopicConsumer (several topics, or a partitioned one) or a PatternConsumer."""
+TopicConsumer, a MultiTopicConsumer (several topics, a partitioned one, or a topic and its retry
+letter topic) or a PatternConsumer; an AsyncReader reads one topic."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import re
 from collections.abc import Callable, Sequence
@@ -17,16 +19,22 @@ from herald.client.config import (
     ConsumerType,
     InitialPosition,
     ProducerConfig,
+    ReaderConfig,
 )
 from herald.client.connection import ConnectionPool
 from herald.client.consumer import AsyncConsumer
 from herald.client.lookup import LookupService
+from herald.client.multi_topic_consumer import MultiTopicConsumer
 from herald.client.partitioned_producer import PartitionedProducer
+from herald.client.pattern_consumer import PatternConsumer, parse_pattern
 from herald.client.producer import AsyncProducer
+from herald.client.reader import AsyncReader
+from herald.client.retry_letters import RetryLetters, retry_policy
 from herald.client.schema import BYTES, Schema
 from herald.client.topic_consumer import TopicConsumer
 from herald.client.topic_producer import TopicProducer
 from herald.common.errors import AlreadyClosedError, InvalidArgumentError, NotAllowedError
+from herald.common.message_id import MessageId
 from herald.common.names import TopicName, validate_subscription_name
 
 log = logging.getLogger(__name__)
@@ -56,6 +64,7 @@ class AsyncClient:
         self._lookup = LookupService(self._pool, self._config)
         self._producers: set[AsyncProducer[Any]] = set()
         self._consumers: set[AsyncConsumer[Any]] = set()
+        self._readers: set[AsyncReader[Any]] = set()
         self._state = _OPEN
 
     @property
@@ -122,10 +131,15 @@ class AsyncClient:
         name, a list of names, or a compiled regex whose matches in its namespace are followed as
         they come and go. `schema` decodes the values (bytes by default); options: ConsumerConfig.
 
+        One topic without partitions gets a TopicConsumer; a partitioned topic (n >= 1), several
+        topics, or retry_enable (the retry letter topic is read too) a MultiTopicConsumer; a
+        pattern a PatternConsumer.
+
         Refused, in Pulsar's order, when: the client is closed; the subscription name is empty;
         read_compacted is asked of a non-persistent topic or a Shared / Key_Shared subscription;
         a consumer_event_listener is given to anything but a Failover subscription; names and a
-        pattern are mixed.
+        pattern are mixed. Then when: a pattern does not start with its namespace; retry_enable is
+        asked of a pattern, or of a subscription that is not Shared or Key_Shared.
         """
         self._check_open()
         if not subscription_name:
@@ -133,15 +147,86 @@ class AsyncClient:
         validate_subscription_name(subscription_name)
         config = _build(ConsumerConfig, "consumer", subscription_name=subscription_name,
                         consumer_type=consumer_type, initial_position=initial_position, **options)
+        _check_consumer_config(config, topic)
         names, pattern = _topics(topic)
-        _check_consumer_config(config, names, pattern)
         schema = _check_schema(schema)
-        if pattern is not None or len(names) != 1:
-            raise NotAllowedError("subscribing to several topics or a pattern is not supported yet")
-        await self._refuse_partitioned(names[0])
-        consumer: AsyncConsumer[Any] = TopicConsumer(
-            names[0], config, self._config, self._pool, self._lookup, self._consumers.discard, schema)
+        consumer: AsyncConsumer[Any]
+        if pattern is not None:
+            parse_pattern(pattern)  # InvalidArgumentError before any network call
+            if config.retry_enable:
+                raise InvalidArgumentError(
+                    "retry_enable cannot be used with a topics pattern: the retry letter topic is named after one "
+                    "topic; subscribe to a topic (or a list of topics) to reconsume messages later")
+            consumer = PatternConsumer(pattern, config, self._config, self._pool, self._lookup,
+                                       self._consumers.discard, schema)
+            return await self._started(consumer, self._consumers)
+        retry = None
+        if config.retry_enable:
+            config, retry = self._retry_letters(config, names[0])
+            names = list(dict.fromkeys([*names, retry.retry_letter_topic]))
+        partitions = await self._lookup.partitions(names[0]) if len(names) == 1 and retry is None else None
+        if partitions == 0:
+            consumer = TopicConsumer(names[0], config, self._config, self._pool, self._lookup,
+                                     self._consumers.discard, schema)
+        else:
+            consumer = MultiTopicConsumer(
+                names, config, self._config, self._pool, self._lookup, self._consumers.discard, schema, retry,
+                partitions=None if partitions is None else {names[0]: partitions})
         return await self._started(consumer, self._consumers)
+
+    def _retry_letters(self, config: ConsumerConfig, topic: str) -> tuple[ConsumerConfig, RetryLetters]:
+        """retry_enable: the dead letter policy with its topics named (after the first topic, as
+        Pulsar does) and the sender of the letters."""
+        if config.consumer_type not in (ConsumerType.Shared, ConsumerType.KeyShared):
+            raise InvalidArgumentError(
+                f"retry_enable needs a Shared or Key_Shared subscription, not {config.consumer_type.name}: "
+                "reconsume_later's messages wait out their delay by delayed delivery, which only those honour")
+        policy = retry_policy(topic, config.subscription_name, config.dead_letter_policy)
+        letters = RetryLetters(policy, lambda letter_topic: self.create_producer(letter_topic, batching_enabled=False))
+        return dataclasses.replace(config, dead_letter_policy=policy), letters
+
+    # ---- readers ----
+
+    @overload
+    async def create_reader(
+        self, topic: str, start_message_id: MessageId, *, start_message_id_inclusive: bool = ...,
+        schema: None = None, **options: Any,
+    ) -> AsyncReader[bytes]: ...
+
+    @overload
+    async def create_reader(
+        self, topic: str, start_message_id: MessageId, *, start_message_id_inclusive: bool = ...,
+        schema: Schema[T], **options: Any,
+    ) -> AsyncReader[T]: ...
+
+    async def create_reader(
+        self, topic: str, start_message_id: MessageId, *, start_message_id_inclusive: bool = False,
+        schema: Schema[Any] | None = None, **options: Any,
+    ) -> AsyncReader[Any]:
+        """A reader of `topic` from `start_message_id` on (MessageId.earliest, MessageId.latest or
+        a message's id; that message too with start_message_id_inclusive). `schema` decodes the
+        values (bytes by default); options: ReaderConfig (reader_name, receiver_queue_size,
+        reader_listener(reader, message), read_compacted). A partitioned topic is refused: read
+        its partitions (get_partitions_for_topic) with a reader each."""
+        self._check_open()
+        config = _build(ReaderConfig, "reader", start_message_id=start_message_id,
+                        start_message_id_inclusive=start_message_id_inclusive, **options)
+        name = str(TopicName.parse(topic))
+        schema = _check_schema(schema)
+        reader: AsyncReader[Any] = AsyncReader(name, config, self._config, self._pool, self._lookup,
+                                               self._readers.discard, schema)
+        partitions = await self._lookup.partitions(name)
+        if partitions > 0:
+            raise NotAllowedError(
+                f"topic {name} has {partitions} partitions: a reader reads one topic; create a reader for each "
+                "partition (get_partitions_for_topic names them)")
+        self._readers.add(reader)
+        try:
+            await reader._start()
+        except BaseException:
+            await reader._shutdown()
+            raise
+        return reader
 
     async def get_partitions_for_topic(self, topic: str) -> list[str]:
         """The topic's partitions' names, or the topic itself when it is not partitioned."""
@@ -160,7 +245,8 @@ class AsyncClient:
         if self._state is not _OPEN:
             raise AlreadyClosedError("client already closed")
         self._state = _CLOSING
-        closing = [p.close() for p in list(self._producers)] + [c.close() for c in list(self._consumers)]
+        closing = ([p.close() for p in list(self._producers)] + [c.close() for c in list(self._consumers)]
+                   + [r.close() for r in list(self._readers)])
         results = await asyncio.gather(*closing, return_exceptions=True)
         for result in results:
             if isinstance(result, BaseException):
@@ -174,7 +260,8 @@ class AsyncClient:
             return
         self._state = _CLOSING
         await asyncio.gather(*(p._shutdown() for p in list(self._producers)),
-                             *(c._shutdown() for c in list(self._consumers)), return_exceptions=True)
+                             *(c._shutdown() for c in list(self._consumers)),
+                             *(r._shutdown() for r in list(self._readers)), return_exceptions=True)
         await self._pool.close(grace=None)
         self._state = _CLOSED
 
@@ -205,14 +292,6 @@ class AsyncClient:
             await made._shutdown()
             raise
         return made
-
-    async def _refuse_partitioned(self, topic: str) -> None:
-        count = await self._lookup.partitions(topic)
-        if count > 0:
-            raise NotAllowedError(
-                f"topic {topic} has {count} partitions: consuming a partitioned topic is not supported by "
-                "this client version yet; subscribe to its partitions (<topic>-partition-<i>) one by one"
-            )
 
 
 def _kept(producer: object) -> None:
@@ -253,14 +332,22 @@ def _topics(topic: Topics) -> tuple[list[str], re.Pattern[str] | None]:
     return list(dict.fromkeys(names)), None  # duplicates once, order kept
 
 
-def _check_consumer_config(config: ConsumerConfig, names: list[str], pattern: re.Pattern[str] | None) -> None:
-    if config.read_compacted:
-        if pattern is None:
-            persistent = all(TopicName.parse(name).persistent for name in names)
-        else:
-            persistent = not pattern.pattern.startswith("non-persistent://")
-        if not persistent or config.consumer_type not in (ConsumerType.Exclusive, ConsumerType.Failover):
-            raise InvalidArgumentError(
-                "read_compacted can only be used with Exclusive or Failover subscriptions of persistent topics")
+def _check_consumer_config(config: ConsumerConfig, topic: Topics) -> None:
+    """The option checks Pulsar makes before looking at the topics themselves, in its order."""
+    if config.read_compacted and (
+            config.consumer_type not in (ConsumerType.Exclusive, ConsumerType.Failover) or not _persistent(topic)):
+        raise InvalidArgumentError(
+            "read_compacted can only be used with Exclusive or Failover subscriptions of persistent topics")
     if config.consumer_event_listener is not None and config.consumer_type is not ConsumerType.Failover:
         raise InvalidArgumentError("a consumer_event_listener is only supported on Failover subscriptions")
+
+
+def _persistent(topic: object) -> bool:
+    """Whether every topic named (or matched) is persistent."""
+    if isinstance(topic, re.Pattern):
+        return not topic.pattern.startswith("non-persistent://")
+    if isinstance(topic, str):
+        return TopicName.parse(topic).persistent
+    if isinstance(topic, Sequence):
+        return all(_persistent(item) for item in topic)
+    return True  # not a topic at all: _topics says so

@@ -329,6 +329,10 @@ class ConsumerConfig:
     (0: off, else at least 10 s) redelivers messages not acknowledged in time, checked every
     ack_timeout_tick; acks are grouped for ack_group_time (0: sent at once) or ack_group_max_size
     acks. A negatively acknowledged message comes back after negative_ack_redelivery_delay.
+    A consumer of a partitioned topic picks up partitions added to it every
+    auto_update_partitions_interval; a pattern consumer lists its namespace again every
+    pattern_auto_discovery_period. retry_enable (Shared and Key_Shared subscriptions) makes the
+    consumer read the retry letter topic too, for reconsume_later.
     """
 
     subscription_name: str
@@ -351,6 +355,8 @@ class ConsumerConfig:
     properties: Mapping[str, str] | None = None
     interceptors: Sequence[ConsumerInterceptor] = ()
     pattern_auto_discovery_period: float = 60.0
+    auto_update_partitions: bool = True
+    auto_update_partitions_interval: float = 60.0
     batch_receive_policy: BatchReceivePolicy = field(default_factory=BatchReceivePolicy)
     max_pending_chunked_message: int = 10
     auto_ack_oldest_chunked_message_on_queue_full: bool = False
@@ -382,6 +388,8 @@ class ConsumerConfig:
         object.__setattr__(self, "properties", _properties("properties", self.properties))
         object.__setattr__(self, "interceptors", _sequence("interceptors", self.interceptors))
         _positive("pattern_auto_discovery_period", self.pattern_auto_discovery_period)
+        _bool("auto_update_partitions", self.auto_update_partitions)
+        _positive("auto_update_partitions_interval", self.auto_update_partitions_interval)
         if not isinstance(self.batch_receive_policy, BatchReceivePolicy):
             raise InvalidArgumentError(
                 f"batch_receive_policy must be a BatchReceivePolicy, got {self.batch_receive_policy!r}")

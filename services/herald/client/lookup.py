@@ -1,6 +1,7 @@
-"""Topic lookups through the service URL: which broker owns a topic (following redirects) and how
-many partitions it has. Unavailable services are retried with backoff within the operation
-timeout; every other failure is reported at once."""
+"""Topic lookups through the service URL: which broker owns a topic (following redirects), how
+many partitions it has, and which topics a namespace holds (for pattern consumers). Unavailable
+services are retried with backoff within the operation timeout; every other failure is reported
+at once."""
 
 from __future__ import annotations
 
@@ -41,6 +42,25 @@ class LookupService:
             f"partition metadata of topic {topic!r}", self._config.operation_timeout,
             lambda deadline: self._partitions_once(topic, deadline),
         )
+
+    async def topics_of_namespace(self, namespace: str, persistent: bool) -> list[str]:
+        """The full names of the namespace's topics of one domain (`tenant/namespace`); partitioned
+        topics by their base name. NotFoundError for an unknown tenant or namespace."""
+        return await retrying(
+            f"listing the topics of namespace {namespace!r}", self._config.operation_timeout,
+            lambda deadline: self._topics_once(namespace, persistent, deadline),
+        )
+
+    async def _topics_once(self, namespace: str, persistent: bool, deadline: float) -> list[str]:
+        address = self._service_address
+        stub = lookup_pb2_grpc.LookupServiceStub(await self._pool.get(address))
+        domain = lookup_pb2.PERSISTENT if persistent else lookup_pb2.NON_PERSISTENT
+        try:
+            reply = await stub.GetTopicsOfNamespace(
+                lookup_pb2.TopicsOfNamespaceRequest(namespace=namespace, domain=domain), timeout=remaining(deadline))
+        except grpc.aio.AioRpcError as exc:
+            raise error_from_rpc(exc, f"listing the topics of namespace {namespace!r} at {address}") from None
+        return list(reply.topics)
 
     async def _lookup_once(self, topic: str, deadline: float) -> str:
         address = self._service_address

@@ -15,6 +15,7 @@ from typing import Any, TypeVar, cast
 
 from herald.client.config import ProducerConfig
 from herald.client.lookup import LookupService
+from herald.client.members import close_all, start_all
 from herald.client.message import OutgoingMessage
 from herald.client.producer import AsyncProducer, SendCallback, deliver_at_ms
 from herald.client.routing import custom_partition, make_router
@@ -244,11 +245,11 @@ class PartitionedProducer(AsyncProducer[T]):
                 self._name = first.producer_name
             rest = [self._new_partition(index, count) for index in range(len(made), count)]
             made.extend(rest)
-            await _start_all(rest)
+            await start_all(rest)
         except BaseException:
             log.warning("producer on %s: could not start the producers of its %d partitions; closing the ones "
                         "started", self._topic, count)
-            await _close_all(made)
+            await close_all(made, "producer")
             raise
         self._producers = made
         log.info("producer %s on %s: sending to %d partitions", self._name, self._topic, count)
@@ -290,12 +291,12 @@ class PartitionedProducer(AsyncProducer[T]):
             return
         new = [self._new_partition(index, reported) for index in range(current, reported)]
         try:
-            await _start_all(new)
+            await start_all(new)
         except BaseException:
-            await _close_all(new)
+            await close_all(new, "producer")
             raise
         if self._state is not _OPEN:  # closed meanwhile: close() did not know these
-            await _close_all(new)
+            await close_all(new, "producer")
             return
         self._producers = [*self._producers, *new]
         log.info("producer %s on %s: the topic grew from %d to %d partitions; sending to all of them", self._name,
@@ -314,7 +315,7 @@ class PartitionedProducer(AsyncProducer[T]):
             return
         self._state = _CLOSING
         await self._stop_updater()
-        await _close_all(self._producers)
+        await close_all(self._producers, "producer")
         self._state = _CLOSED
         self._on_closed(self)
 
@@ -342,31 +343,6 @@ def sum_stats(parts: Sequence[ProducerStats]) -> ProducerStats:
         send_latency_p999_ms=max((s.send_latency_p999_ms for s in parts), default=0.0),
         send_latency_max_ms=max((s.send_latency_max_ms for s in parts), default=0.0),
     )
-
-
-async def _start_all(producers: Sequence[AsyncProducer[Any]]) -> None:
-    """Start producers side by side; on the first failure stop waiting for the others (they are
-    cancelled) and raise it."""
-    if not producers:
-        return
-    loop = asyncio.get_running_loop()
-    tasks = [loop.create_task(p._start()) for p in producers]
-    try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-    finally:
-        for task in tasks:
-            task.cancel()
-        results = await asyncio.gather(*tasks, return_exceptions=True)
-    for result in results:
-        if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
-            raise result
-
-
-async def _close_all(producers: Sequence[AsyncProducer[Any]]) -> None:
-    results = await asyncio.gather(*(p.close() for p in producers), return_exceptions=True)
-    for producer, result in zip(producers, results, strict=True):
-        if isinstance(result, BaseException):
-            log.warning("closing producer %s on %s: %s", producer.producer_name, producer.topic, result)
 
 
 def _report(callback: SendCallback, error: HeraldError) -> None:

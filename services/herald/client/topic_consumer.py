@@ -285,13 +285,10 @@ class TopicConsumer(
     ) -> None:
         if not self._config.retry_enable:
             raise NotAllowedError(
-                "reconsume_later needs retry_enable=True (and a dead_letter_policy to name the retry letter topic) "
-                "when subscribing")
-        # NOTE: with retries on, the consumer must also read the retry letter topic, so Pulsar makes it a
-        # multi-topic consumer: reconsume_later belongs to MultiTopicConsumer (a later part of issue 5).
-        raise NotAllowedError(
-            "reconsume_later is served by the multi-topic consumer, which also reads the retry letter topic; "
-            "this client version does not have it yet")
+                "reconsume_later needs retry_enable=True when subscribing (on a Shared or Key_Shared subscription)")
+        # With retries on, AsyncClient.subscribe makes a MultiTopicConsumer (it reads the retry letter
+        # topic too) and serves reconsume_later there; a TopicConsumer with retries is one of its parts.
+        raise NotAllowedError("reconsume_later belongs to the consumer this partition's consumer is part of")
 
     def _redeliver_all(self) -> None:
         """Ask for everything unacknowledged again; what is queued here comes with it, so it goes
@@ -432,8 +429,14 @@ class TopicConsumer(
 
     async def get_last_message_id(self) -> MessageId:
         self._check_open()
+        last = (await self._last_message_id_reply()).last
+        return MessageId(last.ledger_id, last.entry_id, last.partition, last.batch_index)
+
+    async def _last_message_id_reply(self, subscription: str = "") -> broker_pb2.GetLastMessageIdResponse:
+        """The broker's GetLastMessageId answer; with a subscription named, its mark-delete
+        position too (a reader's has_message_available compares the two)."""
         what = f"getting the last message id of {self._topic}"
-        request = broker_pb2.GetLastMessageIdRequest(topic=self._topic)
+        request = broker_pb2.GetLastMessageIdRequest(topic=self._topic, subscription=subscription)
 
         async def attempt(deadline: float) -> broker_pb2.GetLastMessageIdResponse:
             address = await self._lookup.broker_for(self._topic)
@@ -445,8 +448,7 @@ class TopicConsumer(
                 raise error_from_rpc(exc, f"{what} at {address}") from None
             return reply
 
-        last = (await retrying(what, self._client_config.operation_timeout, attempt)).last
-        return MessageId(last.ledger_id, last.entry_id, last.partition, last.batch_index)
+        return await retrying(what, self._client_config.operation_timeout, attempt)
 
     # ---- closing ----------------------------------------------------------------------------------
 
@@ -519,7 +521,8 @@ class TopicConsumer(
     def _handshake_what(self, address: str) -> str:
         return f"subscribing {self.subscription!r} to {self._topic} at {address}"
 
-    async def _handshake(self, call: ConsumeCall) -> None:
+    def _subscribe_request(self) -> broker_pb2.Subscribe:
+        """What the handshake asks the broker for (a reader adds its start: reader.py)."""
         config = self._config
         subscribe = broker_pb2.Subscribe(
             topic=self._topic, subscription=config.subscription_name, type=config.consumer_type.value,
@@ -531,7 +534,11 @@ class TopicConsumer(
             subscribe.dead_letter_policy.CopyFrom(broker_pb2.DeadLetterPolicy(
                 max_redeliver_count=policy.max_redeliver_count, dead_letter_topic=policy.dead_letter_topic or "",
                 retry_letter_topic=policy.retry_letter_topic or ""))
-        await call.write(broker_pb2.ConsumeRequest(subscribe=subscribe))
+        return subscribe
+
+    async def _handshake(self, call: ConsumeCall) -> None:
+        config = self._config
+        await call.write(broker_pb2.ConsumeRequest(subscribe=self._subscribe_request()))
         reply = await call.read()
         if reply is EOF:
             raise ConnectionError_(f"the broker ended the stream while subscribing to {self._topic}")

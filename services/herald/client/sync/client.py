@@ -4,14 +4,19 @@ runs on a LoopThread started on first use and stopped when the client closes."""
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from herald.client.client import AsyncClient
 from herald.client.config import ClientConfig, ConsumerType, InitialPosition
 from herald.client.sync.consumer import Consumer
 from herald.client.sync.loop import LoopThread
 from herald.client.sync.producer import Producer
+from herald.client.sync.reader import Reader
 from herald.common.errors import AlreadyClosedError, InvalidArgumentError
+from herald.common.message_id import MessageId
+
+if TYPE_CHECKING:
+    from herald.client.client import Topics
 
 
 class Client:
@@ -47,14 +52,19 @@ class Client:
         return Producer(self, self._thread.run(core.create_producer(topic, **options)))
 
     def subscribe(
-        self, topic: str, subscription_name: str, consumer_type: ConsumerType = ConsumerType.Exclusive,
+        self, topic: Topics, subscription_name: str, consumer_type: ConsumerType = ConsumerType.Exclusive,
         initial_position: InitialPosition = InitialPosition.Latest, **options: Any,
     ) -> Consumer[Any]:
-        """A consumer of `topic` through `subscription_name`; options as AsyncClient.subscribe.
-        A message_listener or consumer_event_listener runs on a thread of the consumer's own and
-        gets the blocking Consumer."""
+        """A consumer of `topic` (a name, a list of names or a compiled pattern) through
+        `subscription_name`; options as AsyncClient.subscribe. A message_listener or
+        consumer_event_listener runs on a thread of the consumer's own and gets the blocking Consumer."""
         return Consumer._subscribe(self, self._core(), topic, subscription_name, consumer_type, initial_position,
                                    dict(options))
+
+    def create_reader(self, topic: str, start_message_id: MessageId, **options: Any) -> Reader[Any]:
+        """A reader of `topic` from `start_message_id` on; options as AsyncClient.create_reader.
+        A reader_listener runs on a thread of the reader's own and gets the blocking Reader."""
+        return Reader._create(self, self._core(), topic, start_message_id, dict(options))
 
     def get_partitions_for_topic(self, topic: str) -> list[str]:
         core = self._core()
