@@ -13,8 +13,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import datetime
+import json
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from herald.api.v1 import broker_pb2
@@ -30,6 +33,7 @@ from herald.client.topic_producer import TopicProducer
 from herald.common.entry import EntryMetadata, decode_entry, encode_entry, iter_records, pack_record
 
 TOPIC = "persistent://public/default/bench"
+RESULTS = Path(__file__).resolve().parent / "results" / "client_hot_path.jsonl"
 
 
 def offline_parts() -> tuple[ClientConfig, ConnectionPool, LookupService]:
@@ -264,12 +268,19 @@ def main() -> None:
     payload = b"x" * args.size
     print(f"{args.messages} messages of {args.size} B, batches of {args.batch}; best of {args.repeat}")
 
+    figures: dict[str, float] = {}
+
     async def run() -> None:
         for name, case in CASES:
             best = min([await case(args.messages, payload, args.batch) for _ in range(args.repeat)])
-            print(f"  {name:<55} {best / args.messages * 1e6:6.2f} us/message")
+            figures[name] = round(best / args.messages * 1e6, 3)
+            print(f"  {name:<55} {figures[name]:6.2f} us/message")
 
     asyncio.run(run())
+    record = {"at": datetime.datetime.now().isoformat(timespec="seconds"), "messages": args.messages,
+              "size": args.size, "batch": args.batch, "us_per_message": figures}
+    with RESULTS.open("a") as results:
+        results.write(json.dumps(record) + "\n")
 
 
 if __name__ == "__main__":
