@@ -17,6 +17,7 @@ from herald.broker.producer import ENTRY_FRAMING_ALLOWANCE
 from herald.broker.service import BrokerService
 from herald.broker.settings import BrokerSettings
 from herald.broker.subscription import SubscriptionType
+from herald.broker.topic import PersistentTopic
 from herald.common.entry import EntryMetadata, encode_entry, read_metadata
 from herald.common.errors import (
     ChecksumError,
@@ -204,6 +205,23 @@ async def test_duplicate_sequence_ids_are_acked_without_storing(cluster: Cluster
     assert (await service.topic_stats(TOPIC)).entries == 10
     _, last_sequence_id = await service.create_producer(TOPIC, "p")
     assert last_sequence_id == 9
+
+
+async def test_a_producer_name_unused_past_the_inactivity_is_forgotten_by_dedup(cluster: Cluster) -> None:
+    service = await cluster.broker(BrokerSettings(dedup_producer_inactivity_seconds=0.2, cursor_flush_interval=0.05))
+    await publish_all(service, "used-once", 0, 3)  # closes its producer
+    staying, _ = await service.create_producer(TOPIC, "staying")
+    await staying.topic.publish(staying, 0, 0, 1, entry("staying", 0))
+    topic = await service.get_topic(TOPIC)
+    assert isinstance(topic, PersistentTopic)
+
+    async def forgotten() -> bool:
+        return "used-once" not in topic.dedup.producers
+
+    await eventually(forgotten, "the idle producer name forgotten")
+    assert "staying" in topic.dedup.producers  # still connected: kept
+    _, last_sequence_id = await service.create_producer(TOPIC, "used-once")
+    assert last_sequence_id == -1
 
 
 async def test_resend_while_the_first_copy_is_in_flight_is_unknown(cluster: Cluster) -> None:

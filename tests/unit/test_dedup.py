@@ -4,6 +4,7 @@ from a snapshot plus a replay of the entries written after it."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -135,3 +136,29 @@ async def test_unreadable_entries_are_skipped_in_replay(store: MetadataStore) ->
     dedup = make(store)
     assert await dedup.recover(log) == 3
     assert dedup.last_sequence_id("a") == 1
+
+
+# ---- forgetting producers gone for long ----
+
+async def test_a_producer_disconnected_past_the_inactivity_is_forgotten(store: MetadataStore) -> None:
+    dedup = make(store)
+    for name in ("gone", "back", "connected"):
+        dedup.producer_connected(name)
+        assert dedup.check(name, 0, 0) is DedupStatus.NEW
+        dedup.persisted(name, 0, Position(1, 0))
+    dedup.producer_disconnected("gone", now=100.0)
+    dedup.producer_disconnected("back", now=100.0)
+    dedup.producer_connected("back")  # reconnected: active again
+    assert dedup.purge_inactive(now=159.0, inactivity=60.0) == 0  # not yet
+    assert dedup.purge_inactive(now=160.0, inactivity=60.0) == 1
+    assert dedup.producers == {"back": 0, "connected": 0}
+    assert dedup.last_sequence_id("gone") == -1
+    assert dedup.check("gone", 0, 0) is DedupStatus.NEW  # a resend after that counts as new
+
+
+async def test_recovered_producers_are_inactive_until_they_connect(store: MetadataStore) -> None:
+    dedup = make(store)
+    await dedup.recover(FakeLog([entry("old", 0), entry("returning", 0)]))
+    dedup.producer_connected("returning")
+    forgotten = dedup.purge_inactive(now=time.monotonic() + 61.0, inactivity=60.0)
+    assert forgotten == 1 and dedup.producers == {"returning": 0}

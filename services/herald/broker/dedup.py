@@ -7,6 +7,9 @@ is still being written: the producer retries). The persisted marks survive failo
 {position, producers} is written to `/dedup/<managed ledger>` every N entries, on close, and before
 retention deletes ledgers after its position; a broker loading the topic replays the entries
 written after the snapshot's position.
+
+As Pulsar does, a producer name not connected for a while (dedup_producer_inactivity_seconds) is
+forgotten, so names used once (a dlq-worker gives each dead letter its own) do not pile up.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import asyncio
 import enum
 import json
 import logging
+import time
 from typing import Protocol
 
 from herald.broker.managed_ledger import BEFORE_FIRST, Position
@@ -61,6 +65,8 @@ class MessageDeduplication:
         self._closed = False
         self._fenced = False
         self._switching = False  # being turned on: replaying what was written while it was off
+        # Producer names with no producer connected -> since when (time.monotonic()).
+        self._inactive_since: dict[str, float] = {}
 
     # ---- the publish path ----
 
@@ -105,6 +111,27 @@ class MessageDeduplication:
     @property
     def producers(self) -> dict[str, int]:
         return dict(self._persisted)
+
+    # ---- forgetting producers gone for long ----
+
+    def producer_connected(self, producer_name: str) -> None:
+        self._inactive_since.pop(producer_name, None)
+
+    def producer_disconnected(self, producer_name: str, now: float) -> None:
+        if producer_name in self._pushed or producer_name in self._persisted:
+            self._inactive_since[producer_name] = now
+
+    def purge_inactive(self, now: float, inactivity: float) -> int:
+        """Forget the producers disconnected for `inactivity` seconds or more; returns how many.
+        A resend from one after that is taken as new (Pulsar's trade-off too)."""
+        gone = [name for name, since in self._inactive_since.items() if now - since >= inactivity]
+        for name in gone:
+            del self._inactive_since[name]
+            self._pushed.pop(name, None)
+            self._persisted.pop(name, None)
+        if gone:
+            log.info("dedup %s forgot %d producers inactive for %gs", self.key, len(gone), inactivity)
+        return len(gone)
 
     # ---- recovery and snapshots ----
 
@@ -156,6 +183,8 @@ class MessageDeduplication:
             self._last_position = entries[-1][0]
             start = Position(self._last_position.ledger_id, self._last_position.entry_id + 1)
         self._pushed = dict(self._persisted)
+        now = time.monotonic()  # none is connected yet: each is inactive from now until it is
+        self._inactive_since = dict.fromkeys(self._persisted, now)
         self._since_snapshot = replayed
         log.info("dedup %s recovered %d producers, replayed %d entries", self.key, len(self._persisted), replayed)
         return replayed

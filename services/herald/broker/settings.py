@@ -36,6 +36,8 @@ class BrokerSettings:
     max_message_size: int = 5 * MIB
     # Entries between two dedup snapshots; recovery replays at most about this many entries.
     dedup_snapshot_interval: int = 1000
+    # A producer name with nothing connected for this long is forgotten by dedup (Pulsar: 6 h).
+    dedup_producer_inactivity_seconds: float = 6 * 3600.0
 
     # Managed ledger: when the open ledger is full it is closed and a new one created.
     max_entries_per_ledger: int = 50_000

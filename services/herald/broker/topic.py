@@ -13,6 +13,7 @@ import asyncio
 import functools
 import itertools
 import logging
+import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
@@ -172,11 +173,13 @@ class PersistentTopic:
         self.backlog_quota.check_new_producer()
         producer = Producer(self, name, next(self._producer_ids))
         self.producers[name] = producer
+        self.dedup.producer_connected(name)
         return producer, self.dedup.last_sequence_id(name)
 
     def remove_producer(self, producer: Producer) -> None:
         if self.producers.get(producer.name) is producer:
             del self.producers[producer.name]
+            self.dedup.producer_disconnected(producer.name, time.monotonic())
         producer.close()
 
     def publish(
@@ -469,6 +472,7 @@ class PersistentTopic:
         # cursor's version unknown and its final flush refused.
         while not self._stopping.is_set():
             await wait_event(self._stopping, self.settings.cursor_flush_interval)
+            self.dedup.purge_inactive(time.monotonic(), self.settings.dedup_producer_inactivity_seconds)
             for sub in list(self.subscriptions.values()):
                 if sub.cursor.dirty and not sub.cursor.fenced:
                     try:
