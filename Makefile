@@ -45,7 +45,9 @@ bench: setup
 	$(PY) bench/produce_consume.py --messages 200000 --size 100
 	$(PY) bench/produce_consume.py --messages 100000 --size 1024
 	$(PY) bench/produce_consume.py --messages 200000 --size 100 --cluster 3/2/2
+	$(PY) bench/produce_consume.py --messages 200000 --size 100 --proxy
 	$(PY) bench/failover_gap.py
+	$(PY) bench/dlq_worker.py --letters 5000
 
 clean:
 	rm -rf $(VENV) $(DATA_DIR) .pytest_cache .mypy_cache .ruff_cache

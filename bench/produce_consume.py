@@ -1,7 +1,8 @@
 """Produce then consume N messages of S bytes through `herald standalone` and print msg/s, MB/s,
 send latency percentiles and the server's peak resident memory.
 
-Starts its own standalone on free ports in a temporary directory unless --service-url is given.
+Starts its own standalone on free ports in a temporary directory unless --service-url is given;
+with --proxy the client talks to a `herald proxy` process in front of it instead.
 Results are appended to bench/results/produce_consume.jsonl.
 """
 
@@ -29,7 +30,8 @@ def start_standalone(data_dir: str) -> tuple[subprocess.Popen[bytes], str]:
     herald = Path(sys.executable).parent / "herald"
     proc = subprocess.Popen(
         [str(herald), "standalone", "--data-dir", f"{data_dir}/data", "--port", str(ports[0]),
-         "--broker-port", str(ports[1]), "--storage-port", str(ports[2])],
+         "--broker-port", str(ports[1]), "--storage-port", str(ports[2]), "--proxy-port", str(free_port()),
+         "--metrics-port", str(free_port())],
         stdout=log, stderr=subprocess.STDOUT,
     )
     deadline = time.monotonic() + 60
@@ -38,6 +40,24 @@ def start_standalone(data_dir: str) -> tuple[subprocess.Popen[bytes], str]:
             raise RuntimeError((Path(data_dir) / "standalone.log").read_text())
         time.sleep(0.05)
     return proc, f"herald://127.0.0.1:{ports[0]}"
+
+
+def start_proxy(data_dir: str, service_url: str) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    log_path = Path(data_dir) / "proxy.log"
+    log = open(log_path, "wb")  # noqa: SIM115 - owned by the child
+    herald = Path(sys.executable).parent / "herald"
+    proc = subprocess.Popen(
+        [str(herald), "proxy", "--lookup-address", service_url.removeprefix("herald://"), "--port", str(port),
+         "--metrics-port", "-1"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 60
+    while "proxy listening on" not in log_path.read_text(errors="replace"):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(log_path.read_text())
+        time.sleep(0.05)
+    return proc, f"herald://127.0.0.1:{port}"
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -103,8 +123,10 @@ def main() -> None:
     parser.add_argument("--service-url", help="use a running Herald instead of starting standalone")
     parser.add_argument("--cluster", metavar="E/QW/QA",
                         help="start a local cluster (1 broker, E storage nodes) with these quorums instead")
+    parser.add_argument("--proxy", action="store_true", help="go through a `herald proxy` process")
     args = parser.parse_args()
     proc = None
+    proxy = None
     cluster = None
     with tempfile.TemporaryDirectory() as tmp:
         url = args.service_url
@@ -119,19 +141,29 @@ def main() -> None:
         elif url is None:
             proc, url = start_standalone(tmp)
         try:
+            if args.proxy:
+                proxy, url = start_proxy(tmp, url)
             result = asyncio.run(run(url, args.messages, args.size, args.max_pending))
             if proc is not None:
                 result["server_peak_rss_mb"] = peak_rss_mb(proc.pid)
             if cluster is not None:
                 result["cluster"] = args.cluster
+            if proxy is not None:
+                result["proxy"] = True
+                result["proxy_peak_rss_mb"] = peak_rss_mb(proxy.pid)
         finally:
+            if proxy is not None:
+                proxy.terminate()
+                proxy.wait(timeout=30)
             if proc is not None:
                 proc.terminate()
                 proc.wait(timeout=30)
             if cluster is not None:
                 cluster.stop()
     where = f"cluster {args.cluster}" if args.cluster else "standalone"
+    where += " through a proxy" if args.proxy else ""
     rss = f", server peak RSS {result['server_peak_rss_mb']:.0f} MB" if "server_peak_rss_mb" in result else ""
+    rss += f", proxy peak RSS {result['proxy_peak_rss_mb']:.0f} MB" if "proxy_peak_rss_mb" in result else ""
     print(
         f"{where}: {args.messages} x {args.size} B: produce {result['produce_msg_s']:,.0f} msg/s "
         f"({result['produce_mb_s']:.1f} MB/s), consume {result['consume_msg_s']:,.0f} msg/s "

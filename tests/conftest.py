@@ -73,12 +73,16 @@ def service_env() -> dict[str, str]:
 class StandaloneProcess:
     """`herald standalone` as a real subprocess on free ports, restartable on the same data dir."""
 
-    def __init__(self, data_dir: Path, env: dict[str, str]) -> None:
+    def __init__(self, data_dir: Path, env: dict[str, str], dlq_worker: bool = False) -> None:
         self.data_dir = data_dir
         self.env = env
+        # Off unless asked for: tests of the dead-letter contract take the letters themselves.
+        self.dlq_worker = dlq_worker
         self.port = free_port()
         self.broker_port = free_port()
         self.storage_port = free_port()
+        self.proxy_port = free_port()
+        self.metrics_port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir.parent / f"{data_dir.name}-standalone.log"
         self.starts = 0
@@ -86,6 +90,14 @@ class StandaloneProcess:
     @property
     def service_url(self) -> str:
         return f"herald://127.0.0.1:{self.port}"
+
+    @property
+    def proxy_url(self) -> str:
+        return f"herald://127.0.0.1:{self.proxy_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
 
     def start(self, timeout: float = 60.0) -> None:
         self.starts += 1
@@ -95,7 +107,8 @@ class StandaloneProcess:
         self.proc = subprocess.Popen(
             [str(VENV_BIN / "herald"), "standalone", "--data-dir", str(self.data_dir),
              "--port", str(self.port), "--broker-port", str(self.broker_port),
-             "--storage-port", str(self.storage_port)],
+             "--storage-port", str(self.storage_port), "--proxy-port", str(self.proxy_port),
+             "--metrics-port", str(self.metrics_port), *([] if self.dlq_worker else ["--no-dlq-worker"])],
             stdout=log, stderr=subprocess.STDOUT, env=self.env,
         )
         log.close()
@@ -131,12 +144,14 @@ class StandaloneProcess:
 
 
 @contextlib.contextmanager
-def running_standalone(data_dir: Path, **broker_settings: object) -> Iterator[StandaloneProcess]:
+def running_standalone(
+    data_dir: Path, dlq_worker: bool = False, **broker_settings: object,
+) -> Iterator[StandaloneProcess]:
     """`herald standalone` on `data_dir`, its broker settings given as HERALD_BROKER_<NAME>
     variables (a module's fixture shortens check intervals this way); stopped on exit."""
     env = service_env()
     env.update({f"HERALD_BROKER_{name.upper()}": str(value) for name, value in broker_settings.items()})
-    server = StandaloneProcess(data_dir, env)
+    server = StandaloneProcess(data_dir, env, dlq_worker=dlq_worker)
     server.start()
     try:
         yield server

@@ -2,7 +2,7 @@
 
     herald admin [--url URL] [--json] <group> <command> [arguments]
 
-Groups: tenants, namespaces, topics, subscriptions, brokers. Output is for people (tables and
+Groups: tenants, namespaces, topics, subscriptions, brokers, dlq (dead letters). Output is for people (tables and
 key: value lines) or, with --json, one JSON document for scripts (snake_case keys named as in the
 admin contract, every field present, unset policies as null). A failed call prints one line
 "error: <CODE>: <message>" on stderr and exits with status 1; a usage error exits with status 2.
@@ -29,6 +29,9 @@ from herald.client.admin import AdminClient
 from herald.client.config import InitialPosition
 from herald.common.entry import decode_entry, iter_records
 from herald.common.errors import ConnectionError_, HeraldError, InvalidArgumentError
+from herald.dlq.letters import ORIGIN_PROPERTIES
+from herald.dlq.peek import DeadMessage, dead_letter_topic, peek, topic_exists
+from herald.dlq.replay import Replayed, replay
 
 DEFAULT_URL = "herald://127.0.0.1:6650"
 URL_HELP = ("a service URL, herald://host:port (lookup names a broker), or a broker's host:port "
@@ -41,6 +44,8 @@ examples:
   herald admin topics create persistent://acme/orders/created --partitions 4
   herald admin --json topics stats persistent://acme/orders/created
   herald admin subscriptions reset persistent://acme/orders/created billing --time 2024-05-01T00:00:00Z
+  herald admin dlq peek persistent://acme/orders/created --subscription billing
+  herald admin dlq replay persistent://acme/orders/created --subscription billing --limit 100
 
 A failed call prints "error: <CODE>: <message>" on stderr and exits with status 1 (2 for usage errors).
 """
@@ -715,6 +720,75 @@ async def brokers_list(admin: AdminClient, args: argparse.Namespace) -> Any:
     return None
 
 
+# ---- dead letters (herald.dlq) ----
+
+def _dlq_topic(args: argparse.Namespace) -> str:
+    return str(args.dlq_topic or dead_letter_topic(args.topic, args.subscription))
+
+
+def _service_url(args: argparse.Namespace) -> str:
+    if "://" not in args.url:
+        raise HeraldUsageError(f"dlq commands need a service URL (herald://host:port), not a broker's address "
+                               f"({args.url}): give --url herald://...")
+    return str(args.url)
+
+
+def _dead_message(message: DeadMessage) -> dict[str, Any]:
+    try:
+        text: str | None = message.value.decode()
+    except UnicodeDecodeError:
+        text = None
+    return {
+        "message_id": str(message.message_id), "key": message.key, "value": text,
+        "value_base64": base64.b64encode(message.value).decode(), "event_time": message.event_time,
+        "publish_time": message.publish_time,
+        "origin": {name: message.properties[name] for name in ORIGIN_PROPERTIES if name in message.properties},
+        "properties": {name: value for name, value in message.properties.items() if name not in ORIGIN_PROPERTIES},
+    }
+
+
+def _shorten(text: str, width: int = 40) -> str:
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+async def dlq_peek(admin: AdminClient, args: argparse.Namespace) -> Any:
+    from herald.client import AsyncClient
+
+    topic = _dlq_topic(args)
+    async with AsyncClient(_service_url(args), operation_timeout=args.timeout, stats_interval=0) as client:
+        messages = [_dead_message(message) for message in await peek(client, admin, topic, args.count)]
+    if args.json:
+        return {"dead_letter_topic": topic, "messages": messages}
+    if not messages:
+        print(f"(no dead letters in {topic})")
+        return None
+    print(f"dead letters in {topic}, oldest first:")
+    print_table(
+        ["MESSAGE ID", "REAL_TOPIC", "ORIGIN_MESSAGE_ID", "SUBSCRIPTION", "REDELIVERIES", "REASON", "KEY", "VALUE",
+         "PROPERTIES"],
+        [[m["message_id"], m["origin"].get("REAL_TOPIC"), m["origin"].get("ORIGIN_MESSAGE_ID"),
+          m["origin"].get("SUBSCRIPTION"), m["origin"].get("REDELIVERY_COUNT"), m["origin"].get("REASON"), m["key"],
+          _shorten(m["value"] if m["value"] is not None else "base64:" + m["value_base64"]),
+          " ".join(f"{k}={v}" for k, v in m["properties"].items()) or None] for m in messages],
+    )
+    return None
+
+
+async def dlq_replay(admin: AdminClient, args: argparse.Namespace) -> Any:
+    topic = _dlq_topic(args)
+    url = _service_url(args)
+    replayed = Replayed()
+    if await topic_exists(admin, topic):
+        replayed = await replay(url, topic, args.topic, args.limit, args.timeout)
+    if args.json:
+        return {"dead_letter_topic": topic, "replayed": replayed.messages, "already_there": replayed.duplicates}
+    print(f"replayed {replayed.messages} messages from {topic} to their topics")
+    if replayed.duplicates:
+        print(f"{replayed.duplicates} more were there already (published by an interrupted replay, or by one whose "
+              "--limit cut their entry short) and are acknowledged now")
+    return None
+
+
 # ---- the parser ----
 
 def add_admin_parser(commands: Any) -> None:
@@ -728,7 +802,7 @@ def add_admin_parser(commands: Any) -> None:
                         help="give up on a call after this long (default 30)")
 
     admin = commands.add_parser(
-        "admin", help="administer tenants, namespaces, topics, subscriptions and brokers",
+        "admin", help="administer tenants, namespaces, topics, subscriptions, brokers and dead letters",
         description="Administer a Herald cluster through any broker's admin API.", epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -861,6 +935,24 @@ def add_admin_parser(commands: Any) -> None:
 
     brokers = group("brokers", "brokers: list")
     command(brokers, "list", "list the live brokers with their load", brokers_list)
+
+    dlq = group("dlq", "dead letters (moved by the dlq-worker): peek, replay")
+    for name, help_text, handler in (
+            ("peek", "show a subscription's dead letters with their origin, oldest first (nothing is consumed)",
+             dlq_peek),
+            ("replay", "move a subscription's dead letters back to their topics (each at most once)", dlq_replay)):
+        sub = command(dlq, name, help_text, handler)
+        sub.add_argument("topic", help="the topic whose subscription's dead letters these are")
+        sub.add_argument("--subscription", "-s", required=True, help="the subscription")
+        sub.add_argument("--dlq-topic", metavar="TOPIC",
+                         help="the dead-letter topic, when the subscription's policy names one "
+                              "(default <topic>-<subscription>-DLQ)")
+        if name == "peek":
+            sub.add_argument("--count", "-n", type=positive, default=10, metavar="N",
+                             help="how many messages (default 10)")
+        else:
+            sub.add_argument("--limit", "-n", type=positive, default=None, metavar="N",
+                             help="replay at most N messages (default: all)")
     admin.set_defaults(func=run_admin)
 
 

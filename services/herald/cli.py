@@ -1,4 +1,4 @@
-"""The `herald` command: run a service (standalone, lookup, broker, storage) or use one
+"""The `herald` command: run a service (standalone, lookup, broker, storage, proxy, dlq-worker) or use one
 (produce, consume, admin). Services read settings from defaults < --config file < HERALD_* variables <
 flags."""
 
@@ -56,7 +56,8 @@ def cmd_standalone(args: argparse.Namespace) -> None:
 
     settings = load_settings(
         StandaloneSettings, "standalone", config_file=args.config,
-        overrides=_flags(args, "data_dir", "host", "port", "broker_port", "storage_port"),
+        overrides=_flags(args, "data_dir", "host", "port", "broker_port", "storage_port", "proxy_port",
+                         "metrics_port", "dlq_worker"),
     )
 
     async def make() -> Standalone:
@@ -136,13 +137,54 @@ def cmd_storage(args: argparse.Namespace) -> None:
     asyncio.run(_serve(make, lambda s: print(f"storage listening on {s.address}", flush=True)))
 
 
+def cmd_proxy(args: argparse.Namespace) -> None:
+    from herald.proxy.server import ProxyServer
+    from herald.proxy.settings import ProxySettings
+
+    settings = load_settings(
+        ProxySettings, "proxy", config_file=args.config,
+        overrides=_flags(args, "host", "port", "lookup_address", "advertised_address", "max_connections",
+                         "drain_timeout", "metrics_host", "metrics_port"),
+    )
+    log.info("proxy settings:\n%s", describe(settings))
+
+    async def make() -> ProxyServer:
+        return ProxyServer(settings)
+
+    def announce(proxy: ProxyServer) -> None:
+        if proxy.metrics_server is not None:
+            print(f"proxy metrics on http://{proxy.metrics_server.address}/metrics", flush=True)
+        print(f"proxy listening on {proxy.address} (lookup {settings.lookup_address})", flush=True)
+
+    asyncio.run(_serve(make, announce))
+
+
+def cmd_dlq_worker(args: argparse.Namespace) -> None:
+    from herald.dlq.settings import load_settings as load_dlq_settings
+    from herald.dlq.worker import DlqWorker
+
+    settings = load_dlq_settings(args.config, _flags(args, "service_url", "worker_name", "metrics_host",
+                                                     "metrics_port", "flow_permits", "broker_refresh_interval"))
+    log.info("dlq-worker settings:\n%s", describe(settings))
+
+    async def make() -> DlqWorker:
+        return DlqWorker(settings)
+
+    def announce(worker: DlqWorker) -> None:
+        print(f"dlq-worker {settings.worker_name} is running against {settings.service_url}", flush=True)
+        if worker.metrics_address is not None:
+            print(f"  metrics on http://{worker.metrics_address}/metrics", flush=True)
+
+    asyncio.run(_serve(make, announce))
+
+
 def cmd_local_cluster(args: argparse.Namespace) -> None:
     from herald.local_cluster import ClusterSettings, LocalCluster
 
     settings = load_settings(
         ClusterSettings, "local-cluster", config_file=args.config,
         overrides=_flags(args, "base_dir", "brokers", "storage_nodes", "ensemble_size", "write_quorum",
-                         "ack_quorum", "heartbeat_interval"),
+                         "ack_quorum", "heartbeat_interval", "proxies"),
     )
     cluster = LocalCluster(settings)
     stop = threading.Event()
@@ -210,10 +252,15 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--port", type=int, help="port to listen on (0 = any free port)")
         return sub
 
-    sub = service("standalone", "run lookup, broker and storage in one process with an embedded metadata store")
+    sub = service("standalone", "run lookup, broker, storage, proxy and dlq-worker in one process with an "
+                                "embedded metadata store")
     sub.add_argument("--data-dir", help="where to keep data (default ./data)")
     sub.add_argument("--broker-port", type=int, help="broker port (default 6651)")
     sub.add_argument("--storage-port", type=int, help="storage port (default 3181)")
+    sub.add_argument("--proxy-port", type=int, help="proxy port (default 6652; -1: no proxy)")
+    sub.add_argument("--metrics-port", type=int, help="/metrics port of every service (default 9180; -1: none)")
+    sub.add_argument("--no-dlq-worker", dest="dlq_worker", action="store_const", const=False, default=None,
+                     help="do not move dead letters to their dead-letter topics")
     sub.set_defaults(func=cmd_standalone)
 
     sub = service("lookup", "run the lookup (discovery) service")
@@ -233,6 +280,26 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--data-dir", help="journal and ledger directory")
     sub.set_defaults(func=cmd_storage)
 
+    sub = service("proxy", "run a proxy: the one address clients need, forwarding to the brokers that own topics")
+    sub.add_argument("--lookup-address", help="host:port of the lookup service (env HERALD_PROXY_LOOKUP_ADDRESS)")
+    sub.add_argument("--advertised-address", help="host:port clients are told to dial (default: host:port)")
+    sub.add_argument("--max-connections", type=int, help="client connections allowed (default 0 = no limit)")
+    sub.add_argument("--drain-timeout", type=float, help="seconds streams get to finish on SIGTERM (default 20)")
+    sub.add_argument("--metrics-host", help="address /metrics binds (default 127.0.0.1)")
+    sub.add_argument("--metrics-port", type=int, help="/metrics port (default 9104; 0 = any free port, -1 = none)")
+    sub.set_defaults(func=cmd_proxy)
+
+    help_text = "run a dlq-worker: move dead letters of every broker to their dead-letter topics"
+    sub = commands.add_parser("dlq-worker", help=help_text, description=help_text)
+    sub.add_argument("--config", help="TOML file with a [dlq-worker] table of settings")
+    sub.add_argument("--service-url", help="herald://host:port of lookup (env HERALD_DLQ_WORKER_SERVICE_URL)")
+    sub.add_argument("--worker-name", help="the name in logs (default: host name and process id)")
+    sub.add_argument("--metrics-host", help="address /metrics binds (default 127.0.0.1)")
+    sub.add_argument("--metrics-port", type=int, help="/metrics port (default 9105; 0 = any free port, -1 = none)")
+    sub.add_argument("--flow-permits", type=int, help="letters in flight per broker (default 100)")
+    sub.add_argument("--broker-refresh-interval", type=float, help="seconds between broker list refreshes")
+    sub.set_defaults(func=cmd_dlq_worker)
+
     sub = commands.add_parser(
         "local-cluster", help="run redis, lookup, brokers and storage nodes as separate local processes",
         description="run redis, lookup, brokers and storage nodes as separate processes on loopback",
@@ -245,6 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--write-quorum", type=int, help="Qw (default 2)")
     sub.add_argument("--ack-quorum", type=int, help="Qa (default 2)")
     sub.add_argument("--heartbeat-interval", type=float, help="broker heartbeat seconds (default 1)")
+    sub.add_argument("--proxies", type=int, help="proxies in front of the brokers (default 0)")
     sub.set_defaults(func=cmd_local_cluster)
 
     env_url = os.environ.get("HERALD_SERVICE_URL", DEFAULT_SERVICE_URL)

@@ -1,5 +1,5 @@
-"""`herald local-cluster`: a real multi-process Herald on loopback — redis-server, lookup, brokers
-and storage nodes, each its own process with its log in one folder. The chaos tests drive the same
+"""`herald local-cluster`: a real multi-process Herald on loopback — redis-server, lookup, brokers,
+storage nodes and optional proxies, each its own process with its log in one folder. The chaos tests drive the same
 code (kill, pause, resume, restart any process)."""
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ class ClusterSettings:
     write_quorum: int = 2
     ack_quorum: int = 2
     heartbeat_interval: float = 1.0  # seconds; a broker expires after 3 silent heartbeats
+    proxies: int = 0  # `herald proxy` processes in front of the brokers (see proxy_url)
     extra_env: dict[str, str] = field(default_factory=dict)
 
 
@@ -45,8 +46,9 @@ class ClusterProcess:
     """One process of the cluster: started, stopped, killed, paused and resumed by name."""
 
     def __init__(self, name: str, args: list[str], log_dir: Path, ready_text: str, port: int,
-                 env: dict[str, str]) -> None:
+                 env: dict[str, str], metrics_port: int | None = None) -> None:
         self.name = name
+        self.metrics_port = metrics_port  # where it serves /metrics, when it does
         self.args = args
         self.log_path = log_dir / f"{name}.log"
         self.ready_text = ready_text
@@ -173,14 +175,29 @@ class LocalCluster:
                                 "--broker-id", f"broker-{i}"],
                 self.logs, "broker listening on", port, broker_env,
             ))
+        self.proxies = []
+        for i in range(settings.proxies):
+            port, metrics_port = free_port(), free_port()
+            self.proxies.append(ClusterProcess(
+                f"proxy-{i}", [*herald, "proxy", "--lookup-address", self.lookup.address, "--port", str(port),
+                               "--metrics-port", str(metrics_port)],
+                self.logs, "proxy listening on", port, env, metrics_port=metrics_port,
+            ))
 
     @property
     def service_url(self) -> str:
         return f"herald://{self.lookup.address}"
 
     @property
+    def proxy_url(self) -> str:
+        """The service URL of the first proxy: a client given only this never dials a broker."""
+        if not self.proxies:
+            raise InvalidArgumentError("this cluster runs no proxy: start it with proxies >= 1")
+        return f"herald://{self.proxies[0].address}"
+
+    @property
     def processes(self) -> list[ClusterProcess]:
-        return [self.redis, *self.storage, self.lookup, *self.brokers]
+        return [self.redis, *self.storage, self.lookup, *self.brokers, *self.proxies]
 
     def process(self, name: str) -> ClusterProcess:
         for candidate in self.processes:
@@ -207,7 +224,12 @@ class LocalCluster:
             process.stop()
 
     def describe(self) -> list[tuple[str, str]]:
-        rows = [("service URL", self.service_url), ("metadata", self.metadata_url)]
+        rows = [("service URL", self.service_url)]
+        if self.proxies:
+            rows.append(("proxy URL", self.proxy_url))
+        rows.append(("metadata", self.metadata_url))
         rows += [(p.name, p.address) for p in self.processes if p is not self.redis]
+        rows += [(f"{p.name} metrics", f"http://127.0.0.1:{p.metrics_port}/metrics")
+                 for p in self.processes if p.metrics_port is not None]
         rows.append(("logs", str(self.logs)))
         return rows

@@ -1,5 +1,6 @@
-"""`herald standalone`: lookup, broker and storage in one process and one event loop, on loopback
-ports, with the embedded metadata store: a whole Herald with no other server installed."""
+"""`herald standalone`: lookup, broker, storage, proxy and dlq-worker in one process and one event
+loop, on loopback ports, with the embedded metadata store: a whole Herald with no other server
+installed. Their metrics share one registry, served at one /metrics endpoint."""
 
 from __future__ import annotations
 
@@ -7,12 +8,19 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from prometheus_client import CollectorRegistry
+
 from herald.broker.server import BrokerServer
 from herald.broker.settings import BrokerSettings
 from herald.common.config import load_settings
+from herald.common.metrics import MetricsServer
+from herald.dlq.settings import DlqWorkerSettings
+from herald.dlq.worker import DlqWorker
 from herald.lookup.server import LookupServer
 from herald.lookup.settings import LookupSettings
 from herald.metadata.embedded import EmbeddedMetadataStore
+from herald.proxy.server import ProxyServer
+from herald.proxy.settings import ProxySettings
 from herald.storage.server import StorageServer
 from herald.storage.settings import StorageSettings
 
@@ -25,7 +33,10 @@ class StandaloneSettings:
     host: str = "127.0.0.1"
     port: int = 6650  # the service URL clients use (lookup)
     broker_port: int = 6651
+    proxy_port: int = 6652  # -1: no proxy
     storage_port: int = 3181
+    metrics_port: int = 9180  # /metrics of every service in the process; -1: none
+    dlq_worker: bool = True  # move dead letters to their dead-letter topics
     entry_cache_max_bytes: int = 64 * 1024 * 1024
 
 
@@ -34,6 +45,9 @@ class Standalone:
         self.settings = settings
         data = Path(settings.data_dir)
         data.mkdir(parents=True, exist_ok=True)
+        self.registry = CollectorRegistry()
+        self.metrics = MetricsServer(self.registry, settings.host, settings.metrics_port) \
+            if settings.metrics_port >= 0 else None
         self.store = EmbeddedMetadataStore(str(data / "metadata.db"))
         self.storage = StorageServer(
             StorageSettings(data_dir=str(data / "storage"), host=settings.host, port=settings.storage_port)
@@ -43,16 +57,20 @@ class Standalone:
             self.store,
         )
         self.broker: BrokerServer | None = None
+        self.proxy: ProxyServer | None = None
+        self.dlq: DlqWorker | None = None
 
     @property
     def service_url(self) -> str:
         return f"herald://{self.lookup.address}"
 
     async def start(self) -> None:
+        if self.metrics is not None:
+            self.metrics.start()
         await self.store.start()
         await self.storage.start()
         await self.lookup.start()
-        # HERALD_BROKER_* variables tune the rest of the broker (check intervals, limits).
+        # HERALD_BROKER_* (and _PROXY_, _DLQ_WORKER_) variables tune the rest (check intervals, limits).
         broker_settings = load_settings(BrokerSettings, "broker", overrides=dict(
             host=self.settings.host, port=self.settings.broker_port, cluster="standalone",
             broker_id="standalone", lookup_address=self.lookup.address,
@@ -62,20 +80,43 @@ class Standalone:
         ))
         self.broker = BrokerServer(broker_settings, self.store)
         await self.broker.start()
+        if self.settings.proxy_port >= 0:
+            proxy_settings = load_settings(ProxySettings, "proxy", overrides=dict(
+                host=self.settings.host, port=self.settings.proxy_port, lookup_address=self.lookup.address,
+                metrics_port=-1))
+            self.proxy = ProxyServer(proxy_settings, registry=self.registry)
+            await self.proxy.start()
+        if self.settings.dlq_worker:
+            dlq_settings = load_settings(DlqWorkerSettings, "dlq-worker", overrides=dict(
+                service_url=self.service_url, metrics_port=-1, worker_name="standalone"))
+            self.dlq = DlqWorker(dlq_settings, registry=self.registry)
+            await self.dlq.start()
 
     def endpoints(self) -> dict[str, str]:
         return {
             "service URL": self.service_url,
             "lookup": self.lookup.address,
             "broker": self.broker.address if self.broker else "-",
+            "proxy": f"herald://{self.proxy.address}" if self.proxy else "-",
             "storage": self.storage.address,
+            "dlq-worker": "running" if self.dlq else "-",
+            "metrics": f"http://{self.metrics.address}/metrics" if self.metrics else "-",
             "metadata": f"sqlite://{Path(self.settings.data_dir).resolve() / 'metadata.db'}",
         }
 
     async def stop(self) -> None:
+        # Clients of the proxy and the worker's moves go first, while the broker still answers.
+        if self.dlq is not None:
+            await self.dlq.stop()
+            self.dlq = None
+        if self.proxy is not None:
+            await self.proxy.stop()
+            self.proxy = None
         if self.broker is not None:
             await self.broker.stop()
             self.broker = None
         await self.lookup.stop()
         await self.storage.stop()
         await self.store.close()
+        if self.metrics is not None:
+            self.metrics.stop()

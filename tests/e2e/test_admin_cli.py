@@ -62,7 +62,7 @@ def produce(url: str, topic: str, count: int) -> None:
 
 def test_help_documents_every_group_and_command(cli: AdminCli) -> None:
     top = cli.run("--help").stdout
-    for group in ("tenants", "namespaces", "topics", "subscriptions", "brokers", "--url", "--json"):
+    for group in ("tenants", "namespaces", "topics", "subscriptions", "brokers", "dlq", "--url", "--json"):
         assert group in top
     commands = {
         "tenants": ["list", "get", "create", "update", "delete"],
@@ -71,6 +71,7 @@ def test_help_documents_every_group_and_command(cli: AdminCli) -> None:
                    "policies", "set-policy", "clear-policy"],
         "subscriptions": ["list", "create", "delete", "reset", "skip", "peek"],
         "brokers": ["list"],
+        "dlq": ["peek", "replay"],
     }
     for group, names in commands.items():
         text = cli.run(group, "--help").stdout

@@ -37,6 +37,7 @@ class DeadLetterServicer(deadletter_pb2_grpc.DeadLetterServiceServicer):
 
         worker = self.queue.attach_worker()
         sender = asyncio.create_task(self._send(write, worker))
+        read: asyncio.Future[Any] | None = None
         try:
             while True:
                 read = asyncio.ensure_future(context.read())
@@ -53,6 +54,9 @@ class DeadLetterServicer(deadletter_pb2_grpc.DeadLetterServiceServicer):
                     await write(deadletter_pb2.DeadLetterResponse(error=error.to_proto()))
         finally:
             worker.close()
+            if read is not None:  # a read left pending when the call was cancelled (server stopping)
+                read.cancel()
+                read.add_done_callback(_retrieve)
             await cancel_and_wait(sender, swallow_errors=True)
 
     @staticmethod
@@ -72,6 +76,12 @@ class DeadLetterServicer(deadletter_pb2_grpc.DeadLetterServiceServicer):
         while letters := await worker.next_letters():
             await write(deadletter_pb2.DeadLetterResponse(
                 letters=deadletter_pb2.DeadLetterBatch(letters=[_letter(letter) for letter in letters])))
+
+
+def _retrieve(read: asyncio.Future[Any]) -> None:
+    """Take a finished read's error, so that it is not logged as never retrieved."""
+    if not read.cancelled():
+        read.exception()
 
 
 def _letter(letter: DeadLetter) -> deadletter_pb2.DeadLetter:

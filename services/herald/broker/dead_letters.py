@@ -44,15 +44,16 @@ class DeadLetterPolicy:
         dead_letter_topic: str = "", retry_letter_topic: str = "",
     ) -> DeadLetterPolicy | None:
         """The policy a subscriber asked for, with Pulsar's default topic names
-        (`<topic>-<subscription>-DLQ`, `<topic>-<subscription>-RETRY`); None when
-        max_redeliver_count is 0 (no policy). InvalidArgumentError for a bad count or topic name."""
+        (`<topic>-<subscription>-DLQ`, `<topic>-<subscription>-RETRY`; a partition's are its
+        partitioned topic's, as Pulsar's client names them); None when max_redeliver_count is 0 (no
+        policy). InvalidArgumentError for a bad count or topic name."""
         if max_redeliver_count < 0:
             raise InvalidArgumentError(
                 f"dead-letter policy: max_redeliver_count must be positive (0 disables the policy), "
                 f"got {max_redeliver_count}")
         if max_redeliver_count == 0:
             return None
-        base = str(TopicName.parse(topic))
+        base = str(TopicName.parse(topic).base)
         return cls(
             max_redeliver_count,
             _policy_topic("dead_letter_topic", dead_letter_topic) or f"{base}-{subscription}-DLQ",

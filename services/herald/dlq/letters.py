@@ -1,0 +1,69 @@
+"""A dead letter as the dlq-worker publishes it: the messages of its entry, each with its key,
+properties and event time plus where it came from, under a producer name of its own derived from
+where it lives (origin topic, subscription, ledger, entry), so that publishing it again after a
+crash is recognised by the dead-letter topic's dedup."""
+
+from __future__ import annotations
+
+import hashlib
+
+from herald.api.v1 import deadletter_pb2
+from herald.client.compression import decompress
+from herald.client.retry_letters import ORIGIN_MESSAGE_ID, REAL_TOPIC
+from herald.common.entry import Record, decode_entry, iter_records
+from herald.common.errors import HeraldError
+from herald.common.message_id import MessageId
+from herald.common.names import TopicName
+from herald.dlq.publication import Publication
+
+# The origin properties every moved message carries (REAL_TOPIC and ORIGIN_MESSAGE_ID are Pulsar's
+# names, shared with reconsume_later; a message that has them from a retry round keeps them).
+SUBSCRIPTION = "SUBSCRIPTION"
+REDELIVERY_COUNT = "REDELIVERY_COUNT"
+REASON = "REASON"
+ORIGIN_PROPERTIES = (REAL_TOPIC, ORIGIN_MESSAGE_ID, SUBSCRIPTION, REDELIVERY_COUNT, REASON)
+MAX_REDELIVERIES_REACHED = "max redeliveries reached"
+
+
+def producer_name(*parts: object) -> str:
+    """A short producer name determined by `parts` alone: `dlq-<24 hex digits>`."""
+    text = "\n".join(str(part) for part in parts)
+    return "dlq-" + hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+
+
+def letter_key(letter: deadletter_pb2.DeadLetter) -> tuple[str, str, int, int]:
+    """What identifies a letter across brokers, workers and restarts."""
+    return letter.topic, letter.subscription, letter.position.ledger_id, letter.position.entry_id
+
+
+def letter_producer_name(letter: deadletter_pb2.DeadLetter) -> str:
+    return producer_name(*letter_key(letter))
+
+
+def letter_publication(letter: deadletter_pb2.DeadLetter) -> Publication:
+    """The letter's messages with their origin properties; an entry whose messages cannot be
+    unpacked (a chunk, an encrypted or malformed payload) goes as it is (`opaque`)."""
+    metadata, payload = decode_entry(letter.data, verify=False)  # storage verified it on the way
+    if metadata.num_chunks > 0 or metadata.encryption_keys:
+        return Publication(opaque=(metadata, bytes(payload)))
+    try:
+        records = list(iter_records(decompress(metadata.compression, payload, metadata.uncompressed_size)))
+    except HeraldError:
+        return Publication(opaque=(metadata, bytes(payload)))
+    partition = TopicName.parse(letter.topic).partition_index
+    origin = {
+        SUBSCRIPTION: letter.subscription,
+        REDELIVERY_COUNT: str(letter.redelivery_count),
+        REASON: MAX_REDELIVERIES_REACHED,
+    }
+    ledger_id, entry_id = letter.position.ledger_id, letter.position.entry_id
+    messages = []
+    for index, record in enumerate(records):
+        properties = dict(record.properties)
+        properties.setdefault(REAL_TOPIC, letter.topic)
+        properties.setdefault(ORIGIN_MESSAGE_ID, str(MessageId(
+            ledger_id, entry_id, partition, index if metadata.batched else -1)))
+        properties.update(origin)
+        messages.append(Record(record.value, record.key, record.event_time, None, properties))
+    return Publication(messages, compression=metadata.compression, ordering_key=metadata.ordering_key,
+                       batched=metadata.batched)

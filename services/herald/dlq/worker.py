@@ -1,0 +1,97 @@
+"""DlqWorker: the dlq-worker service. It follows lookup's list of live brokers, takes each broker's
+dead letters within flow permits, publishes every letter to its dead-letter topic exactly once and
+reports it moved (the broker then acknowledges it on its subscription); /metrics counts the work.
+
+Several workers may run side by side: a broker lends each letter to one worker at a time, and a
+letter lent again (its worker died, or a report was lost) is recognised by the dead-letter topic's
+dedup under the letter's own producer name. Embeddable: `herald standalone` may run one on its
+own loop with `DlqWorker(settings, registry).start()` / `.stop()`."""
+
+from __future__ import annotations
+
+import logging
+
+from prometheus_client import CollectorRegistry
+
+from herald.client.admin import AdminClient
+from herald.client.config import ClientConfig
+from herald.client.connection import ConnectionPool
+from herald.client.lookup import LookupService
+from herald.common.errors import InvalidArgumentError
+from herald.common.metrics import MetricsServer
+from herald.dlq.brokers import BrokerFleet, BrokerLetters, FailureMemory
+from herald.dlq.metrics import DlqMetrics
+from herald.dlq.mover import LetterMover
+from herald.dlq.publisher import IdempotentPublisher
+from herald.dlq.settings import DlqWorkerSettings
+
+log = logging.getLogger(__name__)
+
+
+class DlqWorker:
+    """start() / stop() are symmetrical; stop() is idempotent. `registry`: where the metrics go
+    (a process running several services may share one; by default the worker's own). The worker
+    serves /metrics itself when settings.metrics_port >= 0."""
+
+    def __init__(self, settings: DlqWorkerSettings, registry: CollectorRegistry | None = None) -> None:
+        self.settings = settings
+        self.registry = CollectorRegistry() if registry is None else registry
+        self.metrics = DlqMetrics(self.registry)
+        self._config = ClientConfig(service_url=settings.service_url, operation_timeout=settings.operation_timeout,
+                                    connection_timeout=settings.connection_timeout, stats_interval=0)
+        self._metrics_server = (MetricsServer(self.registry, settings.metrics_host, settings.metrics_port)
+                                if settings.metrics_port >= 0 else None)
+        self._pool: ConnectionPool | None = None
+        self._admin: AdminClient | None = None
+        self._fleet: BrokerFleet | None = None
+
+    @property
+    def metrics_address(self) -> str | None:
+        """host:port of /metrics once started (None when not served)."""
+        return self._metrics_server.address if self._metrics_server is not None else None
+
+    @property
+    def brokers(self) -> list[str]:
+        """The brokers whose letters this worker takes."""
+        return sorted(self._fleet.brokers) if self._fleet is not None else []
+
+    async def start(self) -> None:
+        if self._fleet is not None:
+            return
+        settings = self.settings
+        if self._metrics_server is not None:
+            try:
+                self._metrics_server.start()
+            except OSError as exc:
+                raise InvalidArgumentError(
+                    f"cannot serve metrics on {settings.metrics_host}:{settings.metrics_port} ({exc}): set "
+                    "metrics_port to a free port, 0 for any free port, or -1 for none") from None
+        self._pool = pool = ConnectionPool(self._config)
+        lookup = LookupService(pool, self._config)
+        publisher = IdempotentPublisher(pool, lookup, settings.operation_timeout,
+                                        partitions_ttl=settings.broker_refresh_interval)
+        if settings.initial_subscription:
+            self._admin = AdminClient(settings.service_url, timeout=settings.operation_timeout)
+        mover = LetterMover(publisher, self.metrics, self._admin, settings.initial_subscription)
+        failures = FailureMemory(settings.retry_delay, settings.retry_delay_max)
+
+        def broker_letters(address: str) -> BrokerLetters:
+            return BrokerLetters(address, pool, mover, settings, self.metrics, failures)
+
+        self._fleet = BrokerFleet(self._config.url.address, pool, settings, self.metrics, broker_letters)
+        self._fleet.start()
+        log.info("dlq-worker %s started: brokers from %s, %d letters in flight per broker", settings.worker_name,
+                 settings.service_url, settings.flow_permits)
+
+    async def stop(self) -> None:
+        fleet, self._fleet = self._fleet, None
+        if fleet is not None:
+            await fleet.stop()
+        admin, self._admin = self._admin, None
+        if admin is not None:
+            await admin.close()
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close(grace=None)
+        if self._metrics_server is not None:
+            self._metrics_server.stop()

@@ -1,0 +1,54 @@
+"""The proxy's Prometheus metrics (herald.common.metrics serves them): client connections, streams
+relayed, bytes forwarded, lookups and what happened to upstream brokers."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+TO_BROKER = "to_broker"
+TO_CLIENT = "to_client"
+
+
+class ProxyMetrics:
+    """Every metric of one proxy, on `registry` (a fresh one unless an embedding process shares its own)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.active_connections = Gauge(
+            "herald_proxy_active_connections", "Client connections (peers) with a call in progress or recently used.",
+            registry=r)
+        self.connections = Counter(
+            "herald_proxy_connections_total", "Client connections (peers) accepted.", registry=r)
+        self.rejected_connections = Counter(
+            "herald_proxy_rejected_connections_total",
+            "Calls refused because they came on a new connection while the proxy was at max_connections.",
+            registry=r)
+        self.active_streams = Gauge(
+            "herald_proxy_active_streams", "Produce and consume streams being relayed.", ["kind"], registry=r)
+        self.streams = Counter(
+            "herald_proxy_streams_total", "Produce and consume streams opened by clients.", ["kind"], registry=r)
+        self.forwarded_bytes = Counter(
+            "herald_proxy_forwarded_bytes_total",
+            "Bytes of messages relayed on broker calls, by direction (to_broker, to_client).",
+            ["direction"], registry=r)
+        self.forwarded_calls = Counter(
+            "herald_proxy_forwarded_calls_total", "Unary calls forwarded, by service (lookup, broker, admin).",
+            ["service"], registry=r)
+        self.lookups = Counter(
+            "herald_proxy_lookups_total", "Topic owner lookups made to the lookup service, by result (ok, error).",
+            ["result"], registry=r)
+        self.upstream_reconnects = Counter(
+            "herald_proxy_upstream_reconnects_total",
+            "Attempts made again on a fresh lookup after a broker said not owner or could not be reached.",
+            ["kind"], registry=r)
+        self.upstream_failures = Counter(
+            "herald_proxy_upstream_failures_total",
+            "Relayed streams ended for the client to reconnect because their broker failed, ended them or moved "
+            "the topic.", ["kind"], registry=r)
+        self.draining = Gauge("herald_proxy_draining", "1 while the proxy drains before it stops.", registry=r)
+        for kind in ("produce", "consume"):
+            self.active_streams.labels(kind)
+            self.streams.labels(kind)
+        for direction in (TO_BROKER, TO_CLIENT):
+            self.forwarded_bytes.labels(direction)

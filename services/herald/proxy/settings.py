@@ -1,0 +1,58 @@
+"""Settings of the proxy: one dataclass with the defaults it runs with (loading from config file,
+environment HERALD_PROXY_* and flags is the CLI's, through herald.common.config.load_settings)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from herald.common.errors import InvalidArgumentError
+
+
+@dataclass
+class ProxySettings:
+    # Where the proxy listens, and the address it tells clients to dial for every topic (empty:
+    # host:port as bound; set it behind a Service or when binding 0.0.0.0).
+    host: str = "127.0.0.1"
+    port: int = 6650
+    advertised_address: str = ""
+    # host:port of the lookup service: where topics' owners, partitions and live brokers come from.
+    lookup_address: str = ""
+
+    # Client connections: a connection is one client peer (one TCP connection). Over
+    # max_connections (0: no limit) a new connection's calls are refused with RESOURCE_EXHAUSTED.
+    # A connection with no call in progress for connection_idle_timeout seconds is closed by the
+    # proxy and stops counting.
+    max_connections: int = 0
+    connection_idle_timeout: float = 300.0
+
+    # On SIGTERM (stop): new calls are refused, produce streams take no new sends and end once
+    # their receipts are back, consume streams end at once; whatever is still open after
+    # drain_timeout seconds is ended with a retryable error.
+    drain_timeout: float = 20.0
+
+    # Lookups, registrations with the owner and forwarded calls are retried (looking up again)
+    # within this many seconds before the client gets the last error.
+    operation_timeout: float = 30.0
+    # Channels (TCP connections) to each broker, used in turn by the streams relayed to it.
+    connections_per_broker: int = 1
+    # Pings on channels to brokers and lookup this often, so a paused or unreachable broker is
+    # noticed (a SIGKILLed one is noticed at once: its socket closes).
+    broker_keepalive: float = 10.0
+
+    # The /metrics endpoint: 0 picks a free port, -1 serves none (an embedding process serves the
+    # registry itself).
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = 9104
+
+    def __post_init__(self) -> None:
+        if self.max_connections < 0:
+            raise InvalidArgumentError(
+                f"max_connections must be 0 (no limit) or a positive number, got {self.max_connections}")
+        if self.connections_per_broker < 1:
+            raise InvalidArgumentError(f"connections_per_broker must be at least 1, got {self.connections_per_broker}")
+        if self.metrics_port < -1:
+            raise InvalidArgumentError(
+                f"metrics_port must be a port, 0 (a free one) or -1 (no metrics server), got {self.metrics_port}")
+        for name in ("connection_idle_timeout", "drain_timeout", "operation_timeout", "broker_keepalive"):
+            if not getattr(self, name) > 0:
+                raise InvalidArgumentError(f"{name} must be a positive number of seconds, got {getattr(self, name)!r}")

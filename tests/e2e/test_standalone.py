@@ -1,0 +1,83 @@
+"""`herald standalone` is the whole system in one process: besides lookup, broker and storage it
+runs a proxy (clients may use its URL alone) and a dlq-worker (dead letters are moved with no other
+process), and serves every service's metrics at one /metrics endpoint."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from herald.client import AsyncClient, ConsumerType, DeadLetterPolicy, InitialPosition
+from herald.client.admin import AdminClient
+
+from tests.conftest import StandaloneProcess, running_standalone
+
+_names = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneProcess]:
+    with running_standalone(tmp_path_factory.mktemp("whole") / "data", dlq_worker=True) as server:
+        yield server
+
+
+def new_topic(prefix: str) -> str:
+    return f"persistent://public/default/{prefix}-{next(_names)}"
+
+
+def scrape(standalone: StandaloneProcess) -> str:
+    with urllib.request.urlopen(standalone.metrics_url, timeout=10) as reply:
+        return str(reply.read().decode())
+
+
+async def test_a_client_given_only_the_proxy_url_produces_and_consumes(whole: StandaloneProcess) -> None:
+    topic = new_topic("through-proxy")
+    async with AsyncClient(whole.proxy_url) as client:
+        producer = await client.create_producer(topic)
+        consumer = await client.subscribe(topic, "s", initial_position=InitialPosition.Earliest)
+        sent = [await producer.send(f"m{i}".encode()) for i in range(5)]
+        got = [await consumer.receive(timeout=10) for _ in range(5)]
+        assert [m.message_id for m in got if m is not None] == sent
+
+
+async def test_the_embedded_dlq_worker_moves_dead_letters(whole: StandaloneProcess) -> None:
+    topic = new_topic("poison")
+    async with AsyncClient(whole.service_url) as client:
+        await (await client.create_producer(topic)).send(b"poison", key="k")
+        consumer = await client.subscribe(
+            topic, "handler", ConsumerType.Shared, initial_position=InitialPosition.Earliest,
+            negative_ack_redelivery_delay=0.05, dead_letter_policy=DeadLetterPolicy(max_redeliver_count=2))
+        dead = await client.subscribe(f"{topic}-handler-DLQ", "inspect", initial_position=InitialPosition.Earliest)
+        for _ in range(2):
+            message = await consumer.receive(timeout=10)
+            assert message is not None
+            consumer.negative_acknowledge(message)
+        moved = await dead.receive(timeout=30)
+        assert moved is not None and (moved.value, moved.key) == (b"poison", "k")
+        assert moved.properties["REAL_TOPIC"] == topic and moved.properties["SUBSCRIPTION"] == "handler"
+    async with AdminClient(whole.service_url, timeout=20) as admin:
+        deadline = time.monotonic() + 30
+        while True:
+            (sub,) = [s for s in (await admin.topic_stats(topic)).subscriptions if s.name == "handler"]
+            if (sub.dead_letters, sub.backlog_entries) == (0, 0):
+                break
+            assert time.monotonic() < deadline, f"the original was never acknowledged: {sub}"
+            await asyncio.sleep(0.1)
+
+
+def test_one_metrics_endpoint_serves_every_embedded_service(whole: StandaloneProcess) -> None:
+    samples = {line.split("{")[0].split(" ")[0] for line in scrape(whole).splitlines() if not line.startswith("#")}
+    for name in ("herald_proxy_active_connections", "herald_dlq_letters_moved_total"):
+        assert name in samples, name
+
+
+def test_the_command_prints_every_endpoint(whole: StandaloneProcess) -> None:
+    log = Path(whole.log_path).read_text()
+    for name in ("service URL", "lookup", "broker", "proxy", "storage", "dlq-worker", "metrics"):
+        assert f"  {name:12}" in log, name
+    assert whole.proxy_url in log and whole.metrics_url in log

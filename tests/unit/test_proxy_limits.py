@@ -1,0 +1,84 @@
+"""The proxy's connection counting and its settings: pure code, a clock of the test's own."""
+
+from __future__ import annotations
+
+import pytest
+from herald.common.config import load_settings
+from herald.common.errors import InvalidArgumentError, TooManyRequestsError
+from herald.proxy.limits import ConnectionLimiter
+from herald.proxy.metrics import ProxyMetrics
+from herald.proxy.settings import ProxySettings
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def limiter(max_connections: int, idle: float = 10.0) -> tuple[ConnectionLimiter, ProxyMetrics, Clock]:
+    metrics, clock = ProxyMetrics(), Clock()
+    return ConnectionLimiter(max_connections, idle, metrics, "proxy:6650", clock), metrics, clock
+
+
+def value(metrics: ProxyMetrics, name: str) -> float:
+    found = metrics.registry.get_sample_value(name)
+    assert found is not None
+    return found
+
+
+def test_a_new_peer_over_the_limit_is_refused_with_the_limit_named_and_known_peers_are_not() -> None:
+    limits, metrics, _ = limiter(2)
+    limits.enter("ipv4:10.0.0.1:1000")
+    limits.enter("ipv4:10.0.0.2:1000")
+    with pytest.raises(TooManyRequestsError, match=r"proxy proxy:6650 has reached its limit of 2 client connections"):
+        limits.enter("ipv4:10.0.0.3:1000")
+    limits.enter("ipv4:10.0.0.1:1000")  # another call on a connection already counted
+    assert limits.connections == 2
+    assert value(metrics, "herald_proxy_active_connections") == 2
+    assert value(metrics, "herald_proxy_connections_total") == 2
+    assert value(metrics, "herald_proxy_rejected_connections_total") == 1
+
+
+def test_a_peer_stops_counting_once_idle_for_the_idle_timeout_and_not_while_it_has_calls() -> None:
+    limits, metrics, clock = limiter(1, idle=10.0)
+    limits.enter("a")
+    limits.enter("a")
+    limits.leave("a")
+    clock.now += 60
+    limits.expire_idle()
+    assert limits.connections == 1  # one call still in progress
+    limits.leave("a")
+    clock.now += 9.9
+    with pytest.raises(TooManyRequestsError):
+        limits.enter("b")
+    clock.now += 0.1
+    limits.enter("b")  # a's connection went idle past the timeout: b takes its place
+    assert limits.connections == 1
+    assert value(metrics, "herald_proxy_active_connections") == 1
+
+
+def test_no_limit_counts_but_refuses_nothing() -> None:
+    limits, _, _ = limiter(0)
+    for peer in range(100):
+        limits.enter(f"ipv4:10.0.0.1:{peer}")
+    assert limits.connections == 100
+
+
+def test_proxy_settings_come_from_the_environment_and_are_checked() -> None:
+    settings = load_settings(ProxySettings, "proxy", environ={
+        "HERALD_PROXY_LOOKUP_ADDRESS": "lookup:6650", "HERALD_PROXY_MAX_CONNECTIONS": "500",
+        "HERALD_PROXY_DRAIN_TIMEOUT": "5", "HERALD_PROXY_METRICS_PORT": "-1",
+    })
+    assert (settings.lookup_address, settings.max_connections, settings.drain_timeout, settings.metrics_port) == (
+        "lookup:6650", 500, 5.0, -1)
+    with pytest.raises(InvalidArgumentError, match="max_connections must be 0"):
+        ProxySettings(max_connections=-1)
+    with pytest.raises(InvalidArgumentError, match="drain_timeout must be a positive number"):
+        ProxySettings(drain_timeout=0)
+    with pytest.raises(InvalidArgumentError, match="metrics_port must be"):
+        ProxySettings(metrics_port=-2)
+    with pytest.raises(InvalidArgumentError, match="connections_per_broker must be at least 1"):
+        ProxySettings(connections_per_broker=0)
