@@ -31,7 +31,7 @@ from herald.storage.server import StorageServer
 from herald.storage.settings import StorageSettings
 
 async def main():
-    server = StorageServer(StorageSettings(data_dir=sys.argv[1], port=0))
+    server = StorageServer(StorageSettings(data_dir=sys.argv[1], port=0, metrics_port=-1))
     await server.start()
     print(f"storage listening on {server.address}", flush=True)
     stop = asyncio.Event()

@@ -32,8 +32,8 @@ def start_nodes(count: int, base: Path) -> tuple[list[subprocess.Popen[str]], li
     addresses: list[str] = []
     for i in range(count):
         data = base / f"node{i}"
-        proc = subprocess.Popen([str(HERALD), "storage", "--data-dir", str(data), "--port", "0"],
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        command = [str(HERALD), "storage", "--data-dir", str(data), "--port", "0", "--metrics-port", "-1"]
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         procs.append(proc)
         assert proc.stdout is not None
         line = proc.stdout.readline()

@@ -1,4 +1,4 @@
-"""The `herald` command: run a service (standalone, lookup, broker, storage, proxy, dlq-worker) or use one
+"""The `herald` command: run a service (standalone, lookup, broker, storage, proxy, dlq-worker, operator) or use one
 (produce, consume, admin). Services read settings from defaults < --config file < HERALD_* variables <
 flags."""
 
@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from herald.admin_cli import add_admin_parser
+from herald.common import tracing
 from herald.common.config import describe, load_settings
 from herald.common.errors import HeraldError
 from herald.common.logs import configure_logging
@@ -92,18 +93,28 @@ class _OnMetadataStore:
         await self.store.close()
 
 
+def _announce_metrics(service: str, endpoint: Any) -> None:
+    if endpoint is not None:
+        print(f"{service} metrics on http://{endpoint.address}/metrics", flush=True)
+
+
 def cmd_lookup(args: argparse.Namespace) -> None:
     from herald.lookup.server import LookupServer
     from herald.lookup.settings import LookupSettings
 
     settings = load_settings(LookupSettings, "lookup", config_file=args.config,
-                             overrides=_flags(args, "metadata_url", "host", "port", "heartbeat_interval"))
+                             overrides=_flags(args, "metadata_url", "host", "port", "heartbeat_interval",
+                                              "metrics_host", "metrics_port"))
     log.info("lookup settings:\n%s", describe(settings))
 
     async def make() -> _OnMetadataStore:
         return _OnMetadataStore(settings.metadata_url, lambda store: LookupServer(settings, store))
 
-    asyncio.run(_serve(make, lambda s: print(f"lookup listening on {s.server.address}", flush=True)))
+    def announce(service: _OnMetadataStore) -> None:
+        print(f"lookup listening on {service.server.address}", flush=True)
+        _announce_metrics("lookup", service.server.http_endpoint)
+
+    asyncio.run(_serve(make, announce))
 
 
 def cmd_broker(args: argparse.Namespace) -> None:
@@ -113,14 +124,18 @@ def cmd_broker(args: argparse.Namespace) -> None:
     settings = load_settings(
         BrokerSettings, "broker", config_file=args.config,
         overrides=_flags(args, "metadata_url", "host", "port", "broker_id", "lookup_address", "storage_nodes",
-                         "advertised_address"),
+                         "advertised_address", "metrics_host", "metrics_port", "metrics_topic_level"),
     )
     log.info("broker settings:\n%s", describe(settings))
 
     async def make() -> _OnMetadataStore:
         return _OnMetadataStore(settings.metadata_url, lambda store: BrokerServer(settings, store))
 
-    asyncio.run(_serve(make, lambda s: print(f"broker listening on {s.server.address}", flush=True)))
+    def announce(service: _OnMetadataStore) -> None:
+        print(f"broker listening on {service.server.address}", flush=True)
+        _announce_metrics("broker", service.server.http_endpoint)
+
+    asyncio.run(_serve(make, announce))
 
 
 def cmd_storage(args: argparse.Namespace) -> None:
@@ -128,13 +143,17 @@ def cmd_storage(args: argparse.Namespace) -> None:
     from herald.storage.settings import StorageSettings
 
     settings = load_settings(StorageSettings, "storage", config_file=args.config,
-                             overrides=_flags(args, "data_dir", "host", "port"))
+                             overrides=_flags(args, "data_dir", "host", "port", "metrics_host", "metrics_port"))
     log.info("storage settings:\n%s", describe(settings))
 
     async def make() -> StorageServer:
         return StorageServer(settings)
 
-    asyncio.run(_serve(make, lambda s: print(f"storage listening on {s.address}", flush=True)))
+    def announce(server: StorageServer) -> None:
+        print(f"storage listening on {server.address}", flush=True)
+        _announce_metrics("storage", server.http_endpoint)
+
+    asyncio.run(_serve(make, announce))
 
 
 def cmd_proxy(args: argparse.Namespace) -> None:
@@ -152,8 +171,9 @@ def cmd_proxy(args: argparse.Namespace) -> None:
         return ProxyServer(settings)
 
     def announce(proxy: ProxyServer) -> None:
-        if proxy.metrics_server is not None:
-            print(f"proxy metrics on http://{proxy.metrics_server.address}/metrics", flush=True)
+        if proxy.http_endpoint is not None:
+            print(f"proxy metrics on http://{proxy.http_endpoint.address}/metrics (health: /healthz, /readyz)",
+                  flush=True)
         print(f"proxy listening on {proxy.address} (lookup {settings.lookup_address})", flush=True)
 
     asyncio.run(_serve(make, announce))
@@ -176,6 +196,21 @@ def cmd_dlq_worker(args: argparse.Namespace) -> None:
             print(f"  metrics on http://{worker.metrics_address}/metrics", flush=True)
 
     asyncio.run(_serve(make, announce))
+
+
+def cmd_operator(args: argparse.Namespace) -> None:
+    try:  # the operator's extra: pip install 'herald[operator]'
+        from herald_operator.runner import run
+        from herald_operator.settings import load_settings as load_operator_settings
+    except ImportError as exc:
+        raise SystemExit(f"error: the operator needs kopf and herald_operator ({exc}): "
+                         "pip install 'herald[operator]'") from None
+
+    overrides = _flags(args, "admin_url", "resync_interval", "retry_delay", "admin_timeout")
+    if args.namespace:
+        overrides["namespaces"] = args.namespace
+    settings = load_operator_settings(args.config, overrides)
+    asyncio.run(run(settings, standalone=args.standalone))
 
 
 def cmd_local_cluster(args: argparse.Namespace) -> None:
@@ -243,7 +278,14 @@ def cmd_consume(args: argparse.Namespace) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="herald", description="Herald: durable publish/subscribe messaging")
     parser.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING, ERROR")
+    parser.add_argument("--log-format", default=None, choices=["text", "json"],
+                        help="text (default) or json: one JSON object per line (env HERALD_LOG_FORMAT)")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def metrics_flags(sub: argparse.ArgumentParser, default_port: int) -> None:
+        sub.add_argument("--metrics-host", help="address /metrics binds (default 127.0.0.1)")
+        sub.add_argument("--metrics-port", type=int,
+                         help=f"/metrics port (default {default_port}; 0 = any free port, -1 = none)")
 
     def service(name: str, help_text: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text, description=help_text)
@@ -266,6 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = service("lookup", "run the lookup (discovery) service")
     sub.add_argument("--metadata-url", help="redis://host:port/db or sqlite:///path (env HERALD_LOOKUP_METADATA_URL)")
     sub.add_argument("--heartbeat-interval", type=float, help="seconds between broker heartbeats")
+    metrics_flags(sub, 9101)
     sub.set_defaults(func=cmd_lookup)
 
     sub = service("broker", "run a broker")
@@ -274,10 +317,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--advertised-address", help="host:port clients use to reach this broker")
     sub.add_argument("--lookup-address", help="host:port of the lookup service")
     sub.add_argument("--storage-nodes", help="comma-separated host:port of storage nodes")
+    metrics_flags(sub, 9102)
+    sub.add_argument("--no-metrics-topic-level", dest="metrics_topic_level", action="store_const", const=False,
+                     default=None, help="no topic or subscription labels on metrics: broker-wide sums only")
     sub.set_defaults(func=cmd_broker)
 
     sub = service("storage", "run a storage node")
     sub.add_argument("--data-dir", help="journal and ledger directory")
+    metrics_flags(sub, 9103)
     sub.set_defaults(func=cmd_storage)
 
     sub = service("proxy", "run a proxy: the one address clients need, forwarding to the brokers that own topics")
@@ -299,6 +346,21 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--flow-permits", type=int, help="letters in flight per broker (default 100)")
     sub.add_argument("--broker-refresh-interval", type=float, help="seconds between broker list refreshes")
     sub.set_defaults(func=cmd_dlq_worker)
+
+    help_text = "run the Kubernetes operator: reconcile Topic and Subscription resources (herald.io/v1alpha1)"
+    sub = commands.add_parser("operator", help=help_text, description=help_text)
+    sub.add_argument("--config", help="TOML file with an [operator] table of settings")
+    sub.add_argument("--admin-url", help="herald://lookup:port or a broker's host:port "
+                                         "(env HERALD_ADMIN_URL or HERALD_OPERATOR_ADMIN_URL)")
+    sub.add_argument("-n", "--namespace", action="append", default=[],
+                     help="a Kubernetes namespace to watch (repeat for more; default: all namespaces)")
+    sub.add_argument("--resync-interval", type=float, help="seconds between reconciliations of each resource "
+                                                           "(default 30): drift is reverted then")
+    sub.add_argument("--retry-delay", type=float, help="seconds before retrying after a temporary error (default 10)")
+    sub.add_argument("--admin-timeout", type=float, help="deadline of each admin call (default 10)")
+    sub.add_argument("--standalone", action="store_true",
+                     help="no peering: do not coordinate with other operator replicas")
+    sub.set_defaults(func=cmd_operator)
 
     sub = commands.add_parser(
         "local-cluster", help="run redis, lookup, brokers and storage nodes as separate local processes",
@@ -341,8 +403,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    configure_logging(args.log_level)
     try:
+        configure_logging(args.log_level, args.log_format)
+        # HERALD_TRACING_* (or the --config file's [tracing] table): off unless an exporter is named.
+        tracing.configure(f"herald-{args.command}", getattr(args, "config", None))
         args.func(args)
     except HeraldError as error:
         print(f"error: {error}", file=sys.stderr)
@@ -351,6 +415,8 @@ def main(argv: list[str] | None = None) -> None:
         with contextlib.suppress(Exception):
             print("interrupted", file=sys.stderr)
         raise SystemExit(130) from None
+    finally:
+        tracing.shutdown()  # exports the spans still queued
 
 
 if __name__ == "__main__":

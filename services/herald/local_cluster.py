@@ -147,17 +147,18 @@ class LocalCluster:
         )
         self.storage = []
         for i in range(settings.storage_nodes):
-            port = free_port()
+            port, metrics_port = free_port(), free_port()
             data_dir = str(self.base / f"storage-{i}")
             self.storage.append(ClusterProcess(
-                f"storage-{i}", [*herald, "storage", "--data-dir", data_dir, "--port", str(port)],
-                self.logs, "storage listening on", port, env,
+                f"storage-{i}", [*herald, "storage", "--data-dir", data_dir, "--port", str(port),
+                                 "--metrics-port", str(metrics_port)],
+                self.logs, "storage listening on", port, env, metrics_port=metrics_port,
             ))
-        lookup_port = free_port()
+        lookup_port, metrics_port = free_port(), free_port()
         self.lookup = ClusterProcess(
             "lookup", [*herald, "lookup", "--metadata-url", self.metadata_url, "--port", str(lookup_port),
-                       "--heartbeat-interval", str(settings.heartbeat_interval)],
-            self.logs, "lookup listening on", lookup_port, env,
+                       "--heartbeat-interval", str(settings.heartbeat_interval), "--metrics-port", str(metrics_port)],
+            self.logs, "lookup listening on", lookup_port, env, metrics_port=metrics_port,
         )
         broker_env = {
             **env,
@@ -168,12 +169,12 @@ class LocalCluster:
         nodes = ",".join(node.address for node in self.storage)
         self.brokers = []
         for i in range(settings.brokers):
-            port = free_port()
+            port, metrics_port = free_port(), free_port()
             self.brokers.append(ClusterProcess(
                 f"broker-{i}", [*herald, "broker", "--metadata-url", self.metadata_url, "--lookup-address",
                                 self.lookup.address, "--storage-nodes", nodes, "--port", str(port),
-                                "--broker-id", f"broker-{i}"],
-                self.logs, "broker listening on", port, broker_env,
+                                "--broker-id", f"broker-{i}", "--metrics-port", str(metrics_port)],
+                self.logs, "broker listening on", port, broker_env, metrics_port=metrics_port,
             ))
         self.proxies = []
         for i in range(settings.proxies):

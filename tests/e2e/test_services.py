@@ -27,10 +27,11 @@ def services(redis_url: str, herald_env: dict[str, str], tmp_path: Path) -> Iter
            # One storage node: ledgers of one copy (the broker's cluster default is 3/2/2).
            "HERALD_BROKER_ENSEMBLE_SIZE": "1", "HERALD_BROKER_WRITE_QUORUM": "1", "HERALD_BROKER_ACK_QUORUM": "1"}
     commands = [
-        (["storage", "--data-dir", str(tmp_path / "storage"), "--port", str(storage_port)], storage_port),
-        (["lookup", "--metadata-url", metadata_url, "--port", str(lookup_port)], lookup_port),
+        (["storage", "--data-dir", str(tmp_path / "storage"), "--port", str(storage_port), "--metrics-port", "-1"],
+         storage_port),
+        (["lookup", "--metadata-url", metadata_url, "--port", str(lookup_port), "--metrics-port", "-1"], lookup_port),
         (["broker", "--lookup-address", f"127.0.0.1:{lookup_port}", "--storage-nodes", f"127.0.0.1:{storage_port}",
-          "--port", str(broker_port), "--broker-id", "broker-0"], broker_port),
+          "--port", str(broker_port), "--broker-id", "broker-0", "--metrics-port", "-1"], broker_port),
     ]
     procs: list[subprocess.Popen[bytes]] = []
     try:

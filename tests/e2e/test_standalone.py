@@ -72,7 +72,14 @@ async def test_the_embedded_dlq_worker_moves_dead_letters(whole: StandaloneProce
 
 def test_one_metrics_endpoint_serves_every_embedded_service(whole: StandaloneProcess) -> None:
     samples = {line.split("{")[0].split(" ")[0] for line in scrape(whole).splitlines() if not line.startswith("#")}
-    for name in ("herald_proxy_active_connections", "herald_dlq_letters_moved_total"):
+    for name in ("herald_proxy_active_connections", "herald_dlq_letters_moved_total",
+                 # the broker, the storage node and lookup
+                 "herald_broker_publish_latency_seconds_count", "herald_broker_entry_size_bytes_bucket",
+                 "herald_broker_topics", "herald_broker_cache_hits_total", "herald_storage_add_latency_seconds_sum",
+                 "herald_storage_journal_fsync_latency_seconds_count", "herald_storage_journal_group_records_bucket",
+                 "herald_storage_write_bytes_total", "herald_storage_ledgers", "herald_storage_fenced_ledgers",
+                 "herald_storage_disk_used_bytes", "herald_lookup_live_brokers", "herald_lookup_lookups_total",
+                 "herald_lookup_ownership_assignments_total", "herald_lookup_ownership_reassignments_total"):
         assert name in samples, name
 
 

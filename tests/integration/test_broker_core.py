@@ -88,7 +88,7 @@ class Cluster:
 async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
     store = EmbeddedMetadataStore(str(tmp_path / "metadata.db"))
     await store.start()
-    server = StorageServer(StorageSettings(data_dir=str(tmp_path / "storage"), port=0))
+    server = StorageServer(StorageSettings(data_dir=str(tmp_path / "storage"), port=0, metrics_port=-1))
     await server.start()
     cluster = Cluster(store, server, [], [])
     try:
@@ -302,7 +302,8 @@ async def test_storage_outage_fails_writes_then_the_log_continues_without_gaps(
     await eventually(lambda: _true(topic.ledger.state is State.CLOSED_LEDGER), "the rollover to give up")
     assert [info.entries for info in topic.ledger.ledgers] == [5]
     # The node comes back on the same address with its data.
-    cluster.storage_server = StorageServer(StorageSettings(data_dir=str(tmp_path / "storage"), port=port))
+    cluster.storage_server = StorageServer(StorageSettings(data_dir=str(tmp_path / "storage"), port=port,
+                                                           metrics_port=-1))
     await cluster.storage_server.start()
     after: list[tuple[int, int]] = []
 

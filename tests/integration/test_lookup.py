@@ -25,7 +25,7 @@ def lookup(redis_url: str, herald_env: dict[str, str], tmp_path: object) -> Iter
     subprocess.run(["redis-cli", "-u", url, "flushdb"], check=True, capture_output=True)
     proc = subprocess.Popen(
         [str(VENV_BIN / "herald"), "lookup", "--metadata-url", url, "--port", str(port),
-         "--heartbeat-interval", str(HEARTBEAT)],
+         "--heartbeat-interval", str(HEARTBEAT), "--metrics-port", "-1"],
         env=herald_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:

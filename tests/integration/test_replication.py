@@ -60,7 +60,7 @@ class InProcessNode:
 
     async def start(self) -> None:
         self.server = StorageServer(StorageSettings(data_dir=str(self.data_dir), port=self.port, stop_grace=0.0,
-                                                    checkpoint_interval=3600.0))
+                                                    checkpoint_interval=3600.0, metrics_port=-1))
         await self.server.start()
         self.port = self.server.port
 
@@ -92,7 +92,8 @@ class ProcessNode:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with open(self.data_dir.parent / f"{self.data_dir.name}.log", "ab") as log:
             return subprocess.Popen(
-                [str(VENV_BIN / "herald"), "storage", "--data-dir", str(self.data_dir), "--port", str(self.port)],
+                [str(VENV_BIN / "herald"), "storage", "--data-dir", str(self.data_dir), "--port", str(self.port),
+                 "--metrics-port", "-1"],
                 stdout=subprocess.PIPE, stderr=log, env=self.env)
 
     async def start(self) -> None:

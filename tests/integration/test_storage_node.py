@@ -33,7 +33,8 @@ NODE_SCRIPT = """
 import asyncio, sys
 from herald.storage.server import run_forever
 from herald.storage.settings import StorageSettings
-asyncio.run(run_forever(StorageSettings(data_dir=sys.argv[1], port=int(sys.argv[2]), checkpoint_interval=3600.0)))
+asyncio.run(run_forever(StorageSettings(data_dir=sys.argv[1], port=int(sys.argv[2]), checkpoint_interval=3600.0,
+                                        metrics_port=-1)))
 """
 
 
@@ -418,7 +419,7 @@ async def test_sigterm_stops_the_node_cleanly_and_keeps_everything(node: Node) -
 
 
 async def test_server_picks_a_free_port_and_stops_idempotently(tmp_path: Path) -> None:
-    server = StorageServer(StorageSettings(data_dir=str(tmp_path), port=0, checkpoint_interval=3600.0))
+    server = StorageServer(StorageSettings(data_dir=str(tmp_path), port=0, checkpoint_interval=3600.0, metrics_port=-1))
     with pytest.raises(errors.ServiceNotReadyError):
         _ = server.address
     await server.start()
@@ -434,9 +435,9 @@ async def test_server_picks_a_free_port_and_stops_idempotently(tmp_path: Path) -
 
 
 async def test_server_refuses_a_port_in_use(tmp_path: Path) -> None:
-    first = StorageServer(StorageSettings(data_dir=str(tmp_path / "a"), port=0))
+    first = StorageServer(StorageSettings(data_dir=str(tmp_path / "a"), port=0, metrics_port=-1))
     await first.start()
-    second = StorageServer(StorageSettings(data_dir=str(tmp_path / "b"), port=first.port))
+    second = StorageServer(StorageSettings(data_dir=str(tmp_path / "b"), port=first.port, metrics_port=-1))
     with pytest.raises(errors.ServiceNotReadyError, match="cannot listen"):
         await second.start()
     await second.stop()
@@ -444,7 +445,7 @@ async def test_server_refuses_a_port_in_use(tmp_path: Path) -> None:
 
 
 async def test_a_stopping_node_answers_service_not_ready(tmp_path: Path) -> None:
-    server = StorageServer(StorageSettings(data_dir=str(tmp_path), port=0))
+    server = StorageServer(StorageSettings(data_dir=str(tmp_path), port=0, metrics_port=-1))
     await server.start()
     async with grpc.aio.insecure_channel(server.address, options=channel_options()) as channel:
         stub = storage_pb2_grpc.StorageServiceStub(channel)

@@ -17,6 +17,7 @@ from herald.broker.stats import (
     TopicStats,
 )
 from herald.common.errors import InvalidArgumentError
+from herald.metadata.resources import StoredDeadLetterPolicy
 
 _EDGES = {broker_pb2.EARLIEST: InitialPosition.EARLIEST, broker_pb2.LATEST: InitialPosition.LATEST}
 
@@ -151,3 +152,19 @@ def _cursor_to_proto(cursor: CursorStats) -> admin_pb2.CursorStats:
         ],
         backlog_entries=cursor.backlog_entries, durable=cursor.durable, properties=cursor.properties,
     )
+
+
+def dead_letter_policy_to_proto(stored: StoredDeadLetterPolicy | None) -> broker_pb2.DeadLetterPolicy:
+    """A subscription's stored dead-letter policy; none is max_redeliver_count 0."""
+    if stored is None:
+        return broker_pb2.DeadLetterPolicy()
+    return broker_pb2.DeadLetterPolicy(max_redeliver_count=stored.max_redeliver_count,
+                                       dead_letter_topic=stored.dead_letter_topic,
+                                       retry_letter_topic=stored.retry_letter_topic)
+
+
+def dead_letter_policy_from_proto(policy: broker_pb2.DeadLetterPolicy) -> StoredDeadLetterPolicy | None:
+    """None (remove the policy) for max_redeliver_count 0."""
+    if policy.max_redeliver_count == 0:
+        return None
+    return StoredDeadLetterPolicy(policy.max_redeliver_count, policy.dead_letter_topic, policy.retry_letter_topic)

@@ -23,6 +23,8 @@ import grpc.aio
 from herald.api.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, lookup_pb2
 from herald.broker.admin_forwarding import AdminForwarder, is_forwarded
 from herald.broker.admin_messages import (
+    dead_letter_policy_from_proto,
+    dead_letter_policy_to_proto,
     internal_stats_to_proto,
     position_to_proto,
     reset_target,
@@ -325,7 +327,28 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             return admin_pb2.DeleteSubscriptionResponse()
 
         await self._subscription_call(context, "DeleteSubscription", request, local)
+        await self._answer(context, "DeleteSubscription",
+                           lambda: self.resources.set_dead_letter_policy(request.topic, request.subscription, None))
         return admin_pb2.DeleteSubscriptionResponse()
+
+    async def GetSubscriptionDeadLetterPolicy(
+        self, request: admin_pb2.SubscriptionRequest, context: Context,
+    ) -> broker_pb2.DeadLetterPolicy:
+        stored = await self._answer(context, "GetSubscriptionDeadLetterPolicy",
+                                    lambda: self.resources.get_dead_letter_policy(request.topic, request.subscription))
+        return dead_letter_policy_to_proto(stored)
+
+    async def SetSubscriptionDeadLetterPolicy(
+        self, request: admin_pb2.SetSubscriptionDeadLetterPolicyRequest, context: Context,
+    ) -> broker_pb2.DeadLetterPolicy:
+        stored = dead_letter_policy_from_proto(request.policy)
+
+        async def local(topic: str) -> broker_pb2.DeadLetterPolicy:
+            await self.service.set_dead_letter_policy(topic, request.subscription, stored)
+            return dead_letter_policy_to_proto(stored)
+
+        await self._subscription_call(context, "SetSubscriptionDeadLetterPolicy", request, local)
+        return dead_letter_policy_to_proto(stored)
 
     async def ResetCursor(
         self, request: admin_pb2.ResetCursorRequest, context: Context,

@@ -12,8 +12,9 @@ import asyncio
 from collections import OrderedDict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from herald.broker import tracing as broker_tracing
 from herald.broker.managed_ledger import Position
 from herald.common.errors import ConsumerClosedError, InvalidArgumentError
 
@@ -32,6 +33,7 @@ class Delivery:
     entry_id: int
     data: bytes
     redelivery_count: int
+    span: Any = None  # its deliver span, when traced (herald.broker.tracing): ended once written
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,8 +193,9 @@ class Consumer:
     def can_receive(self) -> bool:
         return self.permits > 0 and len(self._buffer) < self._max_buffered and not self.closed
 
-    def push(self, position: Position, data: bytes, num_messages: int, redelivery_count: int) -> None:
-        self._buffer.append(Delivery(position.ledger_id, position.entry_id, data, redelivery_count))
+    def push(self, position: Position, data: bytes, num_messages: int, redelivery_count: int,
+             span: Any = None) -> None:
+        self._buffer.append(Delivery(position.ledger_id, position.entry_id, data, redelivery_count, span))
         self.pending[position] = num_messages
         self.permits -= num_messages
         self.msg_out_counter += num_messages
@@ -215,6 +218,8 @@ class Consumer:
             self.subscription.msg_out_counter -= count
             self.subscription.bytes_out_counter -= len(item.data)
             taken.append(position)
+            if item.span is not None:
+                broker_tracing.end_deliver(item.span, written=False)
         self._buffer.clear()
         return taken
 

@@ -23,6 +23,7 @@ from typing import Protocol
 from herald.broker.managed_ledger import Position
 from herald.common.errors import InvalidArgumentError, NotFoundError
 from herald.common.names import TopicName
+from herald.metadata.resources import StoredDeadLetterPolicy
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,17 @@ class DeadLetterPolicy:
             _policy_topic("dead_letter_topic", dead_letter_topic) or f"{base}-{subscription}-DLQ",
             _policy_topic("retry_letter_topic", retry_letter_topic) or f"{base}-{subscription}-RETRY",
         )
+
+
+    @classmethod
+    def from_stored(
+        cls, topic: str, subscription: str, stored: StoredDeadLetterPolicy | None,
+    ) -> DeadLetterPolicy | None:
+        """The policy an admin set for the subscription (None when there is none)."""
+        if stored is None:
+            return None
+        return cls.for_subscription(topic, subscription, stored.max_redeliver_count,
+                                    stored.dead_letter_topic, stored.retry_letter_topic)
 
 
 def _policy_topic(field: str, name: str) -> str:

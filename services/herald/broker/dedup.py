@@ -67,6 +67,7 @@ class MessageDeduplication:
         self._switching = False  # being turned on: replaying what was written while it was off
         # Producer names with no producer connected -> since when (time.monotonic()).
         self._inactive_since: dict[str, float] = {}
+        self.duplicates = 0  # sends answered as duplicates (DUP), for metrics
 
     # ---- the publish path ----
 
@@ -78,6 +79,7 @@ class MessageDeduplication:
         if pushed is not None and sequence_id <= pushed:
             persisted = self._persisted.get(producer_name)
             if persisted is not None and sequence_id <= persisted:
+                self.duplicates += 1
                 return DedupStatus.DUP
             return DedupStatus.UNKNOWN
         self._pushed[producer_name] = max(sequence_id, highest_sequence_id)

@@ -25,10 +25,12 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
+from herald.broker import tracing as broker_tracing
 from herald.broker.consumer import ActiveConsumerChanged, Consumer
 from herald.broker.delayed_delivery import DelayedDeliveryTracker
 from herald.broker.managed_ledger import Position
 from herald.broker.settings import BrokerSettings
+from herald.common import tracing
 from herald.common.entry import EntryMetadata, read_metadata
 from herald.common.errors import ConsumerBusyError, HeraldError
 from herald.common.names import TopicName
@@ -392,7 +394,14 @@ class Dispatcher(abc.ABC):
         messages = entry.num_messages
         self._messages_per_entry += (messages - self._messages_per_entry) * 0.1
         position = entry.position
-        consumer.push(position, entry.data, messages, counts.get(position, 0) if counts else 0)
+        redelivery_count = counts.get(position, 0) if counts else 0
+        span = None
+        if tracing.ENABLED:
+            metadata = entry.metadata
+            if metadata is not None and metadata.traceparent:
+                span = broker_tracing.start_deliver(consumer, position, metadata.traceparent, messages,
+                                                    redelivery_count)
+        consumer.push(position, entry.data, messages, redelivery_count, span)
 
     def _add_replay(self, positions: Iterable[Position]) -> None:
         is_acked = self._cursor.is_acked
@@ -401,6 +410,7 @@ class Dispatcher(abc.ABC):
                 self._replay.add(position)
 
     def _count_redelivery(self, positions: list[Position]) -> None:
+        self._sub.redelivered_counter += len(positions)
         counts = self._sub.redelivery_counts
         for position in positions:
             counts[position] = counts.get(position, 0) + 1

@@ -110,7 +110,7 @@ class EntryCache:
                 break
             found.append(item)
         hits = len(found)
-        missed = 1 if hits <= last - first else 0
+        missed = last - first + 1 - hits  # entries, as hits are: the ratio is of entries read
         self.hits += hits
         self.misses += missed
         self._manager.hits += hits

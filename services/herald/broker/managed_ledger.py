@@ -26,6 +26,7 @@ from herald.broker.entry_cache import EntryCache
 from herald.broker.ledger_list import BEFORE_FIRST, LedgerInfo, LedgerList, Position
 from herald.broker.pending_add import PendingAdd
 from herald.broker.settings import BrokerSettings
+from herald.common import tracing
 from herald.common.errors import (
     BadVersionError,
     EntryNotFoundError,
@@ -285,6 +286,8 @@ class ManagedLedger:
         task.add_done_callback(self._writes.discard)
 
     async def _write(self, op: PendingAdd, handle: LedgerHandle) -> None:
+        if op.trace is not None:
+            tracing.attach(op.trace)  # this task's own context: the storage add is the publish span's child
         try:
             entry_id = await handle.add_entry(op.data)
             op.position = Position(handle.ledger_id, entry_id)

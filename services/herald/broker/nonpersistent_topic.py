@@ -18,6 +18,7 @@ import itertools
 import logging
 import secrets
 from collections.abc import Hashable, Iterable
+from typing import Any
 
 from herald.broker.consumer import (
     DEFAULT_MAX_BATCH_BYTES,
@@ -99,8 +100,9 @@ class NonPersistentConsumer(Consumer):
         super().__init__(subscription, consumer_id, name, priority_level, max_buffered)
         self._topic_pending = pending
 
-    def push(self, position: Position, data: bytes, num_messages: int, redelivery_count: int) -> None:
-        super().push(position, data, num_messages, redelivery_count)
+    def push(self, position: Position, data: bytes, num_messages: int, redelivery_count: int,
+             span: Any = None) -> None:
+        super().push(position, data, num_messages, redelivery_count, span)
         del self.pending[position]
 
     async def next_deliveries(

@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Callable
 
 from herald.broker.ledger_list import Position
+from herald.common import tracing
 
 
 class PendingAdd:
@@ -13,7 +14,7 @@ class PendingAdd:
     ledger, then completed (in order) with a position or an error. `callback` runs synchronously at
     completion, in add order, before the future's waiters wake."""
 
-    __slots__ = ("attempts", "callback", "data", "done", "error", "future", "position", "task")
+    __slots__ = ("attempts", "callback", "data", "done", "error", "future", "position", "task", "trace")
 
     def __init__(self, data: bytes, callback: Callable[[PendingAdd], None] | None) -> None:
         self.data = data
@@ -24,6 +25,9 @@ class PendingAdd:
         self.done = False
         self.attempts = 0
         self.task: asyncio.Task[None] | None = None
+        # The trace context it was queued in (a publish span), for the storage add wherever it is
+        # issued (a rollover issues it later, from another task). None: not traced.
+        self.trace = tracing.current() if tracing.ENABLED else None
 
     def succeed(self, position: Position) -> None:
         self.position = position

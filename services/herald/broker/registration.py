@@ -42,6 +42,8 @@ class LookupRegistration:
         self._channel: grpc.aio.Channel | None = None
         self._stub: lookup_pb2_grpc.LookupServiceAsyncStub | None = None
         self._task: asyncio.Task[None] | None = None
+        # Why the broker is not registered with a live lookup now (None: it is), for readiness.
+        self.problem: str | None = f"not registered with lookup at {lookup_address} yet"
 
     async def start(self) -> None:
         if self._task is not None:
@@ -65,6 +67,7 @@ class LookupRegistration:
                 )
                 break
             except grpc.aio.AioRpcError as exc:
+                self.problem = f"registering with lookup at {self.lookup_address} failed: {exc.code().name}"
                 if asyncio.get_running_loop().time() + delay > deadline:
                     raise
                 log.warning("registering with lookup at %s failed (%s); retrying", self.lookup_address, exc.code())
@@ -72,6 +75,7 @@ class LookupRegistration:
                 delay = min(delay * 2, 5.0)
         self.ownership.lease_id = response.lease_id
         self.heartbeat_interval = response.heartbeat_interval_seconds or self.heartbeat_interval
+        self.problem = None
         log.info("registered with lookup at %s as %s (lease %d)",
                  self.lookup_address, self.ownership.broker_id, response.lease_id)
 
@@ -89,8 +93,12 @@ class LookupRegistration:
                 )
             except grpc.aio.AioRpcError as exc:
                 log.warning("heartbeat to lookup failed: %s", exc.code())
+                self.problem = f"heartbeat to lookup at {self.lookup_address} failed: {exc.code().name}"
                 continue
-            if not response.lease_valid:
+            if response.lease_valid:
+                self.problem = None
+            else:
+                self.problem = "the broker's lease expired: registering with lookup again"
                 log.error("broker lease %d expired: dropping all topics and registering again",
                           self.ownership.lease_id)
                 self.ownership.lease_id = 0
@@ -99,6 +107,7 @@ class LookupRegistration:
                     await self._register(deadline=asyncio.get_running_loop().time() + 60.0)
 
     async def stop(self) -> None:
+        self.problem = "unregistering from lookup"
         task, self._task = self._task, None
         await cancel_and_wait(task)
         if self._stub is not None and self.ownership.lease_id:

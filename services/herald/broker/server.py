@@ -6,27 +6,45 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
 import grpc.aio
+from opentelemetry import trace
+from prometheus_client import CollectorRegistry
 
-from herald.api.v1 import admin_pb2_grpc, broker_pb2, broker_pb2_grpc, common_pb2, deadletter_pb2_grpc, lookup_pb2
+from herald.api.v1 import (
+    admin_pb2,
+    admin_pb2_grpc,
+    broker_pb2,
+    broker_pb2_grpc,
+    common_pb2,
+    deadletter_pb2,
+    deadletter_pb2_grpc,
+    lookup_pb2,
+)
+from herald.broker import tracing as broker_tracing
 from herald.broker.admin_server import AdminServicer
 from herald.broker.consumer import ActiveConsumerChanged, Consumer, EndOfTopic
 from herald.broker.cursor import PublishTime, ResetTarget
 from herald.broker.dead_letter_server import DeadLetterServicer
 from herald.broker.dead_letters import DeadLetterPolicy
 from herald.broker.managed_ledger import Position
+from herald.broker.metrics import BrokerMetrics
 from herald.broker.ownership import BrokerOwnership, OwnershipMonitor
+from herald.broker.producer import Producer
 from herald.broker.registration import LookupRegistration
 from herald.broker.service import BrokerService
 from herald.broker.settings import BrokerSettings
 from herald.broker.subscription import InitialPosition, Subscription, SubscriptionType
-from herald.common import errors
+from herald.common import errors, tracing
+from herald.common.health import ServiceHealth
+from herald.common.http_endpoint import HttpEndpoint
 from herald.common.rpc import EOF, abort, server_options
+from herald.common.rpc_tracing import handshake_span, server_interceptors
 from herald.common.tasks import cancel_and_wait
 from herald.metadata.store import MetadataStore
 from herald.storage.client import StorageClient
@@ -70,9 +88,10 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                 "a Produce stream must start with RegisterProducer")))
             return
         try:
-            producer, last_sequence_id = await self.service.create_producer(
-                first.register.topic, first.register.producer_name or None, dict(first.register.properties),
-            )
+            with handshake_span(context, "herald.v1.BrokerService/Produce"):
+                producer, last_sequence_id = await self.service.create_producer(
+                    first.register.topic, first.register.producer_name or None, dict(first.register.properties),
+                )
         except Exception as exc:
             await replies.write(_produce_error(_as_herald_error(exc, "registering a producer")))
             return
@@ -100,9 +119,12 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                     break
                 if request.HasField("send"):
                     send = request.send
-                    publish = asyncio.ensure_future(producer.topic.publish(
-                        producer, send.sequence_id, send.highest_sequence_id, send.num_messages, send.entry
-                    ))
+                    if tracing.ENABLED and send.traceparent:
+                        publish = _traced_publish(producer, send)
+                    else:
+                        publish = asyncio.ensure_future(producer.topic.publish(
+                            producer, send.sequence_id, send.highest_sequence_id, send.num_messages, send.entry
+                        ))
                     await in_flight.put((send, publish))
         finally:
             # A client that finished gets its outstanding receipts; one that vanished does not.
@@ -154,21 +176,29 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
             await replies.write(_consume_error(error))
             return
         try:
-            consumer = await self.service.subscribe(
-                sub.topic, sub.subscription, _SUBSCRIPTION_TYPES[sub.type], _POSITIONS[sub.initial_position],
-                sub.consumer_name or None, sub.priority_level,
-                non_durable=sub.non_durable,
-                start_position=_position(sub.start_position) if sub.HasField("start_position") else None,
-                start_inclusive=sub.start_inclusive, properties=dict(sub.properties),
-            )
+            with handshake_span(context, "herald.v1.BrokerService/Consume"):
+                consumer = await self.service.subscribe(
+                    sub.topic, sub.subscription, _SUBSCRIPTION_TYPES[sub.type], _POSITIONS[sub.initial_position],
+                    sub.consumer_name or None, sub.priority_level,
+                    non_durable=sub.non_durable,
+                    start_position=_position(sub.start_position) if sub.HasField("start_position") else None,
+                    start_inclusive=sub.start_inclusive, properties=dict(sub.properties),
+                )
         except KeyError:
             await replies.write(_consume_error(errors.InvalidArgumentError("unknown subscription type")))
             return
         except Exception as exc:
             await replies.write(_consume_error(_as_herald_error(exc, "subscribing")))
             return
-        if isinstance(consumer.subscription, Subscription):  # the latest subscriber's policy wins
-            consumer.subscription.dead_letter_policy = dead_letter_policy
+        if isinstance(consumer.subscription, Subscription):
+            # An admin's policy for the subscription, else the latest subscriber's.
+            try:
+                admin_policy = await self.service.admin_dead_letter_policy(sub.topic, sub.subscription)
+            except errors.HeraldError as error:
+                log.warning("subscription %s on %s: reading its dead-letter policy failed (%s): using the "
+                            "subscriber's", sub.subscription, sub.topic, error)
+                admin_policy = None
+            consumer.subscription.set_dead_letter_policies(admin=admin_policy, subscriber=dead_letter_policy)
         await replies.write(broker_pb2.ConsumeResponse(
             subscribed=broker_pb2.Subscribed(consumer_name=consumer.name)
         ))
@@ -268,12 +298,18 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     async def _deliver(replies: _Replies, consumer: Consumer) -> None:
         while True:
             deliveries = await consumer.next_deliveries()
-            await replies.write(broker_pb2.ConsumeResponse(entries=broker_pb2.EntryBatch(entries=[
+            entries = [
                 broker_pb2.DeliveredEntry(
                     ledger_id=d.ledger_id, entry_id=d.entry_id, data=d.data, redelivery_count=d.redelivery_count
                 )
                 for d in deliveries
-            ])))
+            ]
+            traced = tracing.ENABLED and _deliver_spans(deliveries, entries)
+            await replies.write(broker_pb2.ConsumeResponse(entries=broker_pb2.EntryBatch(entries=entries)))
+            if traced:
+                for delivery in deliveries:
+                    if delivery.span is not None:
+                        broker_tracing.end_deliver(delivery.span)
 
 
     @staticmethod
@@ -285,6 +321,31 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                     active_change=broker_pb2.ActiveConsumerChange(is_active=event.is_active)))
             elif isinstance(event, EndOfTopic):
                 await replies.write(broker_pb2.ConsumeResponse(end_of_topic=broker_pb2.ReachedEndOfTopic()))
+
+
+def _traced_publish(producer: Producer, send: broker_pb2.SendEntry) -> asyncio.Future[tuple[int, int]]:
+    """topic.publish under a publish span, child of the client's send span (herald.broker.tracing)."""
+    topic = producer.topic
+    span = broker_tracing.start_publish(topic.name, producer.name, send.traceparent, send.sequence_id,
+                                        send.num_messages, len(send.entry))
+    if span is None:
+        return asyncio.ensure_future(topic.publish(
+            producer, send.sequence_id, send.highest_sequence_id, send.num_messages, send.entry))
+    with trace.use_span(span):  # current while the add is queued: the storage add span is its child
+        publish = asyncio.ensure_future(topic.publish(
+            producer, send.sequence_id, send.highest_sequence_id, send.num_messages, send.entry))
+    publish.add_done_callback(functools.partial(broker_tracing.end_publish, span))
+    return publish
+
+
+def _deliver_spans(deliveries: list[Any], entries: list[broker_pb2.DeliveredEntry]) -> bool:
+    """Give each traced delivery its deliver span's context; whether there was any."""
+    traced = False
+    for delivery, entry in zip(deliveries, entries, strict=True):
+        if delivery.span is not None:
+            entry.traceparent = tracing.traceparent(delivery.span)
+            traced = True
+    return traced
 
 
 async def _read_unless(context: Context, *stoppers: asyncio.Task[Any]) -> Any:
@@ -328,11 +389,16 @@ def _consume_error(error: errors.HeraldError) -> broker_pb2.ConsumeResponse:
 
 
 class BrokerServer:
-    """A broker: the core service plus its gRPC server, storage client and lookup registration."""
+    """A broker: the core service plus its gRPC server, storage client and lookup registration, and
+    its HTTP endpoint (/metrics) unless settings.metrics_port is -1. `registry`: where its metrics
+    go (None: a registry of its own); an embedding process (standalone) passes its own."""
 
-    def __init__(self, settings: BrokerSettings, store: MetadataStore) -> None:
+    def __init__(self, settings: BrokerSettings, store: MetadataStore, registry: CollectorRegistry | None = None,
+                 ) -> None:
         self.settings = settings
         self.store = store
+        self.metrics = BrokerMetrics(registry, settings.metrics_topic_level)
+        self.http_endpoint: HttpEndpoint | None = None
         self.storage = StorageClient(
             store, list(settings.storage_nodes), settings.storage_operation_timeout,
             add_timeout=settings.storage_add_timeout, read_timeout=settings.storage_read_timeout,
@@ -344,6 +410,19 @@ class BrokerServer:
         self.registration: LookupRegistration | None = None
         self.monitor: OwnershipMonitor | None = None
         self.admin: AdminServicer | None = None
+        # Ready while registered with a live lookup and the metadata store answers.
+        self.health = ServiceHealth("broker", [
+            module.DESCRIPTOR.services_by_name[name].full_name for module, name in (
+                (broker_pb2, "BrokerService"), (admin_pb2, "AdminService"), (deadletter_pb2, "DeadLetterService"))
+        ])
+        self.health.add_check("lookup-registration", self._registered)
+        self.health.add_check("metadata-store", self._metadata_store_answers)
+
+    async def _registered(self) -> str | None:
+        return "not started" if self.registration is None else self.registration.problem
+
+    async def _metadata_store_answers(self) -> None:
+        await self.store.ping()
 
     @property
     def address(self) -> str:
@@ -352,19 +431,22 @@ class BrokerServer:
     async def start(self) -> None:
         if self._server is not None:
             return
-        server = grpc.aio.server(options=server_options())
+        server = grpc.aio.server(options=server_options(), interceptors=server_interceptors())
         self.port = server.add_insecure_port(f"{self.settings.host}:{self.settings.port}")
         broker_id = self.settings.broker_id or self.address
         ownership = BrokerOwnership(self.store, broker_id, self.address, self.settings.unload_exclusion_seconds)
         await self.storage.start()
-        service = BrokerService(self.settings, self.store, self.storage, ownership)
+        service = BrokerService(self.settings, self.store, self.storage, ownership, self.metrics)
         await service.start()
         self.service = service
+        self.metrics.watch(service, asyncio.get_running_loop())
+        self._serve_metrics()
         broker_pb2_grpc.add_BrokerServiceServicer_to_server(BrokerServicer(service), server)
         self.admin = AdminServicer(service, self.address)
         service.remote = self.admin.forwarder  # partitions other brokers own, for the core
         admin_pb2_grpc.add_AdminServiceServicer_to_server(self.admin, server)
         deadletter_pb2_grpc.add_DeadLetterServiceServicer_to_server(DeadLetterServicer(service.dead_letters), server)
+        await self.health.add_to_server(server)
         await server.start()
         self._server = server
         self.registration = LookupRegistration(
@@ -374,6 +456,7 @@ class BrokerServer:
         await self.registration.start()
         self.monitor = OwnershipMonitor(self.store, ownership, service.served_topics, service.ownership_lost)
         self.monitor.start()
+        await self.health.start()
         log.info("broker %s listening on %s", broker_id, self.address)
 
     def _load(self) -> lookup_pb2.BrokerLoad:
@@ -386,6 +469,7 @@ class BrokerServer:
         )
 
     async def stop(self, grace: float = 2.0) -> None:
+        await self.health.stop()
         if self.monitor is not None:
             await self.monitor.stop()
             self.monitor = None
@@ -402,5 +486,23 @@ class BrokerServer:
             await self.service.close_all()
             self.service = None
         await self.storage.close()
+        if self.http_endpoint is not None:
+            self.http_endpoint.stop()
+            self.http_endpoint = None
+        self.metrics.unwatch()
+
+    def _serve_metrics(self) -> None:
+        settings = self.settings
+        if settings.metrics_port < 0:
+            return
+        endpoint = HttpEndpoint(self.metrics.registry, settings.metrics_host, settings.metrics_port)
+        endpoint.watch(self.health)
+        try:
+            endpoint.start()
+        except OSError as exc:
+            raise errors.InvalidArgumentError(
+                f"broker cannot serve metrics on {settings.metrics_host}:{settings.metrics_port} ({exc}): set "
+                "metrics_port to a free port, 0 for any free port, or -1 for none") from None
+        self.http_endpoint = endpoint
 
 

@@ -14,11 +14,11 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from herald.broker.consumer import Consumer
 from herald.broker.cursor import InitialPosition, ResetTarget
-from herald.broker.dead_letters import DeadLetterQueue
+from herald.broker.dead_letters import DeadLetterPolicy, DeadLetterQueue
 from herald.broker.dedup import MessageDeduplication
 from herald.broker.entry_cache import EntryCacheManager
 from herald.broker.managed_ledger import LedgerStorage, ManagedLedger, Position
@@ -34,7 +34,7 @@ from herald.broker.producer import Producer
 from herald.broker.pull import PullResult, pull, resolve_queue
 from herald.broker.pull import check_limits as check_pull_limits
 from herald.broker.settings import BrokerSettings
-from herald.broker.subscription import SubscriptionType
+from herald.broker.subscription import Subscription, SubscriptionType
 from herald.broker.topic import InternalStats, LastMessageId, PersistentTopic, TopicStats
 from herald.broker.topic_deletion import delete_topic_data
 from herald.common.errors import (
@@ -49,8 +49,11 @@ from herald.common.errors import (
 )
 from herald.common.names import TopicName
 from herald.metadata.policies import Policies
-from herald.metadata.resources import Resources, managed_ledger_key
+from herald.metadata.resources import Resources, StoredDeadLetterPolicy, managed_ledger_key
 from herald.metadata.store import MetadataStore
+
+if TYPE_CHECKING:
+    from herald.broker.metrics import BrokerMetrics
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +94,10 @@ def ledger_name(topic: TopicName) -> str:
 class BrokerService:
     def __init__(
         self, settings: BrokerSettings, store: MetadataStore, storage: LedgerStorage, ownership: TopicOwnership,
+        metrics: BrokerMetrics | None = None,
     ) -> None:
         self.settings = settings
+        self.metrics = metrics  # observed by the topics on the publish path (None: no metrics)
         self.store = store
         self.storage = storage
         self.ownership = ownership
@@ -182,7 +187,7 @@ class BrokerService:
                                          self.settings.dedup_snapshot_interval)
             await dedup.recover(ledger)
             topic = PersistentTopic(key, ledger, dedup, self.settings, self.store, on_fenced=self._topic_fenced,
-                                    dead_letters=self.dead_letters)
+                                    dead_letters=self.dead_letters, metrics=self.metrics)
             await self._apply_policies(topic, policies)
             if self._policies_watcher.generation != seen:  # changed while loading: not refreshed
                 await self._apply_policies(topic, await self.policy_resolver.effective(name))
@@ -227,6 +232,10 @@ class BrokerService:
 
     def topic_names(self) -> list[str]:
         return list(self._topics)
+
+    def loaded_topics(self) -> list[Topic]:
+        """The topics loaded here (for metrics: read them on the event loop)."""
+        return list(self._topics.values())
 
     def served_topics(self) -> set[str]:
         """Topics loaded here (not those still loading: their ownership is being checked)."""
@@ -535,6 +544,24 @@ class BrokerService:
         self, topic: str, subscription: str, start: Position | InitialPosition = InitialPosition.LATEST,
     ) -> None:
         await (await self._persistent(topic, "creating a subscription")).create_subscription(subscription, start)
+
+    async def admin_dead_letter_policy(self, topic: str, subscription: str) -> DeadLetterPolicy | None:
+        """The dead-letter policy an admin set for the subscription (None: none set)."""
+        stored = await self.resources.get_dead_letter_policy(topic, subscription)
+        return DeadLetterPolicy.from_stored(topic, subscription, stored)
+
+    async def set_dead_letter_policy(
+        self, topic: str, subscription: str, stored: StoredDeadLetterPolicy | None,
+    ) -> None:
+        """Keep (None: remove) a subscription's dead-letter policy in the metadata store and apply it
+        to the subscription here, on the topic's owner (each partition's owner does likewise when
+        the admin call reaches it; a broker loading the topic later reads it at subscribe)."""
+        policy = DeadLetterPolicy.from_stored(topic, subscription, stored)  # validates before storing
+        await self.resources.set_dead_letter_policy(topic, subscription, stored)
+        loaded = await self.get_topic(topic)  # NotOwnerError: the admin call goes to its owner
+        sub = loaded.subscriptions.get(subscription) if isinstance(loaded, PersistentTopic) else None
+        if isinstance(sub, Subscription):
+            sub.set_dead_letter_policies(admin=policy, keep_subscriber=True)
 
     async def unsubscribe(
         self, topic: str, subscription: str, force: bool = False, *, requester: Consumer | None = None,

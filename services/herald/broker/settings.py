@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from herald.common.config import check_metrics_port
+
 MIB = 1024 * 1024
 
 
@@ -109,6 +111,16 @@ class BrokerSettings:
     # Non-persistent topics: entries per topic on their way to consumers (handed to one, not yet
     # taken by its stream); a publish beyond it is dropped, answered (-1, -1) and counted (SEEDS §4).
     non_persistent_max_pending: int = 1000
+
+    # Prometheus /metrics (herald.broker.metrics): 0 picks a free port, -1 serves none (an embedding
+    # process serves the registry itself). metrics_topic_level: per-topic and per-subscription
+    # labels; off, the same families are broker-wide sums (for clusters with very many topics).
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = 9102
+    metrics_topic_level: bool = True
+
+    def __post_init__(self) -> None:
+        check_metrics_port(self.metrics_port)
 
     @property
     def address(self) -> str:

@@ -70,12 +70,16 @@ class Subscription:
         self.type = SubscriptionType.EXCLUSIVE
         self.dispatcher: Dispatcher | None = None
         self.redelivery_counts: dict[Position, int] = {}
+        self.redelivered_counter = 0  # entries put back for delivery again (each counts once per time)
         self.msg_out_counter = 0
         self.bytes_out_counter = 0
         # The broker's dead-letter queue (None: dead-letter policies are not applied here) and the
-        # policy of the latest subscriber (clients send theirs on every subscribe).
+        # policy in force: the one an admin set for the subscription (kept in the metadata store),
+        # else the latest subscriber's (clients send theirs on every subscribe).
         self.dead_letters = dead_letters
         self.dead_letter_policy: DeadLetterPolicy | None = None
+        self._admin_dead_letter_policy: DeadLetterPolicy | None = None
+        self._subscriber_dead_letter_policy: DeadLetterPolicy | None = None
         self.dead_lettered_counter = 0  # entries moved to the dead-letter topic, then acknowledged
         # A reader's subscription (non-durable): in memory only, gone when its last consumer leaves.
         self.durable = cursor.durable
@@ -85,6 +89,17 @@ class Subscription:
         self._told_end_of_topic: set[int] = set()  # consumer ids told ReachedEndOfTopic
         self.closed = False
         self._consumer_ids = itertools.count(1)
+
+    def set_dead_letter_policies(
+        self, *, admin: DeadLetterPolicy | None, subscriber: DeadLetterPolicy | None = None,
+        keep_subscriber: bool = False,
+    ) -> None:
+        """The admin's policy (None: none set) wins over the subscriber's; `keep_subscriber` keeps the
+        latest subscriber's (an admin change, no subscribe)."""
+        self._admin_dead_letter_policy = admin
+        if not keep_subscriber:
+            self._subscriber_dead_letter_policy = subscriber
+        self.dead_letter_policy = admin if admin is not None else self._subscriber_dead_letter_policy
 
     @property
     def consumers(self) -> list[Consumer]:

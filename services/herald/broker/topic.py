@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from herald.broker.backlog_quota import BacklogQuotaGuard
 from herald.broker.consumer import Consumer
@@ -61,6 +61,9 @@ from herald.common.tasks import wait_event
 from herald.metadata.policies import Policies
 from herald.metadata.store import MetadataStore
 
+if TYPE_CHECKING:
+    from herald.broker.metrics import BrokerMetrics
+
 log = logging.getLogger(__name__)
 
 PRODUCER_NAME_COUNTER = "/counters/producer-name"
@@ -91,6 +94,7 @@ class PersistentTopic:
         encryption_required: bool = False,
         on_fenced: Callable[[PersistentTopic], None] | None = None,
         dead_letters: DeadLetterQueue | None = None,
+        metrics: BrokerMetrics | None = None,
     ) -> None:
         self.name = name
         self.ledger = ledger
@@ -103,6 +107,7 @@ class PersistentTopic:
         self._store = store
         self._on_fenced = on_fenced
         self.dead_letters = dead_letters  # the broker's, lent to subscriptions with a dead-letter policy
+        self._metrics = metrics  # publish latency and entry size, observed per stored entry
         ledger.on_fenced = self._ledger_fenced
         self.producers: dict[str, Producer] = {}
         self.subscriptions: dict[str, Subscription] = {}
@@ -189,6 +194,7 @@ class PersistentTopic:
         log order); the returned future gives (ledger id, entry id), (-1, -1) for a duplicate, or
         the error (DuplicateUnknownError: the earlier copy is still being written, retry)."""
         future: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
+        received = time.perf_counter()
         try:
             self._check_not_terminated()
             producer.check(entry, encryption_required=self.encryption_required,
@@ -198,7 +204,7 @@ class PersistentTopic:
             future.set_exception(exc)
             return future
         append = functools.partial(self._append, producer, sequence_id, highest_sequence_id, num_messages, entry,
-                                   future)
+                                   future, received)
         if admitted:
             append()
         else:  # producer_request_hold: stored in order once the backlog is back under quota
@@ -207,7 +213,7 @@ class PersistentTopic:
 
     def _append(
         self, producer: Producer, sequence_id: int, highest_sequence_id: int, num_messages: int, entry: bytes,
-        future: asyncio.Future[tuple[int, int]],
+        future: asyncio.Future[tuple[int, int]], received: float,
     ) -> None:
         """Deduplicate and queue the add (the second half of publish; later for a held send)."""
         if future.done():
@@ -223,17 +229,20 @@ class PersistentTopic:
             future.set_exception(DuplicateUnknownError(
                 f"message {sequence_id} of producer {producer.name} may still be being written: retry"))
         else:
-            callback = functools.partial(self._added, producer, highest, max(1, num_messages), future)
+            callback = functools.partial(self._added, producer, highest, max(1, num_messages), future, received)
             self.ledger.add_entry_nowait(entry, callback)
 
     def _added(
         self, producer: Producer, highest: int, num_messages: int, future: asyncio.Future[tuple[int, int]],
-        op: PendingAdd,
+        received: float, op: PendingAdd,
     ) -> None:
         if op.error is None and op.position is not None:
             position = op.position
             self.dedup.persisted(producer.name, highest, position)
             size = len(op.data)
+            if self._metrics is not None:
+                self._metrics.publish_latency.observe(time.perf_counter() - received)
+                self._metrics.entry_size.observe(size)
             producer.record(num_messages, size)
             self.msg_in_counter += num_messages
             self.bytes_in_counter += size

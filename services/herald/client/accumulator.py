@@ -17,7 +17,9 @@ from typing import Any, cast
 
 from herald.api.v1 import broker_pb2
 from herald.client import chunking
+from herald.client import tracing as client_tracing
 from herald.client.compression import compress
+from herald.common import tracing
 from herald.common.entry import HEADER_SIZE, RECORD_HEADER, EntryMetadata, encode_entry, pack_record
 from herald.common.errors import HeraldError
 from herald.common.message_id import MessageId
@@ -56,6 +58,7 @@ class PendingOp:
         "sequence_id",
         "settles",
         "size",
+        "span",
         "waiters",
     )
 
@@ -76,6 +79,7 @@ class PendingOp:
         self.chunks_after = chunks_after
         self.flushed: asyncio.Future[None] | None = None  # set by flush() on the newest op
         self._request: broker_pb2.ProduceRequest | None = None
+        self.span: tracing.Span | None = None  # the send span, when the producer traces
 
     def request(self) -> broker_pb2.ProduceRequest:
         """The SendEntry request, built once and reused by every resend."""
@@ -84,6 +88,8 @@ class PendingOp:
                 sequence_id=self.sequence_id, highest_sequence_id=self.highest_sequence_id,
                 num_messages=self.num_messages, entry=self.entry,
             ))
+            if self.span is not None:
+                self._request.send.traceparent = tracing.traceparent(self.span)
         return self._request
 
     def complete(self, ledger_id: int, entry_id: int, partition: int) -> None:
@@ -106,11 +112,15 @@ class PendingOp:
                     _call(waiter, None, message_id)
         if self.flushed is not None and not self.flushed.done():
             self.flushed.set_result(None)
+        if self.span is not None:
+            client_tracing.sent(self.span, ledger_id, entry_id)
 
     def fail(self, error: HeraldError) -> None:
         fail_waiters(self.waiters, error)
         if self.flushed is not None and not self.flushed.done():
             self.flushed.set_exception(error)
+        if self.span is not None:
+            tracing.end(self.span, error)
 
 
 def fail_waiters(waiters: list[Waiter], error: HeraldError) -> None:
@@ -144,13 +154,14 @@ class BatchAccumulator:
         "_assign", "_buffer", "_emit", "_key", "_keyed", "_loop", "_ordered", "_ordering_key", "_started", "_timer",
         "_waiters",
         "batched", "chunk_limit", "compression", "count", "deliver_at", "first_sequence_id", "highest_sequence_id",
-        "max_bytes", "max_delay", "max_messages", "next_sequence_id", "producer_name", "stamp",
+        "max_bytes", "max_delay", "max_messages", "next_sequence_id", "producer_name", "stamp", "tracing",
     )
 
     def __init__(
         self, *, max_messages: int, max_bytes: int, max_delay: float, batched: bool,
         emit: Callable[[PendingOp], None], loop: asyncio.AbstractEventLoop, producer_name: str = "",
         compression: int = 0, chunk_limit: int = 0, assign: Callable[[int], int] | None = None,
+        send_tracing: client_tracing.SendTracing | None = None,
     ) -> None:
         self.max_messages = max_messages
         self.max_bytes = max_bytes
@@ -162,6 +173,7 @@ class BatchAccumulator:
         self.deliver_at = 0  # for the entry being closed by append_alone
         self.next_sequence_id = 0
         self.stamp = 0  # KeyBasedAccumulator: when the open batch was started
+        self.tracing = send_tracing  # None: no send spans (tracing was off when the producer was made)
         self._assign = assign
         self._emit = emit
         self._loop = loop
@@ -284,20 +296,26 @@ class BatchAccumulator:
             metadata.partition_key = self._key  # type: ignore[assignment]  # set: count >= 1
         if self._ordered == count:
             metadata.ordering_key = self._ordering_key  # type: ignore[assignment]
+        span = None
+        if self.tracing is not None:
+            span = self.tracing.start(self.producer_name, payload, count, first)
+            metadata.traceparent = tracing.traceparent(span)
         waiters = self._waiters
         self._buffer = bytearray()
         self._waiters = []
         self.count = 0
         self._keyed = self._ordered = 0
         if self.chunk_limit and HEADER_SIZE + metadata.ByteSize() + len(data) > self.chunk_limit:
-            self._emit_chunks(metadata, data, waiters, size)
+            self._emit_chunks(metadata, data, waiters, size, span)
             return
-        self._emit(PendingOp(first, highest, count, encode_entry(metadata, data), self.batched, waiters,
-                             self._started, size))
+        op = PendingOp(first, highest, count, encode_entry(metadata, data), self.batched, waiters, self._started, size)
+        op.span = span
+        self._emit(op)
 
     def _emit_chunks(self, metadata: EntryMetadata, data: bytes | bytearray, waiters: list[Waiter],
-                     size: int) -> None:
-        """One message as chunk entries, each with its own sequence id (see chunking.py)."""
+                     size: int, span: tracing.Span | None = None) -> None:
+        """One message as chunk entries, each with its own sequence id (see chunking.py); the send
+        span, if any, ends with the last chunk's receipt."""
         first = metadata.sequence_id
         try:
             entries = chunking.split(metadata, bytes(data), self.chunk_limit)
@@ -305,15 +323,20 @@ class BatchAccumulator:
             # Cannot be chunked (the topic's limit is absurdly small): the broker refuses the whole
             # entry, and the send fails with its error.
             log.warning("producer %s: message with sequence id %d sent unchunked: %s", self.producer_name, first, exc)
-            self._emit(PendingOp(first, first, 1, encode_entry(metadata, data), False, waiters, self._started, size))
+            op = PendingOp(first, first, 1, encode_entry(metadata, data), False, waiters, self._started, size)
+            op.span = span
+            self._emit(op)
             return
         last = len(entries) - 1
         if first + last >= self.next_sequence_id:
             self.next_sequence_id = first + last + 1
         for index, entry in enumerate(entries):
             final = index == last
-            self._emit(PendingOp(first + index, first + index, 1, entry, False, waiters if final else _NO_WAITERS,
-                                 self._started, size if final else 0, 1 if final else 0, last - index))
+            op = PendingOp(first + index, first + index, 1, entry, False, waiters if final else _NO_WAITERS,
+                           self._started, size if final else 0, 1 if final else 0, last - index)
+            if final:
+                op.span = span
+            self._emit(op)
 
     def fail(self, error: HeraldError) -> int:
         """Fail the open batch's messages; returns how many there were."""
@@ -347,11 +370,12 @@ class KeyBasedAccumulator:
     """
 
     __slots__ = ("_alone", "_batches", "_chunk_limit", "_compression", "_emit", "_loop", "_max_bytes",
-                 "_max_delay", "_max_messages", "_producer_name", "_stamp", "next_sequence_id")
+                 "_max_delay", "_max_messages", "_producer_name", "_stamp", "_tracing", "next_sequence_id")
 
     def __init__(
         self, *, max_messages: int, max_bytes: int, max_delay: float, emit: Callable[[PendingOp], None],
         loop: asyncio.AbstractEventLoop, producer_name: str = "", compression: int = 0,
+        send_tracing: client_tracing.SendTracing | None = None,
     ) -> None:
         self._max_messages = max_messages
         self._max_bytes = max_bytes
@@ -361,6 +385,7 @@ class KeyBasedAccumulator:
         self._producer_name = producer_name
         self._compression = compression
         self._chunk_limit = 0
+        self._tracing = send_tracing
         self._stamp = 0
         self.next_sequence_id = 0
         self._batches: dict[str | bytes | None, BatchAccumulator] = {}
@@ -370,7 +395,7 @@ class KeyBasedAccumulator:
         return BatchAccumulator(
             max_messages=self._max_messages, max_bytes=self._max_bytes, max_delay=self._max_delay, batched=batched,
             emit=self._emit, loop=self._loop, producer_name=self._producer_name, compression=self._compression,
-            chunk_limit=self._chunk_limit, assign=assign)
+            chunk_limit=self._chunk_limit, assign=assign, send_tracing=self._tracing)
 
     def _take(self, count: int) -> int:
         first = self.next_sequence_id

@@ -28,6 +28,7 @@ import grpc.aio
 
 from herald.api.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, common_pb2, lookup_pb2, lookup_pb2_grpc
 from herald.client.config import InitialPosition, ServiceUrl
+from herald.common import tracing
 from herald.common.errors import AlreadyClosedError, InvalidArgumentError, ServiceNotReadyError
 from herald.common.rpc import channel_options, error_from_rpc
 
@@ -107,7 +108,8 @@ class AdminClient:
         assert self._lookup_address is not None
         stub = lookup_pb2_grpc.LookupServiceStub(self._channel(self._lookup_address))
         try:
-            reply = await stub.GetClusterInfo(lookup_pb2.ClusterInfoRequest(), timeout=self.timeout)
+            reply = await stub.GetClusterInfo(lookup_pb2.ClusterInfoRequest(), timeout=self.timeout,
+                                              metadata=tracing.grpc_metadata())
         except grpc.aio.AioRpcError as exc:
             raise error_from_rpc(exc, f"asking lookup at {self._lookup_address} for brokers") from None
         return sorted(reply.brokers, key=lambda broker: broker.broker_id)
@@ -116,7 +118,7 @@ class AdminClient:
         address = await self.broker_address()
         stub = admin_pb2_grpc.AdminServiceStub(self._channel(address))
         try:
-            return await getattr(stub, method)(request, timeout=self.timeout)
+            return await getattr(stub, method)(request, timeout=self.timeout, metadata=tracing.grpc_metadata())
         except grpc.aio.AioRpcError as exc:
             raise error_from_rpc(exc, f"{method} at {address}") from None
 
@@ -257,6 +259,25 @@ class AdminClient:
         """Unsubscribe; refused while consumers are connected unless `force` (they are disconnected)."""
         await self._call("DeleteSubscription", admin_pb2.DeleteSubscriptionRequest(
             topic=topic, subscription=subscription, force=force))
+
+    async def dead_letter_policy(self, topic: str, subscription: str) -> broker_pb2.DeadLetterPolicy:
+        """The dead-letter policy kept for a subscription (max_redeliver_count 0: none)."""
+        reply: broker_pb2.DeadLetterPolicy = await self._call(
+            "GetSubscriptionDeadLetterPolicy", admin_pb2.SubscriptionRequest(topic=topic, subscription=subscription))
+        return reply
+
+    async def set_dead_letter_policy(
+        self, topic: str, subscription: str, max_redeliver_count: int,
+        dead_letter_topic: str = "", retry_letter_topic: str = "",
+    ) -> broker_pb2.DeadLetterPolicy:
+        """Keep a dead-letter policy for a subscription: it applies to every consumer, over the
+        policy clients send; max_redeliver_count 0 removes it. "" topics: the default names."""
+        request = admin_pb2.SetSubscriptionDeadLetterPolicyRequest(
+            topic=topic, subscription=subscription, policy=broker_pb2.DeadLetterPolicy(
+                max_redeliver_count=max_redeliver_count, dead_letter_topic=dead_letter_topic,
+                retry_letter_topic=retry_letter_topic))
+        reply: broker_pb2.DeadLetterPolicy = await self._call("SetSubscriptionDeadLetterPolicy", request)
+        return reply
 
     async def reset_cursor(
         self, topic: str, subscription: str, *, position: Position | None = None,

@@ -29,6 +29,7 @@ from herald.client.partitioned_producer import PartitionedProducer
 from herald.client.pattern_consumer import PatternConsumer, parse_pattern
 from herald.client.producer import AsyncProducer
 from herald.client.reader import AsyncReader
+from herald.client.reader_pull import PullResult, last_message_id, pull
 from herald.client.retry_letters import RetryLetters, retry_policy
 from herald.client.schema import BYTES, Schema
 from herald.client.topic_consumer import TopicConsumer
@@ -236,6 +237,23 @@ class AsyncClient:
         if count <= 0:
             return [str(name)]
         return [str(name.partition(index)) for index in range(count)]
+
+    async def get_last_message_id(self, topic: str) -> MessageId:
+        """The id of the last message stored on `topic` (a partition by its own name; a partitioned
+        topic's base name is refused by the broker); MessageId(-1, -1, ...) when it has none."""
+        self._check_open()
+        return await last_message_id(self._pool, self._lookup, self._config, str(TopicName.parse(topic)))
+
+    async def pull(
+        self, topic: str, start: MessageId | None = None, *, max_entries: int = 0, max_bytes: int = 0,
+        timeout: float = 0.0,  # noqa: ASYNC109 - the broker's long polling, not a local wait
+    ) -> PullResult:
+        """Read `topic` (a partition by its own name) by offset, without a subscription: the stored
+        entries from the first at or after `start` (None: the earliest kept) and where to go on
+        (see herald.client.reader_pull.pull). Each entry is one producer batch, undecoded."""
+        self._check_open()
+        return await pull(self._pool, self._lookup, self._config, str(TopicName.parse(topic)), start,
+                          max_entries, max_bytes, timeout)
 
     # ---- closing ----
 

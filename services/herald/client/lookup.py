@@ -13,6 +13,7 @@ import grpc.aio
 from herald.api.v1 import lookup_pb2, lookup_pb2_grpc
 from herald.client.config import ClientConfig
 from herald.client.connection import ConnectionPool, remaining, retrying
+from herald.common import tracing
 from herald.common.errors import HeraldError, ServiceNotReadyError
 from herald.common.rpc import error_from_rpc
 
@@ -57,7 +58,8 @@ class LookupService:
         domain = lookup_pb2.PERSISTENT if persistent else lookup_pb2.NON_PERSISTENT
         try:
             reply = await stub.GetTopicsOfNamespace(
-                lookup_pb2.TopicsOfNamespaceRequest(namespace=namespace, domain=domain), timeout=remaining(deadline))
+                lookup_pb2.TopicsOfNamespaceRequest(namespace=namespace, domain=domain), timeout=remaining(deadline),
+                metadata=tracing.grpc_metadata())
         except grpc.aio.AioRpcError as exc:
             raise error_from_rpc(exc, f"listing the topics of namespace {namespace!r} at {address}") from None
         return list(reply.topics)
@@ -68,7 +70,7 @@ class LookupService:
         for _ in range(MAX_REDIRECTS + 1):
             stub = lookup_pb2_grpc.LookupServiceStub(await self._pool.get(address))
             try:
-                reply = await stub.LookupTopic(request, timeout=remaining(deadline))
+                reply = await stub.LookupTopic(request, timeout=remaining(deadline), metadata=tracing.grpc_metadata())
             except grpc.aio.AioRpcError as exc:
                 raise error_from_rpc(exc, f"lookup of topic {topic!r} at {address}") from None
             if not reply.broker_address:
@@ -84,7 +86,8 @@ class LookupService:
         stub = lookup_pb2_grpc.LookupServiceStub(await self._pool.get(address))
         try:
             reply = await stub.GetPartitionedTopicMetadata(
-                lookup_pb2.PartitionedTopicMetadataRequest(topic=topic), timeout=remaining(deadline)
+                lookup_pb2.PartitionedTopicMetadataRequest(topic=topic), timeout=remaining(deadline),
+                metadata=tracing.grpc_metadata(),
             )
         except grpc.aio.AioRpcError as exc:
             raise error_from_rpc(exc, f"partition metadata of topic {topic!r} at {address}") from None

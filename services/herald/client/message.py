@@ -22,7 +22,7 @@ class EntryInfo:
 
     __slots__ = (
         "decode", "entry_id", "ledger_id", "num_messages", "partition", "producer_name", "publish_time",
-        "redelivery_count", "topic",
+        "redelivery_count", "topic", "traceparent",
     )
 
     def __init__(
@@ -39,6 +39,7 @@ class EntryInfo:
         self.redelivery_count = redelivery_count
         self.num_messages = num_messages
         self.decode = decode  # the consumer's schema; None: values are the bytes themselves
+        self.traceparent = ""  # the broker's deliver span, when the consumer traces (herald.client.tracing)
 
 
 class Message(Generic[T]):

@@ -12,6 +12,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from opentelemetry import trace
+
+from herald.client import tracing as client_tracing
+from herald.common import tracing
 from herald.common.errors import ConsumerClosedError
 
 log = logging.getLogger(__name__)
@@ -28,6 +32,7 @@ class ListenerTask:
         self._consumer = consumer
         self._listener = listener
         self._next_message = next_message
+        self._traced = tracing.ENABLED  # a process span around each call (herald.client.tracing)
         self.task = asyncio.get_running_loop().create_task(self._run(), name=name)
 
     async def _run(self) -> None:
@@ -38,14 +43,28 @@ class ListenerTask:
             except ConsumerClosedError:
                 return
             try:
-                result = listener(consumer, message)
-                if inspect.isawaitable(result):
-                    await result
+                if self._traced:
+                    await self._traced_call(message)
+                else:
+                    result = listener(consumer, message)
+                    if inspect.isawaitable(result):
+                        await result
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("the message listener of %r raised on message %s; it stays unacknowledged",
                               consumer, getattr(message, "message_id", message))
+
+    async def _traced_call(self, message: Any) -> None:
+        span = client_tracing.start_process(self._consumer, message)
+        with trace.use_span(span, end_on_exit=True, set_status_on_exception=False):  # current while it runs
+            try:
+                result = self._listener(self._consumer, message)
+                if inspect.isawaitable(result):
+                    await result
+            except Exception as exc:
+                tracing.fail(span, exc)
+                raise
 
     async def stop(self) -> None:
         """Cancel the task and wait for it, unless this is the task itself (a listener closing its

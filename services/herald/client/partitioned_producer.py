@@ -342,6 +342,7 @@ def sum_stats(parts: Sequence[ProducerStats]) -> ProducerStats:
         send_latency_p99_ms=max((s.send_latency_p99_ms for s in parts), default=0.0),
         send_latency_p999_ms=max((s.send_latency_p999_ms for s in parts), default=0.0),
         send_latency_max_ms=max((s.send_latency_max_ms for s in parts), default=0.0),
+        send_latency_sum_ms=sum(s.send_latency_sum_ms for s in parts),
     )
 
 

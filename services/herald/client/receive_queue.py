@@ -12,8 +12,10 @@ from collections import deque
 from typing import Generic, TypeVar, cast
 
 from herald.client import batch_receive
+from herald.client import tracing as client_tracing
 from herald.client.config import BatchReceivePolicy
 from herald.client.message import Message
+from herald.common import tracing
 from herald.common.errors import ConsumerClosedError, HeraldError, NotAllowedError
 
 T = TypeVar("T")
@@ -33,9 +35,11 @@ class ReceiveQueue(Generic[T]):
         self._flow_threshold = max(1, receiver_queue_size // 2)
         self._batch_policy = batch_receive_policy
         self._has_listener = has_listener
+        # Receive spans (herald.client.tracing), decided once; they take receive() off its fast path.
+        self._traced = tracing.ENABLED
         # Whether handing a message out is nothing but taking it from the queue (no listener to
-        # refuse receive() for, nothing to track or intercept): receive()'s fast path.
-        self._plain = plain
+        # refuse receive() for, nothing to track, intercept or trace): receive()'s fast path.
+        self._plain = plain and not self._traced
         self._receive_failures = 0
 
     # ---- what the consumer says ----
@@ -63,18 +67,30 @@ class ReceiveQueue(Generic[T]):
                 self._send_flow()
             return message
         self._refuse_with_listener("receive()")
+        started = tracing.now() if self._traced else 0
         try:
             taken = await self._next(timeout)
         except ConsumerClosedError:
             self._receive_failures += 1
             raise
-        return None if taken is None else self._handed_out(taken)
+        if taken is None:
+            return None
+        message = self._handed_out(taken)
+        if started:
+            client_tracing.received(self, (message,), started)
+        return message
 
     async def receive_many(self, limit: int, timeout: float | None = None) -> list[Message[T]]:  # noqa: ASYNC109
         queue = self._queue
         messages: list[Message[T]] = []
+        started = tracing.now() if self._traced else 0
         if not queue:
-            first = await self.receive(timeout)
+            suppressed = tracing.suppress() if started else None  # one receive span for them all
+            try:
+                first = await self.receive(timeout)
+            finally:
+                if suppressed is not None:
+                    tracing.unsuppress(suppressed)
             if first is None:
                 return messages
             messages.append(first)
@@ -83,10 +99,13 @@ class ReceiveQueue(Generic[T]):
         taken = [queue.popleft() for _ in range(count)]
         self._taken(count)
         messages += taken if self._plain else [self._handed_out(message) for message in taken]
+        if started:
+            client_tracing.received(self, messages, started)
         return messages
 
     async def batch_receive(self) -> list[Message[T]]:
         self._refuse_with_listener("batch_receive()")
+        started = tracing.now() if self._traced else 0
         policy = self._batch_policy
         deadline = self._loop.time() + policy.timeout
         while self._receiving() and not batch_receive.reaches_limit(self._queue, policy):
@@ -109,7 +128,12 @@ class ReceiveQueue(Generic[T]):
             raise ConsumerClosedError("consumer closed")
         taken: list[Message[T]] = batch_receive.take(self._queue, policy)
         self._taken(len(taken))
-        return taken if self._plain else [self._handed_out(message) for message in taken]
+        if self._plain:
+            return taken
+        messages = [self._handed_out(message) for message in taken]
+        if started:
+            client_tracing.received(self, messages, started)
+        return messages
 
     async def _next_for_listener(self) -> Message[T]:
         """The next message, however long it takes (ConsumerClosedError once closed)."""

@@ -34,18 +34,20 @@ class LatencyHistogram:
     """Latencies in bounded memory (a few hundred buckets at most), HdrHistogram style: adding is
     O(1), percentiles are within ~6%; the max is exact."""
 
-    __slots__ = ("_counts", "count", "max")
+    __slots__ = ("_counts", "count", "max", "sum")
 
     def __init__(self) -> None:
         self._counts: dict[int, int] = {}
         self.count = 0
         self.max = 0.0  # seconds
+        self.sum = 0.0  # seconds, of every sample (for averages, and Prometheus summaries' _sum)
 
     def add(self, seconds: float) -> None:
         bucket = _bucket(int(seconds * 1_000_000))
         counts = self._counts
         counts[bucket] = counts.get(bucket, 0) + 1
         self.count += 1
+        self.sum += seconds
         if seconds > self.max:
             self.max = seconds
 
@@ -80,7 +82,7 @@ class ProducerStats:
     at the call (closed producer, message too large, queue full) raises there and is not counted.
     receipts: receipts from the broker (one per entry: a batch, or a chunk). pending_messages:
     queued and not yet acknowledged. Send latency, from a batch's first message being queued to its
-    receipt, per entry: percentiles and max in milliseconds.
+    receipt, per entry: percentiles, max and the sum over every receipt, in milliseconds.
     """
 
     messages_sent: int
@@ -93,6 +95,7 @@ class ProducerStats:
     send_latency_p99_ms: float
     send_latency_p999_ms: float
     send_latency_max_ms: float
+    send_latency_sum_ms: float = 0.0
 
 
 _QUANTILES = (0.5, 0.95, 0.99, 0.999)
@@ -132,7 +135,7 @@ class ProducerStatsRecorder:
             messages_sent=self.messages_sent, bytes_sent=self.bytes_sent, send_failures=self.send_failures,
             receipts=self.receipts, pending_messages=pending_messages, send_latency_p50_ms=p50,
             send_latency_p95_ms=p95, send_latency_p99_ms=p99, send_latency_p999_ms=p999,
-            send_latency_max_ms=latency.max * 1000,
+            send_latency_max_ms=latency.max * 1000, send_latency_sum_ms=latency.sum * 1000,
         )
 
     def interval_report(self, now: float, pending_messages: int) -> str:

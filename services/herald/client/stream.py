@@ -57,6 +57,7 @@ class BrokerStream(ABC, Generic[RequestT, ReplyT, HandshakeT]):
         self._loop = asyncio.get_running_loop()
         self._state = OPEN
         self._connected = False
+        self._address = ""  # the broker of the latest stream
         self._task: asyncio.Task[None] | None = None
         self._writer_wake: asyncio.Future[None] | None = None
         self._backoff = Backoff(jitter=0.1)
@@ -116,7 +117,7 @@ class BrokerStream(ABC, Generic[RequestT, ReplyT, HandshakeT]):
             raise
 
     async def _connect(self, deadline: float) -> tuple[grpc.aio.StreamStreamCall[RequestT, ReplyT], HandshakeT]:
-        address = await self._lookup.broker_for(self._topic)
+        self._address = address = await self._lookup.broker_for(self._topic)
         channel = await self._pool.get(address)
         call = self._open_call(broker_pb2_grpc.BrokerServiceStub(channel))
         what = self._handshake_what(address)

@@ -39,6 +39,7 @@ from herald.client.schema import BytesSchema, Schema
 from herald.client.stats import ConsumerStats
 from herald.client.stream import CLOSED, CLOSING, OPEN, BrokerStream
 from herald.client.unacked_tracker import UnackedTracker
+from herald.common import tracing
 from herald.common.entry import decode_entry, iter_records
 from herald.common.errors import (
     ConnectionError_,
@@ -352,6 +353,8 @@ class TopicConsumer(
         count = metadata.num_messages
         info = EntryInfo(self._topic, ledger_id, entry_id, self._partition, metadata.producer_name,
                          metadata.publish_time, delivered.redelivery_count, count, self._decode)
+        if self._traced:
+            info.traceparent = delivered.traceparent  # the broker's deliver span
         first_sequence_id = metadata.sequence_id
         messages: list[Message[T]] = []
         append = messages.append
@@ -516,7 +519,7 @@ class TopicConsumer(
         self._last_stats = (current, now)
 
     def _open_call(self, stub: BrokerServiceAsyncStub) -> ConsumeCall:
-        return stub.Consume(None)
+        return stub.Consume(None, metadata=tracing.grpc_metadata())
 
     def _handshake_what(self, address: str) -> str:
         return f"subscribing {self.subscription!r} to {self._topic} at {address}"

@@ -19,6 +19,7 @@ import grpc.aio
 
 from herald.api.v1 import broker_pb2
 from herald.client import chunking
+from herald.client import tracing as client_tracing
 from herald.client.accumulator import (
     Accumulator,
     BatchAccumulator,
@@ -37,6 +38,7 @@ from herald.client.producer import AsyncProducer, T, deliver_at_ms
 from herald.client.schema import BYTES, BytesSchema, Schema
 from herald.client.stats import ProducerStats, ProducerStatsRecorder
 from herald.client.stream import CLOSED, CLOSING, OPEN, BrokerStream, Reconnect
+from herald.common import tracing
 from herald.common.entry import entry_checksum_ok
 from herald.common.errors import (
     ChecksumError,
@@ -92,6 +94,9 @@ class TopicProducer(BrokerStream[broker_pb2.ProduceRequest, broker_pb2.ProduceRe
         # None: bytes go as they are, with no call at all (the default's whole cost).
         self._schema_encode = None if type(self._schema) is BytesSchema else self._schema.encode
         self._interceptors: tuple[ProducerInterceptor, ...] = tuple(config.interceptors)
+        # Tracing is decided here, once: off, the send path tests only `_slow` (as it would anyway).
+        self._tracing = client_tracing.SendTracing(topic) if tracing.ENABLED else None
+        self._slow = bool(self._interceptors) or self._tracing is not None  # messages go via _queue_intercepted
         self._max_message_size = config.max_message_size
         self._chunking = config.chunking_enabled
         self._max_pending = config.max_pending_messages if max_pending_messages is None else max_pending_messages
@@ -104,13 +109,14 @@ class TopicProducer(BrokerStream[broker_pb2.ProduceRequest, broker_pb2.ProduceRe
         if config.batching_enabled and config.batching_type is BatchingType.KeyBased:
             self._acc = KeyBasedAccumulator(
                 max_messages=config.batching_max_messages, max_bytes=config.batching_max_bytes,
-                max_delay=config.batching_max_publish_delay, emit=self._emit, loop=self._loop, compression=codec)
+                max_delay=config.batching_max_publish_delay, emit=self._emit, loop=self._loop, compression=codec,
+                send_tracing=self._tracing)
         else:
             self._acc = BatchAccumulator(
                 max_messages=config.batching_max_messages, max_bytes=config.batching_max_bytes,
                 max_delay=config.batching_max_publish_delay, batched=config.batching_enabled,
                 emit=self._emit, loop=self._loop, compression=codec,
-                chunk_limit=config.max_message_size if self._chunking else 0)
+                chunk_limit=config.max_message_size if self._chunking else 0, send_tracing=self._tracing)
         self._pending: deque[PendingOp] = deque()  # sent or not, oldest first, awaiting receipts
         self._unsent: deque[PendingOp] = deque()  # the ones the writer has yet to write
         self._pending_count = 0  # messages in the open batch and in pending ops
@@ -188,7 +194,7 @@ class TopicProducer(BrokerStream[broker_pb2.ProduceRequest, broker_pb2.ProduceRe
                 raise self._queue_full()
             await self.wait_for_room()
         future: asyncio.Future[MessageId] = self._loop.create_future()
-        if self._interceptors:
+        if self._slow:
             self._queue_intercepted(OutgoingMessage(data, key, ordering_key, properties, event_time, sequence_id, at),
                                     future, raise_refusal=True)
             return future
@@ -285,7 +291,7 @@ class TopicProducer(BrokerStream[broker_pb2.ProduceRequest, broker_pb2.ProduceRe
         except HeraldError as exc:
             fail_waiters([callback], exc)
             return True
-        if self._interceptors:
+        if self._slow:
             self._queue_intercepted(OutgoingMessage(data, key, ordering_key, properties, event_time, sequence_id,
                                                     deliver_at), callback, raise_refusal=False)
             return True
@@ -335,7 +341,8 @@ class TopicProducer(BrokerStream[broker_pb2.ProduceRequest, broker_pb2.ProduceRe
     def _queue_intercepted(self, message: OutgoingMessage, waiter: Waiter, raise_refusal: bool) -> None:
         """Queue a message through the interceptors: before_send may replace it, and every
         message before_send returned reaches on_send_acknowledgement with its id or its error.
-        A replaced message that cannot be sent is refused: raised, or reported to the waiter."""
+        A replaced message that cannot be sent is refused: raised, or reported to the waiter.
+        With tracing on, the message (as the interceptors left it) gets its creation context."""
         for interceptor in self._interceptors:
             changed = run_hook(interceptor.before_send, self, message, default=message)
             if isinstance(changed, OutgoingMessage):
@@ -343,7 +350,7 @@ class TopicProducer(BrokerStream[broker_pb2.ProduceRequest, broker_pb2.ProduceRe
             else:
                 log.error("interceptor %r: before_send returned %r, not an OutgoingMessage; ignored",
                           interceptor, changed)
-        acknowledged = self._acknowledging(message, waiter)
+        acknowledged = self._acknowledging(message, waiter) if self._interceptors else waiter
         value = message.value
         try:
             if value.__class__ is not bytes:
@@ -352,12 +359,14 @@ class TopicProducer(BrokerStream[broker_pb2.ProduceRequest, broker_pb2.ProduceRe
                 self._check_size(len(value))
         except HeraldError as exc:
             if not raise_refusal:
-                acknowledged(exc, None)
+                fail_waiters([acknowledged], exc)
                 return
             self._acknowledge(message, None, exc)
             if isinstance(waiter, asyncio.Future):
                 waiter.cancel()
             raise
+        if self._tracing is not None:
+            message.properties = client_tracing.with_creation_context(self._topic, message.properties, self._name)
         self._pending_count += 1
         event_time = message.event_time or 0
         if message.deliver_at is None:
@@ -477,7 +486,7 @@ class TopicProducer(BrokerStream[broker_pb2.ProduceRequest, broker_pb2.ProduceRe
             self._stats_timer = self._loop.call_later(interval, self._log_stats)
 
     def _open_call(self, stub: BrokerServiceAsyncStub) -> ProduceCall:
-        return stub.Produce(None)
+        return stub.Produce(None, metadata=tracing.grpc_metadata())
 
     def _handshake_what(self, address: str) -> str:
         return f"registering producer {self._name or '(unnamed)'} on {self._topic} at {address}"
@@ -512,6 +521,8 @@ class TopicProducer(BrokerStream[broker_pb2.ProduceRequest, broker_pb2.ProduceRe
     def _on_connected(self, registered: broker_pb2.ProducerRegistered, first: bool) -> None:
         self._name = registered.producer_name or self._name
         self._acc.producer_name = self._name
+        if self._tracing is not None:
+            self._tracing.address = self._address
         if registered.max_message_size > 0:
             self._max_message_size = size = registered.max_message_size
             # A topic's policy may set a limit below the batch size: batches must fit it too.

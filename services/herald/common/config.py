@@ -88,3 +88,10 @@ def describe(settings: Any) -> str:
             value = "****"
         lines.append(f"  {field.name} = {value}")
     return "\n".join(lines)
+
+
+def check_metrics_port(port: int) -> None:
+    """A service's metrics_port setting: a port, 0 (any free port) or -1 (no metrics endpoint)."""
+    if port < -1:
+        raise InvalidArgumentError(
+            f"metrics_port must be a port, 0 (any free port) or -1 (no metrics endpoint), got {port}")

@@ -4,11 +4,13 @@ reports it moved (the broker then acknowledges it on its subscription); /metrics
 
 Several workers may run side by side: a broker lends each letter to one worker at a time, and a
 letter lent again (its worker died, or a report was lost) is recognised by the dead-letter topic's
-dedup under the letter's own producer name. Embeddable: `herald standalone` may run one on its
-own loop with `DlqWorker(settings, registry).start()` / `.stop()`."""
+dedup under the letter's own producer name. Ready (/readyz) while lookup answers. Embeddable:
+`herald standalone` may run one on its own loop with `DlqWorker(settings, registry).start()` /
+`.stop()`."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from prometheus_client import CollectorRegistry
@@ -17,8 +19,9 @@ from herald.client.admin import AdminClient
 from herald.client.config import ClientConfig
 from herald.client.connection import ConnectionPool
 from herald.client.lookup import LookupService
-from herald.common.errors import InvalidArgumentError
-from herald.common.metrics import MetricsServer
+from herald.common.errors import HeraldError, InvalidArgumentError
+from herald.common.health import PROBE_TIMEOUT, ServiceHealth, unreachable
+from herald.common.http_endpoint import HttpEndpoint
 from herald.dlq.brokers import BrokerFleet, BrokerLetters, FailureMemory
 from herald.dlq.metrics import DlqMetrics
 from herald.dlq.mover import LetterMover
@@ -31,7 +34,8 @@ log = logging.getLogger(__name__)
 class DlqWorker:
     """start() / stop() are symmetrical; stop() is idempotent. `registry`: where the metrics go
     (a process running several services may share one; by default the worker's own). The worker
-    serves /metrics itself when settings.metrics_port >= 0."""
+    serves /metrics, /healthz and /readyz itself when settings.metrics_port >= 0 (an embedding
+    process serving them watches `.health`)."""
 
     def __init__(self, settings: DlqWorkerSettings, registry: CollectorRegistry | None = None) -> None:
         self.settings = settings
@@ -39,16 +43,20 @@ class DlqWorker:
         self.metrics = DlqMetrics(self.registry)
         self._config = ClientConfig(service_url=settings.service_url, operation_timeout=settings.operation_timeout,
                                     connection_timeout=settings.connection_timeout, stats_interval=0)
-        self._metrics_server = (MetricsServer(self.registry, settings.metrics_host, settings.metrics_port)
-                                if settings.metrics_port >= 0 else None)
+        self.health = ServiceHealth("dlq-worker")
+        self.health.add_check("lookup", self._lookup_answers)
+        self._http = (HttpEndpoint(self.registry, settings.metrics_host, settings.metrics_port)
+                      if settings.metrics_port >= 0 else None)
+        if self._http is not None:
+            self._http.watch(self.health)
         self._pool: ConnectionPool | None = None
         self._admin: AdminClient | None = None
         self._fleet: BrokerFleet | None = None
 
     @property
     def metrics_address(self) -> str | None:
-        """host:port of /metrics once started (None when not served)."""
-        return self._metrics_server.address if self._metrics_server is not None else None
+        """host:port of /metrics (and /healthz, /readyz) once started (None when not served)."""
+        return self._http.address if self._http is not None else None
 
     @property
     def brokers(self) -> list[str]:
@@ -59,9 +67,9 @@ class DlqWorker:
         if self._fleet is not None:
             return
         settings = self.settings
-        if self._metrics_server is not None:
+        if self._http is not None:
             try:
-                self._metrics_server.start()
+                self._http.start()
             except OSError as exc:
                 raise InvalidArgumentError(
                     f"cannot serve metrics on {settings.metrics_host}:{settings.metrics_port} ({exc}): set "
@@ -80,10 +88,27 @@ class DlqWorker:
 
         self._fleet = BrokerFleet(self._config.url.address, pool, settings, self.metrics, broker_letters)
         self._fleet.start()
+        await self.health.start()
         log.info("dlq-worker %s started: brokers from %s, %d letters in flight per broker", settings.worker_name,
                  settings.service_url, settings.flow_permits)
 
+    async def _lookup_answers(self) -> str | None:
+        pool = self._pool
+        if pool is None:
+            return "not started"
+        address = self._config.url.address
+        try:
+            async with asyncio.timeout(PROBE_TIMEOUT):
+                channel = await pool.get(address)
+        except (HeraldError, TimeoutError) as exc:
+            return f"lookup at {address} does not answer: {exc or 'no connection within the probe timeout'}"
+        problem = await unreachable(channel, f"lookup at {address}")
+        if problem is not None:
+            pool.discard(address)
+        return problem
+
     async def stop(self) -> None:
+        await self.health.stop()
         fleet, self._fleet = self._fleet, None
         if fleet is not None:
             await fleet.stop()
@@ -93,5 +118,5 @@ class DlqWorker:
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.close(grace=None)
-        if self._metrics_server is not None:
-            self._metrics_server.stop()
+        if self._http is not None:
+            self._http.stop()

@@ -6,18 +6,31 @@ seconds: the next assignment passes it over while another broker is live, so the
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from typing import TYPE_CHECKING
+
 from herald.common.errors import BadVersionError, ServiceNotReadyError
 from herald.common.ownership import OWNERSHIP_PREFIX, Owner, ownership_key, unloading_key
 from herald.lookup.placement import least_loaded
 from herald.lookup.registry import BrokerRecord, BrokerRegistry
 from herald.metadata.store import NOT_EXISTS, LeaseExpiredError, MetadataStore
 
+if TYPE_CHECKING:
+    from herald.lookup.metrics import LookupMetrics
+
+# Topics whose assignment this lookup remembers, to count a later one as a reassignment.
+REMEMBERED_ASSIGNMENTS = 100_000
+
 
 class OwnershipAssigner:
-    def __init__(self, store: MetadataStore, registry: BrokerRegistry) -> None:
+    def __init__(self, store: MetadataStore, registry: BrokerRegistry, metrics: LookupMetrics | None = None) -> None:
         self.store = store
         self.registry = registry
         self.assignments = 0
+        self.metrics = metrics
+        # Topics assigned here lately, oldest first: an owner's lease expiring deletes its ownership
+        # keys, so this is how a topic whose broker died is told from a new one.
+        self._assigned: OrderedDict[str, None] = OrderedDict()
 
     async def lookup(self, topic: str) -> Owner:
         """The topic's owner, assigning the least-loaded live broker when it has none."""
@@ -30,11 +43,14 @@ class OwnershipAssigner:
                     return owner
             if not brokers:
                 raise ServiceNotReadyError("no broker is available: none has registered with lookup")
-            chosen = least_loaded(brokers, await self._assigned_counts(), await self._unloaded_by(topic))
+            unloaded_by = await self._unloaded_by(topic)
+            chosen = least_loaded(brokers, await self._assigned_counts(), unloaded_by)
             try:
-                return await self._assign(topic, chosen, current.version if current else NOT_EXISTS)
+                owner = await self._assign(topic, chosen, current.version if current else NOT_EXISTS)
             except (BadVersionError, LeaseExpiredError):
                 continue  # another lookup assigned it, or the chosen broker just expired: look again
+            self._count(topic, had_owner=current is not None or bool(unloaded_by))
+            return owner
         raise ServiceNotReadyError(f"could not assign an owner to {topic}: too much contention")
 
     async def _assign(self, topic: str, broker: BrokerRecord, expected_version: int) -> Owner:
@@ -44,6 +60,18 @@ class OwnershipAssigner:
         )
         self.assignments += 1
         return owner
+
+    def _count(self, topic: str, had_owner: bool) -> None:
+        assigned = self._assigned
+        reassigned = had_owner or topic in assigned
+        assigned[topic] = None
+        assigned.move_to_end(topic)
+        if len(assigned) > REMEMBERED_ASSIGNMENTS:
+            assigned.popitem(last=False)
+        if self.metrics is not None:
+            self.metrics.assignments.inc()
+            if reassigned:
+                self.metrics.reassignments.inc()
 
     async def _unloaded_by(self, topic: str) -> set[str]:
         """The broker that unloaded the topic moments ago, if any: not to be given it back."""

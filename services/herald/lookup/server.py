@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import grpc
 import grpc.aio
+from prometheus_client import CollectorRegistry
 
 from herald.api.v1 import lookup_pb2, lookup_pb2_grpc
 from herald.common.errors import HeraldError, InvalidArgumentError
+from herald.common.health import ServiceHealth
+from herald.common.http_endpoint import HttpEndpoint
 from herald.common.names import TopicName
 from herald.common.rpc import abort, server_options
+from herald.common.rpc_tracing import server_interceptors
+from herald.lookup.metrics import ERROR, OK, LookupMetrics
 from herald.lookup.ownership import OwnershipAssigner
 from herald.lookup.registry import BrokerRegistry
 from herald.lookup.routes import topic_route
@@ -33,12 +39,16 @@ def _load(load: lookup_pb2.BrokerLoad) -> dict[str, float]:
 
 
 class LookupServicer(lookup_pb2_grpc.LookupServiceServicer):
-    def __init__(self, settings: LookupSettings, store: MetadataStore) -> None:
+    def __init__(self, settings: LookupSettings, store: MetadataStore, metrics: LookupMetrics | None = None) -> None:
         self.settings = settings
         self.store = store
+        self.metrics = metrics if metrics is not None else LookupMetrics()
         self.registry = BrokerRegistry(store, settings.heartbeat_interval * settings.expiry_heartbeats)
-        self.ownership = OwnershipAssigner(store, self.registry)
+        self.ownership = OwnershipAssigner(store, self.registry, self.metrics)
         self.resources = Resources(store)
+
+    def _counted(self, method: str, result: str) -> None:
+        self.metrics.lookups.labels(method, result).inc()
 
     async def _existing_namespace_topic(self, topic: str) -> TopicName:
         """The topic's name, once its tenant and namespace exist (NotFoundError naming the missing
@@ -58,6 +68,7 @@ class LookupServicer(lookup_pb2_grpc.LookupServiceServicer):
             )
         except HeraldError as error:
             await abort(context, error)
+        self.metrics.registrations.inc()
         log.info("broker %s registered at %s (lease %d)", record.broker_id, record.address, record.lease_id)
         return lookup_pb2.RegisterBrokerResponse(
             lease_id=record.lease_id,
@@ -71,6 +82,7 @@ class LookupServicer(lookup_pb2_grpc.LookupServiceServicer):
         valid = await self.registry.heartbeat(
             request.broker_id, request.lease_id, _load(request.load), len(request.owned_topics)
         )
+        self.metrics.heartbeats.labels(OK if valid else "expired").inc()
         if not valid:
             log.warning("heartbeat from expired broker %s (lease %d)", request.broker_id, request.lease_id)
         return lookup_pb2.HeartbeatResponse(lease_valid=valid)
@@ -89,7 +101,9 @@ class LookupServicer(lookup_pb2_grpc.LookupServiceServicer):
             topic = str(await self._existing_namespace_topic(request.topic))
             owner = await self.ownership.lookup(topic)
         except HeraldError as error:
+            self._counted("LookupTopic", ERROR)
             await abort(context, error)
+        self._counted("LookupTopic", OK)
         return lookup_pb2.LookupTopicResponse(broker_address=owner.address, broker_id=owner.broker_id)
 
     async def GetPartitionedTopicMetadata(
@@ -101,8 +115,10 @@ class LookupServicer(lookup_pb2_grpc.LookupServiceServicer):
             await self.resources.check_namespace(name.namespace_name)
             topic = str(name)
         except HeraldError as error:
+            self._counted("GetPartitionedTopicMetadata", ERROR)
             await abort(context, error)
         partitions = await get_partitions(self.store, topic)
+        self._counted("GetPartitionedTopicMetadata", OK)
         return lookup_pb2.PartitionedTopicMetadataResponse(partitions=partitions)
 
     async def GetClusterInfo(
@@ -132,7 +148,9 @@ class LookupServicer(lookup_pb2_grpc.LookupServiceServicer):
             topic = await self._existing_namespace_topic(request.topic)
             partitions, routes = await topic_route(self.ownership, topic)
         except HeraldError as error:
+            self._counted("GetTopicRoute", ERROR)
             await abort(context, error)
+        self._counted("GetTopicRoute", OK)
         return lookup_pb2.TopicRouteResponse(partitions=partitions, routes=[
             lookup_pb2.PartitionRoute(partition=r.partition, topic=r.topic, broker_address=r.broker_address,
                                       broker_id=r.broker_id)
@@ -154,14 +172,25 @@ class LookupServicer(lookup_pb2_grpc.LookupServiceServicer):
 
 
 class LookupServer:
-    """Runs the lookup service on its own gRPC server; the metadata store is owned by the caller."""
+    """Runs the lookup service on its own gRPC server, and its HTTP endpoint (/metrics) unless
+    settings.metrics_port is -1; the metadata store is owned by the caller. `registry`: where its
+    metrics go (None: a registry of its own); an embedding process (standalone) passes its own."""
 
-    def __init__(self, settings: LookupSettings, store: MetadataStore) -> None:
+    def __init__(self, settings: LookupSettings, store: MetadataStore, registry: CollectorRegistry | None = None,
+                 ) -> None:
         self.settings = settings
         self.store = store
-        self.servicer = LookupServicer(settings, store)
+        self.metrics = LookupMetrics(registry)
+        self.http_endpoint: HttpEndpoint | None = None
+        self.servicer = LookupServicer(settings, store, self.metrics)
         self._server: grpc.aio.Server | None = None
         self.port = 0
+        # Ready while the metadata store answers: every lookup reads it.
+        self.health = ServiceHealth("lookup", [lookup_pb2.DESCRIPTOR.services_by_name["LookupService"].full_name])
+        self.health.add_check("metadata-store", self._metadata_store_answers)
+
+    async def _metadata_store_answers(self) -> None:
+        await self.store.ping()
 
     @property
     def address(self) -> str:
@@ -171,14 +200,37 @@ class LookupServer:
         if self._server is not None:
             return
         await self.servicer.resources.ensure_default_namespace()
-        server = grpc.aio.server(options=server_options())
+        server = grpc.aio.server(options=server_options(), interceptors=server_interceptors())
         lookup_pb2_grpc.add_LookupServiceServicer_to_server(self.servicer, server)
+        await self.health.add_to_server(server)
         self.port = server.add_insecure_port(f"{self.settings.host}:{self.settings.port}")
+        self.metrics.watch(self.servicer.registry, asyncio.get_running_loop())
+        self._serve_metrics()
         await server.start()
         self._server = server
+        await self.health.start()
         log.info("lookup listening on %s", self.address)
 
     async def stop(self, grace: float = 2.0) -> None:
+        await self.health.stop()
         server, self._server = self._server, None
         if server is not None:
             await server.stop(grace)
+        if self.http_endpoint is not None:
+            self.http_endpoint.stop()
+            self.http_endpoint = None
+        self.metrics.unwatch()
+
+    def _serve_metrics(self) -> None:
+        settings = self.settings
+        if settings.metrics_port < 0:
+            return
+        endpoint = HttpEndpoint(self.metrics.registry, settings.metrics_host, settings.metrics_port)
+        endpoint.watch(self.health)
+        try:
+            endpoint.start()
+        except OSError as exc:
+            raise InvalidArgumentError(
+                f"lookup cannot serve metrics on {settings.metrics_host}:{settings.metrics_port} ({exc}): set "
+                "metrics_port to a free port, 0 for any free port, or -1 for none") from None
+        self.http_endpoint = endpoint

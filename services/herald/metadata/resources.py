@@ -6,6 +6,8 @@ brokers both read these, so the key layout lives here, in one place.
     /admin/policies/<tenant>/<namespace>        namespace policies (JSON); the namespace exists
                                                 while this key does
     /admin/topic-policies/<topic>               a topic's policy overrides (JSON; full topic name)
+    /admin/dead-letter-policies/<topic>/<subscription>   a subscription's dead-letter policy (JSON;
+                                                the partitioned topic's name for its partitions)
     /partitioned-topics/<topic>                 {"partitions": n} for a partitioned topic
     /managed-ledgers/<tenant>/<ns>/persistent/<name>   a persistent topic's ledger list (the broker's)
     /non-persistent-topics/<tenant>/<ns>/<name>        a non-persistent topic while a broker serves it
@@ -34,6 +36,7 @@ from herald.metadata.store import NOT_EXISTS, MetadataStore
 TENANTS_PREFIX = "/admin/tenants/"
 NAMESPACE_POLICIES_PREFIX = "/admin/policies/"
 TOPIC_POLICIES_PREFIX = "/admin/topic-policies/"
+DEAD_LETTER_POLICIES_PREFIX = "/admin/dead-letter-policies/"
 PARTITIONED_PREFIX = "/partitioned-topics/"
 MANAGED_LEDGERS_PREFIX = "/managed-ledgers/"
 NON_PERSISTENT_PREFIX = "/non-persistent-topics/"
@@ -61,6 +64,31 @@ class Tenant:
 def partitioned_key(topic: str) -> str:
     """The metadata key of a partitioned topic (`topic` is its full name, without partition)."""
     return PARTITIONED_PREFIX + topic
+
+
+@dataclass(frozen=True, slots=True)
+class StoredDeadLetterPolicy:
+    """A subscription's dead-letter policy as an admin set it ("" topics: the default names)."""
+
+    max_redeliver_count: int
+    dead_letter_topic: str = ""
+    retry_letter_topic: str = ""
+
+    def to_bytes(self) -> bytes:
+        return json.dumps({"max_redeliver_count": self.max_redeliver_count,
+                           "dead_letter_topic": self.dead_letter_topic,
+                           "retry_letter_topic": self.retry_letter_topic}).encode()
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> StoredDeadLetterPolicy:
+        doc = json.loads(raw)
+        return cls(int(doc["max_redeliver_count"]), str(doc.get("dead_letter_topic", "")),
+                   str(doc.get("retry_letter_topic", "")))
+
+
+def dead_letter_policy_key(topic: str, subscription: str) -> str:
+    """Kept under the partitioned topic's name: its partitions share their subscriptions' policies."""
+    return f"{DEAD_LETTER_POLICIES_PREFIX}{_topic(topic).base}/{subscription}"
 
 
 def topic_policies_key(topic: str) -> str:
@@ -249,7 +277,30 @@ class Resources:
         raise BadVersionError(f"policies of topic {name} keep changing while being set: retry")
 
     async def delete_topic_policies(self, topic: str) -> None:
-        await self.store.delete(topic_policies_key(str(_topic(topic))))
+        """The topic's policy overrides and its subscriptions' dead-letter policies."""
+        name = _topic(topic)
+        await self.store.delete(topic_policies_key(str(name)))
+        if name.partition_index < 0:
+            for key in await self.store.list(f"{DEAD_LETTER_POLICIES_PREFIX}{name}/"):
+                await self.store.delete(key)
+
+    # ---- subscriptions' dead-letter policies ----
+
+    async def get_dead_letter_policy(self, topic: str, subscription: str) -> StoredDeadLetterPolicy | None:
+        found = await self.store.get(dead_letter_policy_key(topic, subscription))
+        return StoredDeadLetterPolicy.from_bytes(found.value) if found is not None else None
+
+    async def set_dead_letter_policy(
+        self, topic: str, subscription: str, policy: StoredDeadLetterPolicy | None,
+    ) -> None:
+        """Store a subscription's policy; None removes it. NotFoundError for an unknown namespace."""
+        name = _topic(topic)
+        await self.check_namespace(name.namespace_name)
+        key = dead_letter_policy_key(str(name), subscription)
+        if policy is None:
+            await self.store.delete(key)
+        else:
+            await self.store.put(key, policy.to_bytes())
 
     # ---- partitioned topics ----
 

@@ -118,6 +118,11 @@ class MetadataStore(abc.ABC):
         """Replace `old` (as read earlier) with value; BadVersionError when someone else wrote first."""
         return await self.put(key, value, expected_version=old.version if old else NOT_EXISTS)
 
+    async def ping(self) -> None:
+        """Raise (MetadataError, HeraldTimeoutError) unless the store answers now: a read of a
+        key nobody writes, for readiness checks."""
+        await self.get("/health/ping")
+
     async def allocate_id(self, counter_key: str) -> int:
         """A cluster-unique, increasing id (>= 1) from a counter key, by compare-and-set."""
         while True:

@@ -18,7 +18,8 @@ from prometheus_client import CollectorRegistry
 
 from herald.api.v1 import admin_pb2, broker_pb2, lookup_pb2, lookup_pb2_grpc
 from herald.common import errors
-from herald.common.metrics import MetricsServer
+from herald.common.health import ServiceHealth, unreachable
+from herald.common.http_endpoint import HttpEndpoint
 from herald.common.rpc import abort, server_options
 from herald.common.tasks import cancel_and_wait
 from herald.proxy.broker_pool import BrokerPool
@@ -216,12 +217,13 @@ async def _parse(message_type: Any, raw: bytes, context: Context) -> Any:
 
 
 class ProxyServer:
-    """A proxy: its gRPC server, channels to lookup and brokers, and its /metrics endpoint.
+    """A proxy: its gRPC server, channels to lookup and brokers, and its HTTP endpoint (/metrics,
+    /healthz, /readyz; ready while lookup answers and the proxy is not draining).
     start() / stop() are symmetrical; stop() drains first and is idempotent (a stopped proxy is
     not started again: make a new one).
 
     To embed it (standalone), give it the process's registry and metrics_port=-1 in its settings
-    when that process serves /metrics itself."""
+    when that process serves /metrics itself (and watches `.health`)."""
 
     def __init__(self, settings: ProxySettings, registry: CollectorRegistry | None = None) -> None:
         if not settings.lookup_address:
@@ -230,8 +232,12 @@ class ProxyServer:
                 "HERALD_PROXY_LOOKUP_ADDRESS)")
         self.settings = settings
         self.metrics = ProxyMetrics(registry)
-        self.metrics_server: MetricsServer | None = None
+        self.http_endpoint: HttpEndpoint | None = None
         self.drain = Drain(self.metrics)
+        # NOT_SERVING from the moment it drains (stop() tells the health service first).
+        self.health = ServiceHealth("proxy", [
+            lookup_pb2.DESCRIPTOR.services_by_name["LookupService"].full_name, BROKER_SERVICE, ADMIN_SERVICE])
+        self.health.add_check("lookup", self._lookup_answers)
         self.limiter: ConnectionLimiter | None = None
         self.pool: BrokerPool | None = None
         self.port = 0
@@ -264,13 +270,25 @@ class ProxyServer:
             ProxyLookupServicer(settings, lookups, gate, self.address, self.metrics), server)
         server.add_generic_rpc_handlers(
             tuple(BrokerHandlers(settings, gate, lookups, pool, forwarder, self.metrics).generic_handlers()))
+        await self.health.add_to_server(server)
         if settings.metrics_port >= 0:
-            self.metrics_server = MetricsServer(self.metrics.registry, settings.metrics_host, settings.metrics_port)
-            self.metrics_server.start()
+            self.http_endpoint = HttpEndpoint(self.metrics.registry, settings.metrics_host, settings.metrics_port)
+            self.http_endpoint.watch(self.health)
+            self.http_endpoint.start()
         await server.start()
         self._server = server
         self._sweeper = asyncio.get_running_loop().create_task(self._expire_idle_connections())
+        await self.health.start()
         log.info("proxy listening on %s (lookup %s)", self.address, settings.lookup_address)
+
+    async def _lookup_answers(self) -> str | None:
+        if self.pool is None:
+            return "not started"
+        address = self.settings.lookup_address
+        problem = await unreachable(self.pool.get(address), f"lookup at {address}")
+        if problem is not None:
+            self.pool.discard(address)  # dialled afresh next time
+        return problem
 
     async def _expire_idle_connections(self) -> None:
         assert self.limiter is not None
@@ -286,6 +304,7 @@ class ProxyServer:
             return
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.settings.drain_timeout
+        await self.health.stop("draining")
         log.info("proxy %s draining (up to %gs)", self.address, self.settings.drain_timeout)
         # The streams' own wind-down is bounded by the drain timeout; a moment more lets them end.
         if await self.drain.begin(self.settings.drain_timeout + 1.0):
@@ -298,6 +317,6 @@ class ProxyServer:
         if self.pool is not None:
             await self.pool.close()
             self.pool = None
-        if self.metrics_server is not None:
-            self.metrics_server.stop()
-            self.metrics_server = None
+        if self.http_endpoint is not None:
+            self.http_endpoint.stop()
+            self.http_endpoint = None

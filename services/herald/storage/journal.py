@@ -23,14 +23,18 @@ import os
 import queue
 import struct
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 from herald.common.checksum import crc32c
 from herald.common.errors import PersistenceError, ServiceNotReadyError
 from herald.storage.files import fsync_dir, numbered_files, write_all
+
+if TYPE_CHECKING:
+    from herald.storage.metrics import StorageMetrics
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +85,7 @@ class SyncedBatchHandler(Protocol):
 class _Pending:
     record: JournalRecord
     future: asyncio.Future[None]
+    queued: float  # time.perf_counter() at append: the add latency starts here
 
 
 @dataclass(slots=True)
@@ -95,9 +100,10 @@ class Journal:
     """Group-commit journal over numbered files in one directory."""
 
     def __init__(self, directory: Path, handler: SyncedBatchHandler, *, max_file_size: int,
-                 max_group_bytes: int, max_queued_bytes: int) -> None:
+                 max_group_bytes: int, max_queued_bytes: int, metrics: StorageMetrics | None = None) -> None:
         self._dir = directory
         self._handler = handler
+        self._metrics = metrics  # add latency (on the loop), fsync latency and group sizes (writer thread)
         self._max_file_size = max_file_size
         self._max_group_bytes = max_group_bytes
         self._max_queued_bytes = max_queued_bytes
@@ -212,6 +218,14 @@ class Journal:
     def current_file_id(self) -> int:
         return self._file_id
 
+    def problem(self) -> str | None:
+        """Why the journal cannot take appends now (a failed write, not started, closing), or None."""
+        if self._failure is not None:
+            return f"the journal failed: {self._failure}"
+        if self._closing or self._thread is None or not self._thread.is_alive():
+            return "the journal is not open"
+        return None
+
     def append(self, record: JournalRecord) -> asyncio.Future[None]:
         """Queue record; the future resolves once an fsync covers it (on the event loop thread)."""
         if self._closing or self._loop is None:
@@ -222,7 +236,7 @@ class Journal:
         self._queued_bytes += len(record.data) + HEADER_SIZE
         if self._queued_bytes > self._max_queued_bytes:
             self._room.clear()
-        self._queue.put(_Pending(record, future))
+        self._queue.put(_Pending(record, future, time.perf_counter()))
         return future
 
     async def wait_for_room(self) -> None:
@@ -316,8 +330,14 @@ class Journal:
                     record.data_crc = crc32c(record.data)
                 buffers.append(encode_header(record))
                 buffers.append(record.data)
-            self._file_size += write_all(self._fd, buffers)
+            written = write_all(self._fd, buffers)
+            self._file_size += written
+            started = time.perf_counter()
             self._fsync(self._fd)
+            if self._metrics is not None:
+                self._metrics.journal_fsync_latency.observe(time.perf_counter() - started)
+                self._metrics.journal_group_records.observe(len(records))
+                self._metrics.journal_group_bytes.observe(written)
             self.fsync_count += 1
             self.record_count += len(records)
             outcome = self._handler.write_synced(records)
@@ -375,6 +395,11 @@ class Journal:
     def _complete(self, batch: list[_Pending], outcome: object) -> None:
         self._release(batch)
         self._handler.apply_synced([p.record for p in batch], outcome)
+        if self._metrics is not None:
+            now, observe = time.perf_counter(), self._metrics.add_latency.observe
+            for pending in batch:
+                if pending.record.kind is RecordKind.ADD:
+                    observe(now - pending.queued)
         for pending in batch:
             if not pending.future.done():
                 pending.future.set_result(None)

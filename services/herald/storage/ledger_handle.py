@@ -30,8 +30,10 @@ import functools
 import logging
 from collections import deque
 
+from opentelemetry import trace
+
 from herald.api.v1 import storage_pb2
-from herald.common import errors
+from herald.common import errors, tracing
 from herald.metadata.store import MetadataStore
 from herald.storage import replica_read
 from herald.storage.ledger_metadata import LedgerMetadata, ledger_key, read_ledger_metadata
@@ -43,12 +45,13 @@ log = logging.getLogger(__name__)
 class PendingAdd:
     """An add waiting for its ack quorum (BookKeeper's PendingAddOp)."""
 
-    __slots__ = ("acked", "data", "entry_id", "future", "sent", "write_set")
+    __slots__ = ("acked", "data", "entry_id", "future", "sent", "traceparent", "write_set")
 
     def __init__(self, entry_id: int, data: bytes, future: asyncio.Future[int]) -> None:
         self.entry_id = entry_id
         self.data = data
         self.future = future
+        self.traceparent = ""  # its add span's, sent with it to every node (herald.common.tracing)
         self.write_set: list[str] = []  # empty until sent (an add made during an ensemble change waits)
         self.sent: set[str] = set()  # nodes that hold it or have it on the way
         self.acked: set[str] = set()  # nodes of write_set that acknowledged it
@@ -96,12 +99,32 @@ class LedgerHandle:
             raise errors.PersistenceError(f"ledger {self.ledger_id}: the storage client is closed")
         self._last_add_pushed += 1
         op = PendingAdd(self._last_add_pushed, data, asyncio.get_running_loop().create_future())
+        if tracing.ENABLED and tracing.current_span_context() is not None:
+            return await self._traced_add(op)
         self._pending.append(op)
         if self._changing is None:
             op.write_set = self.metadata.write_set(op.entry_id)
             for address in op.write_set:
                 self._send(op, address)
         return await op.future
+
+    async def _traced_add(self, op: PendingAdd) -> int:
+        """An add made within a trace (a broker's publish span): a CLIENT span, child of it, until Qa
+        nodes acknowledged; the nodes' add spans are its children."""
+        metadata = self.metadata
+        with tracing.tracer("herald.storage").start_as_current_span(
+            "storage add", kind=trace.SpanKind.CLIENT, attributes={
+                "herald.ledger_id": self.ledger_id, "herald.entry_id": op.entry_id, "herald.entry_size": len(op.data),
+                "herald.write_quorum": metadata.write_quorum, "herald.ack_quorum": metadata.ack_quorum,
+            }) as span:
+            op.traceparent = tracing.traceparent(span)
+            self._pending.append(op)
+            if self._changing is None:
+                op.write_set = metadata.write_set(op.entry_id)
+                span.set_attribute("herald.write_set", list(op.write_set))
+                for address in op.write_set:
+                    self._send(op, address)
+            return await op.future
 
     def _send(self, op: PendingAdd, address: str) -> None:
         if address in self._failed_nodes or self._pool.is_quarantined(address):
@@ -112,6 +135,8 @@ class LedgerHandle:
         op.sent.add(address)
         request = storage_pb2.AddRequest(ledger_id=self.ledger_id, entry_id=op.entry_id, data=op.data,
                                          last_add_confirmed=self.last_add_confirmed)
+        if op.traceparent:
+            request.traceparent = op.traceparent
         self._pool.node(address).add(request).add_done_callback(functools.partial(self._on_response, op, address))
 
     def _on_response(self, op: PendingAdd, address: str, done: asyncio.Future[storage_pb2.AddResponse]) -> None:

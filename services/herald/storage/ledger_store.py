@@ -15,11 +15,12 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from herald.common.errors import (
     EntryNotFoundError,
@@ -33,6 +34,9 @@ from herald.storage.entry_log import FILE_MAGIC, HEADER_SIZE, OFFSET_BITS, Entry
 from herald.storage.index import MISSING, LedgerIndex, Snapshot, load_snapshot, save_snapshot
 from herald.storage.journal import Journal, JournalRecord, RecordKind
 from herald.storage.settings import StorageSettings
+
+if TYPE_CHECKING:
+    from herald.storage.metrics import StorageMetrics
 
 log = logging.getLogger(__name__)
 
@@ -64,15 +68,16 @@ class LedgerInfo:
 class LedgerStore:
     """Durable storage of ledger entries on one node's disk. Use from one event loop."""
 
-    def __init__(self, settings: StorageSettings) -> None:
+    def __init__(self, settings: StorageSettings, metrics: StorageMetrics | None = None) -> None:
         self._settings = settings
+        self._metrics = metrics
         self._root = Path(settings.data_dir)
         self._entry_log = EntryLog(self._root / "entrylog", max_file_size=settings.entry_log_max_size)
         self._journal = Journal(
             self._root / "journal", self,
             max_file_size=settings.journal_file_max_size,
             max_group_bytes=settings.journal_max_group_bytes,
-            max_queued_bytes=settings.journal_max_queued_bytes,
+            max_queued_bytes=settings.journal_max_queued_bytes, metrics=metrics,
         )
         self._ledgers: dict[int, LedgerIndex] = {}
         # Live entries per entry log file: a file with none left is deleted at a checkpoint.
@@ -87,6 +92,11 @@ class LedgerStore:
         self._compaction_task: asyncio.Task[None] | None = None
         self._closed = asyncio.Event()
         self.checkpoint_count = 0
+        # For metrics: entries made durable (counted on the journal's writer thread) and read, adds
+        # refused as fenced.
+        self.entries_written = self.bytes_written = 0
+        self.entries_read = self.bytes_read = 0
+        self.fenced_adds = 0
         self.recovery: RecoveryStats | None = None
 
     @property
@@ -112,6 +122,7 @@ class LedgerStore:
             self._closed.set()
             raise
         self.recovery = stats
+        self.entries_written = self.bytes_written = 0  # replayed entries were written before the restart
         self._journal.start()
         self._state = "open"
         try:
@@ -153,6 +164,12 @@ class LedgerStore:
             self._state = "closed"
             self._closed.set()
 
+    def problem(self) -> str | None:
+        """Why the store cannot take adds now (not open, its journal stopped or failed), or None."""
+        if self._state != "open":
+            return f"the ledger store is {self._state}"
+        return self._journal.problem()
+
     def _check_open(self) -> None:
         if self._state != "open":
             raise ServiceNotReadyError(f"the storage node is {self._state}: retry later or on another node")
@@ -179,6 +196,7 @@ class LedgerStore:
         ledger = self._ledgers.get(ledger_id)
         last = -1 if ledger is None else ledger.last_entry_id
         if ledger is not None and ledger.fenced and not recovery:
+            self.fenced_adds += 1
             raise FencedError(f"ledger {ledger_id} is fenced: a newer writer took it over, so this "
                               "writer must stop (only recovery adds are accepted)")
         if entry_id > last + self._settings.max_entry_id_gap:
@@ -209,7 +227,12 @@ class LedgerStore:
     def write_synced(self, records: Sequence[JournalRecord]) -> object:
         """On the writer thread, after the fsync: append the batch's adds to the entry log."""
         adds = [r for r in records if r.kind is RecordKind.ADD]
-        return self._entry_log.append(adds) if adds else []
+        if not adds:
+            return []
+        locations = self._entry_log.append(adds)
+        self.entries_written += len(adds)
+        self.bytes_written += sum(len(r.data) for r in adds)
+        return locations
 
     def apply_synced(self, records: Sequence[JournalRecord], outcome: object) -> None:
         """On the event loop (or in recovery), in journal order: update the index."""
@@ -239,6 +262,11 @@ class LedgerStore:
         self._dirty = True
 
     # ---- reads --------------------------------------------------------------------------------
+
+    def ledger_counts(self) -> tuple[int, int]:
+        """Ledgers held here, and how many of them are fenced (for metrics)."""
+        ledgers = self._ledgers
+        return len(ledgers), sum(1 for ledger in ledgers.values() if ledger.fenced)
 
     def ledger_info(self, ledger_id: int) -> LedgerInfo:
         """Last entry held, LAC and fencing of a ledger (-1, -1, False if unknown here)."""
@@ -287,6 +315,7 @@ class LedgerStore:
                 wanted.append((entry_id, location))
             if not wanted and carried is None:
                 return
+            started = time.perf_counter()
             try:
                 chunk, carried = await asyncio.to_thread(self._read_chunk, ledger_id, wanted, max_bytes, carried)
             except EntryLogFileGone:
@@ -296,8 +325,15 @@ class LedgerStore:
                 if all(current.get(entry_id) == location for entry_id, location in wanted):
                     raise
                 continue
+            self._count_read(chunk, started)
             yield chunk
             next_id = (chunk[-1] if carried is None else carried)[0] + 1
+
+    def _count_read(self, chunk: list[tuple[int, bytes]], started: float) -> None:
+        self.entries_read += len(chunk)
+        self.bytes_read += sum(len(data) for _, data in chunk)
+        if self._metrics is not None:
+            self._metrics.read_latency.observe(time.perf_counter() - started)
 
     def _ledger_or_raise(self, ledger_id: int) -> LedgerIndex:
         ledger = self._ledgers.get(ledger_id)

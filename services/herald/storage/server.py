@@ -23,12 +23,19 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 import grpc.aio
+from opentelemetry import trace
+from prometheus_client import CollectorRegistry
 
 from herald.api.v1 import storage_pb2, storage_pb2_grpc
-from herald.common.errors import HeraldError, PersistenceError, ServiceNotReadyError
+from herald.common import tracing
+from herald.common.errors import HeraldError, InvalidArgumentError, PersistenceError, ServiceNotReadyError
+from herald.common.health import ServiceHealth
+from herald.common.http_endpoint import HttpEndpoint
 from herald.common.rpc import abort, server_options
+from herald.common.rpc_tracing import server_interceptors
 from herald.common.tasks import cancel_and_wait
 from herald.storage.ledger_store import LedgerStore
+from herald.storage.metrics import StorageMetrics
 from herald.storage.settings import StorageSettings
 
 log = logging.getLogger(__name__)
@@ -77,6 +84,7 @@ class _AddStream:
 
     async def _begin(self, request: storage_pb2.AddRequest) -> None:
         await self._slots.acquire()
+        span = _add_span(request) if tracing.ENABLED and request.traceparent else None
         started: _Started
         try:
             started = await self._store.begin_add(
@@ -84,6 +92,8 @@ class _AddStream:
                 last_add_confirmed=request.last_add_confirmed, recovery=request.recovery)
         except HeraldError as exc:
             started = exc
+        if span is not None:
+            _end_add_span(span, started)
         self._items.append((request, started))
         self._more.set()
 
@@ -135,6 +145,23 @@ class _AddStream:
             if isinstance(started, asyncio.Future):
                 started.add_done_callback(_retrieve)
         self._items.clear()
+
+
+def _add_span(request: storage_pb2.AddRequest) -> tracing.Span:
+    """The node's span of one traced add, child of the writer's: until the add is durable (its
+    journal group commit, shared with other adds, is not a span of its own)."""
+    return tracing.tracer("herald.storage").start_span(
+        "storage add", context=tracing.parent(tracing.parse(request.traceparent)), kind=trace.SpanKind.SERVER,
+        attributes={"herald.ledger_id": request.ledger_id, "herald.entry_id": request.entry_id,
+                    "herald.entry_size": len(request.data), "herald.recovery": request.recovery})
+
+
+def _end_add_span(span: tracing.Span, started: _Started) -> None:
+    if isinstance(started, asyncio.Future):
+        started.add_done_callback(
+            lambda done: tracing.end(span, None if done.cancelled() else done.exception()))
+    else:
+        tracing.end(span, started)
 
 
 def _done(started: _Started) -> bool:
@@ -217,14 +244,24 @@ async def _stop_reader(reader: asyncio.Task[None], stream: _AddStream) -> None:
 
 
 class StorageServer:
-    """A storage node: the ledger store on settings.data_dir behind a gRPC server."""
+    """A storage node: the ledger store on settings.data_dir behind a gRPC server, and its HTTP
+    endpoint (/metrics) unless settings.metrics_port is -1. `registry`: where its metrics go (None:
+    a registry of its own); an embedding process (standalone) passes its own and serves it."""
 
-    def __init__(self, settings: StorageSettings) -> None:
+    def __init__(self, settings: StorageSettings, registry: CollectorRegistry | None = None) -> None:
         self.settings = settings
-        self.store = LedgerStore(settings)
+        self.metrics = StorageMetrics(registry)
+        self.store = LedgerStore(settings, metrics=self.metrics)
+        self.http_endpoint: HttpEndpoint | None = None
         self._server: grpc.aio.Server | None = None
         self._port = 0
         self._state = "new"
+        # Ready while the journal takes adds: open, its writer running, no failed write.
+        self.health = ServiceHealth("storage", [storage_pb2.DESCRIPTOR.services_by_name["StorageService"].full_name])
+        self.health.add_check("journal", self._journal_open)
+
+    async def _journal_open(self) -> str | None:
+        return self.store.problem()
 
     @property
     def port(self) -> int:
@@ -247,9 +284,12 @@ class StorageServer:
             self._state = "stopped"
             raise
         try:
-            server = grpc.aio.server(options=server_options())
+            self.metrics.watch(self.store, self.settings.data_dir, asyncio.get_running_loop())
+            self._serve_metrics()
+            server = grpc.aio.server(options=server_options(), interceptors=server_interceptors())
             storage_pb2_grpc.add_StorageServiceServicer_to_server(StorageServicer(self.store, self.settings),
                                                                   server)
+            await self.health.add_to_server(server)
             target = f"{self.settings.host}:{self.settings.port}"
             try:
                 port = server.add_insecure_port(target)
@@ -257,10 +297,12 @@ class StorageServer:
                 raise ServiceNotReadyError(f"storage server cannot listen on {target}: {exc}") from exc
             await server.start()
         except BaseException:
+            self._stop_metrics()
             await self.store.close()
             self._state = "stopped"
             raise
         self._server, self._port, self._state = server, port, "running"
+        await self.health.start()
         log.info("storage node serving %s on %s", self.settings.data_dir, self.address)
 
     async def stop(self) -> None:
@@ -269,11 +311,33 @@ class StorageServer:
             return
         self._state = "stopping"
         try:
+            await self.health.stop()
             if self._server is not None:
                 await self._server.stop(self.settings.stop_grace)
         finally:
+            self._stop_metrics()
             await self.store.close()
             self._state = "stopped"
+
+    def _serve_metrics(self) -> None:
+        settings = self.settings
+        if settings.metrics_port < 0:
+            return
+        endpoint = HttpEndpoint(self.metrics.registry, settings.metrics_host, settings.metrics_port)
+        endpoint.watch(self.health)
+        try:
+            endpoint.start()
+        except OSError as exc:
+            raise InvalidArgumentError(
+                f"storage cannot serve metrics on {settings.metrics_host}:{settings.metrics_port} ({exc}): set "
+                "metrics_port to a free port, 0 for any free port, or -1 for none") from None
+        self.http_endpoint = endpoint
+
+    def _stop_metrics(self) -> None:
+        if self.http_endpoint is not None:
+            self.http_endpoint.stop()
+            self.http_endpoint = None
+        self.metrics.unwatch()
 
 
 async def run_forever(settings: StorageSettings) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from herald.common.config import check_metrics_port
+
 MIB = 1024 * 1024
 
 
@@ -36,3 +38,10 @@ class StorageSettings:
     max_entry_id_gap: int = 1_000_000
     # Seconds that stop() lets running RPCs finish before cancelling them.
     stop_grace: float = 5.0
+    # Prometheus /metrics (herald.storage.metrics): 0 picks a free port, -1 serves none (an
+    # embedding process serves the registry itself).
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = 9103
+
+    def __post_init__(self) -> None:
+        check_metrics_port(self.metrics_port)

@@ -1426,6 +1426,56 @@ class PeekMessagesResponse(_message.Message):
 Global___PeekMessagesResponse: _TypeAlias = PeekMessagesResponse  # noqa: Y015
 
 @_typing.final
+class SubscriptionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    SUBSCRIPTION_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    subscription: _builtins.str
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        subscription: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["subscription", b"subscription", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SubscriptionRequest: _TypeAlias = SubscriptionRequest  # noqa: Y015
+
+@_typing.final
+class SetSubscriptionDeadLetterPolicyRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    SUBSCRIPTION_FIELD_NUMBER: _builtins.int
+    POLICY_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    subscription: _builtins.str
+    @_builtins.property
+    def policy(self) -> _broker_pb2.DeadLetterPolicy:
+        """max_redeliver_count 0: remove the subscription's policy"""
+
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        subscription: _builtins.str = ...,
+        policy: _broker_pb2.DeadLetterPolicy | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["policy", b"policy"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["policy", b"policy", "subscription", b"subscription", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetSubscriptionDeadLetterPolicyRequest: _TypeAlias = SetSubscriptionDeadLetterPolicyRequest  # noqa: Y015
+
+@_typing.final
 class ListBrokersRequest(_message.Message):
     """---- brokers ----"""
 

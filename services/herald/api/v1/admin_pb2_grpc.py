@@ -5,6 +5,7 @@ import grpc
 import warnings
 
 from herald.api.v1 import admin_pb2 as herald_dot_v1_dot_admin__pb2
+from herald.api.v1 import broker_pb2 as herald_dot_v1_dot_broker__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -174,6 +175,16 @@ class AdminServiceStub:
                 '/herald.v1.AdminService/PeekMessages',
                 request_serializer=herald_dot_v1_dot_admin__pb2.PeekMessagesRequest.SerializeToString,
                 response_deserializer=herald_dot_v1_dot_admin__pb2.PeekMessagesResponse.FromString,
+                _registered_method=True)
+        self.GetSubscriptionDeadLetterPolicy = channel.unary_unary(
+                '/herald.v1.AdminService/GetSubscriptionDeadLetterPolicy',
+                request_serializer=herald_dot_v1_dot_admin__pb2.SubscriptionRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_broker__pb2.DeadLetterPolicy.FromString,
+                _registered_method=True)
+        self.SetSubscriptionDeadLetterPolicy = channel.unary_unary(
+                '/herald.v1.AdminService/SetSubscriptionDeadLetterPolicy',
+                request_serializer=herald_dot_v1_dot_admin__pb2.SetSubscriptionDeadLetterPolicyRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_broker__pb2.DeadLetterPolicy.FromString,
                 _registered_method=True)
         self.ListBrokers = channel.unary_unary(
                 '/herald.v1.AdminService/ListBrokers',
@@ -367,6 +378,23 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetSubscriptionDeadLetterPolicy(self, request, context):
+        """A subscription's dead-letter policy kept by the brokers (the operator's Subscription resource
+        sets it). When set it applies to every consumer of the subscription, over the policy a client
+        sends when it subscribes; max_redeliver_count 0 removes it (clients' policies apply again).
+        Kept per topic (a partitioned topic's partitions share it) until the subscription or the topic
+        is deleted.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetSubscriptionDeadLetterPolicy(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListBrokers(self, request, context):
         """---- brokers ----
         """
@@ -516,6 +544,16 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.PeekMessages,
                     request_deserializer=herald_dot_v1_dot_admin__pb2.PeekMessagesRequest.FromString,
                     response_serializer=herald_dot_v1_dot_admin__pb2.PeekMessagesResponse.SerializeToString,
+            ),
+            'GetSubscriptionDeadLetterPolicy': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSubscriptionDeadLetterPolicy,
+                    request_deserializer=herald_dot_v1_dot_admin__pb2.SubscriptionRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_broker__pb2.DeadLetterPolicy.SerializeToString,
+            ),
+            'SetSubscriptionDeadLetterPolicy': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetSubscriptionDeadLetterPolicy,
+                    request_deserializer=herald_dot_v1_dot_admin__pb2.SetSubscriptionDeadLetterPolicyRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_broker__pb2.DeadLetterPolicy.SerializeToString,
             ),
             'ListBrokers': grpc.unary_unary_rpc_method_handler(
                     servicer.ListBrokers,
@@ -1279,6 +1317,60 @@ class AdminService:
             '/herald.v1.AdminService/PeekMessages',
             herald_dot_v1_dot_admin__pb2.PeekMessagesRequest.SerializeToString,
             herald_dot_v1_dot_admin__pb2.PeekMessagesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSubscriptionDeadLetterPolicy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.AdminService/GetSubscriptionDeadLetterPolicy',
+            herald_dot_v1_dot_admin__pb2.SubscriptionRequest.SerializeToString,
+            herald_dot_v1_dot_broker__pb2.DeadLetterPolicy.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetSubscriptionDeadLetterPolicy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.AdminService/SetSubscriptionDeadLetterPolicy',
+            herald_dot_v1_dot_admin__pb2.SetSubscriptionDeadLetterPolicyRequest.SerializeToString,
+            herald_dot_v1_dot_broker__pb2.DeadLetterPolicy.FromString,
             options,
             channel_credentials,
             insecure,

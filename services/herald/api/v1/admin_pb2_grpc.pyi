@@ -12,6 +12,7 @@ topic with clients connected without force).
 from collections import abc as _abc
 from grpc import aio as _aio
 from herald.api.v1 import admin_pb2 as _admin_pb2
+from herald.api.v1 import broker_pb2 as _broker_pb2
 import abc as _abc_1
 import grpc as _grpc
 import sys
@@ -80,6 +81,14 @@ class AdminServiceStub:
     ResetCursor: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ResetCursorRequest, _admin_pb2.ResetCursorResponse]
     SkipMessages: _grpc.UnaryUnaryMultiCallable[_admin_pb2.SkipMessagesRequest, _admin_pb2.SkipMessagesResponse]
     PeekMessages: _grpc.UnaryUnaryMultiCallable[_admin_pb2.PeekMessagesRequest, _admin_pb2.PeekMessagesResponse]
+    GetSubscriptionDeadLetterPolicy: _grpc.UnaryUnaryMultiCallable[_admin_pb2.SubscriptionRequest, _broker_pb2.DeadLetterPolicy]
+    """A subscription's dead-letter policy kept by the brokers (the operator's Subscription resource
+    sets it). When set it applies to every consumer of the subscription, over the policy a client
+    sends when it subscribes; max_redeliver_count 0 removes it (clients' policies apply again).
+    Kept per topic (a partitioned topic's partitions share it) until the subscription or the topic
+    is deleted.
+    """
+    SetSubscriptionDeadLetterPolicy: _grpc.UnaryUnaryMultiCallable[_admin_pb2.SetSubscriptionDeadLetterPolicyRequest, _broker_pb2.DeadLetterPolicy]
     ListBrokers: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListBrokersRequest, _admin_pb2.ListBrokersResponse]
     """---- brokers ----"""
 
@@ -129,6 +138,14 @@ class AdminServiceAsyncStub(AdminServiceStub):
     ResetCursor: _aio.UnaryUnaryMultiCallable[_admin_pb2.ResetCursorRequest, _admin_pb2.ResetCursorResponse]  # type: ignore[assignment]
     SkipMessages: _aio.UnaryUnaryMultiCallable[_admin_pb2.SkipMessagesRequest, _admin_pb2.SkipMessagesResponse]  # type: ignore[assignment]
     PeekMessages: _aio.UnaryUnaryMultiCallable[_admin_pb2.PeekMessagesRequest, _admin_pb2.PeekMessagesResponse]  # type: ignore[assignment]
+    GetSubscriptionDeadLetterPolicy: _aio.UnaryUnaryMultiCallable[_admin_pb2.SubscriptionRequest, _broker_pb2.DeadLetterPolicy]  # type: ignore[assignment]
+    """A subscription's dead-letter policy kept by the brokers (the operator's Subscription resource
+    sets it). When set it applies to every consumer of the subscription, over the policy a client
+    sends when it subscribes; max_redeliver_count 0 removes it (clients' policies apply again).
+    Kept per topic (a partitioned topic's partitions share it) until the subscription or the topic
+    is deleted.
+    """
+    SetSubscriptionDeadLetterPolicy: _aio.UnaryUnaryMultiCallable[_admin_pb2.SetSubscriptionDeadLetterPolicyRequest, _broker_pb2.DeadLetterPolicy]  # type: ignore[assignment]
     ListBrokers: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListBrokersRequest, _admin_pb2.ListBrokersResponse]  # type: ignore[assignment]
     """---- brokers ----"""
 
@@ -343,6 +360,26 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.PeekMessagesRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.PeekMessagesResponse, _abc.Awaitable[_admin_pb2.PeekMessagesResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def GetSubscriptionDeadLetterPolicy(
+        self,
+        request: _admin_pb2.SubscriptionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_broker_pb2.DeadLetterPolicy, _abc.Awaitable[_broker_pb2.DeadLetterPolicy]]:
+        """A subscription's dead-letter policy kept by the brokers (the operator's Subscription resource
+        sets it). When set it applies to every consumer of the subscription, over the policy a client
+        sends when it subscribes; max_redeliver_count 0 removes it (clients' policies apply again).
+        Kept per topic (a partitioned topic's partitions share it) until the subscription or the topic
+        is deleted.
+        """
+
+    @_abc_1.abstractmethod
+    def SetSubscriptionDeadLetterPolicy(
+        self,
+        request: _admin_pb2.SetSubscriptionDeadLetterPolicyRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_broker_pb2.DeadLetterPolicy, _abc.Awaitable[_broker_pb2.DeadLetterPolicy]]: ...
 
     @_abc_1.abstractmethod
     def ListBrokers(

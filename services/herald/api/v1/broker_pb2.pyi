@@ -153,6 +153,7 @@ class SendEntry(_message.Message):
     HIGHEST_SEQUENCE_ID_FIELD_NUMBER: _builtins.int
     NUM_MESSAGES_FIELD_NUMBER: _builtins.int
     ENTRY_FIELD_NUMBER: _builtins.int
+    TRACEPARENT_FIELD_NUMBER: _builtins.int
     sequence_id: _builtins.int
     """the first message's sequence id"""
     highest_sequence_id: _builtins.int
@@ -160,6 +161,10 @@ class SendEntry(_message.Message):
     num_messages: _builtins.int
     entry: _builtins.bytes
     """encoded by herald.common.entry"""
+    traceparent: _builtins.str
+    """W3C trace context of the client's send span (empty: not traced): the broker's publish span is
+    its child. Per entry, since gRPC metadata is per stream (docs/tracing.md).
+    """
     def __init__(
         self,
         *,
@@ -167,10 +172,11 @@ class SendEntry(_message.Message):
         highest_sequence_id: _builtins.int = ...,
         num_messages: _builtins.int = ...,
         entry: _builtins.bytes = ...,
+        traceparent: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["entry", b"entry", "highest_sequence_id", b"highest_sequence_id", "num_messages", b"num_messages", "sequence_id", b"sequence_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entry", b"entry", "highest_sequence_id", b"highest_sequence_id", "num_messages", b"num_messages", "sequence_id", b"sequence_id", "traceparent", b"traceparent"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -772,11 +778,16 @@ class DeliveredEntry(_message.Message):
     ENTRY_ID_FIELD_NUMBER: _builtins.int
     DATA_FIELD_NUMBER: _builtins.int
     REDELIVERY_COUNT_FIELD_NUMBER: _builtins.int
+    TRACEPARENT_FIELD_NUMBER: _builtins.int
     ledger_id: _builtins.int
     entry_id: _builtins.int
     data: _builtins.bytes
     """the entry as the producer encoded it"""
     redelivery_count: _builtins.int
+    traceparent: _builtins.str
+    """W3C trace context of the broker's deliver span for this entry (empty: not traced): the
+    consumer's receive and process spans follow from it (docs/tracing.md).
+    """
     def __init__(
         self,
         *,
@@ -784,10 +795,11 @@ class DeliveredEntry(_message.Message):
         entry_id: _builtins.int = ...,
         data: _builtins.bytes = ...,
         redelivery_count: _builtins.int = ...,
+        traceparent: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "entry_id", b"entry_id", "ledger_id", b"ledger_id", "redelivery_count", b"redelivery_count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "entry_id", b"entry_id", "ledger_id", b"ledger_id", "redelivery_count", b"redelivery_count", "traceparent", b"traceparent"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

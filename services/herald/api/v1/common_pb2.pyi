@@ -239,6 +239,7 @@ class EntryMetadata(_message.Message):
     CHUNK_ID_FIELD_NUMBER: _builtins.int
     NUM_CHUNKS_FIELD_NUMBER: _builtins.int
     TOTAL_CHUNK_SIZE_FIELD_NUMBER: _builtins.int
+    TRACEPARENT_FIELD_NUMBER: _builtins.int
     producer_name: _builtins.str
     sequence_id: _builtins.int
     highest_sequence_id: _builtins.int
@@ -264,6 +265,10 @@ class EntryMetadata(_message.Message):
     chunk_id: _builtins.int
     num_chunks: _builtins.int
     total_chunk_size: _builtins.int
+    traceparent: _builtins.str
+    """W3C trace context (traceparent) of the producer's send span for this entry, when the producer
+    traced it: the broker's deliver spans are its children (docs/tracing.md). Empty: not traced.
+    """
     @_builtins.property
     def encryption_keys(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
@@ -285,10 +290,11 @@ class EntryMetadata(_message.Message):
         chunk_id: _builtins.int = ...,
         num_chunks: _builtins.int = ...,
         total_chunk_size: _builtins.int = ...,
+        traceparent: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batched", b"batched", "chunk_id", b"chunk_id", "compression", b"compression", "deliver_at_time", b"deliver_at_time", "encryption_keys", b"encryption_keys", "highest_sequence_id", b"highest_sequence_id", "num_chunks", b"num_chunks", "num_messages", b"num_messages", "ordering_key", b"ordering_key", "partition_key", b"partition_key", "producer_name", b"producer_name", "publish_time", b"publish_time", "sequence_id", b"sequence_id", "total_chunk_size", b"total_chunk_size", "uncompressed_size", b"uncompressed_size", "uuid", b"uuid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batched", b"batched", "chunk_id", b"chunk_id", "compression", b"compression", "deliver_at_time", b"deliver_at_time", "encryption_keys", b"encryption_keys", "highest_sequence_id", b"highest_sequence_id", "num_chunks", b"num_chunks", "num_messages", b"num_messages", "ordering_key", b"ordering_key", "partition_key", b"partition_key", "producer_name", b"producer_name", "publish_time", b"publish_time", "sequence_id", b"sequence_id", "total_chunk_size", b"total_chunk_size", "traceparent", b"traceparent", "uncompressed_size", b"uncompressed_size", "uuid", b"uuid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -30,6 +30,7 @@ class AddRequest(_message.Message):
     DATA_FIELD_NUMBER: _builtins.int
     LAST_ADD_CONFIRMED_FIELD_NUMBER: _builtins.int
     RECOVERY_FIELD_NUMBER: _builtins.int
+    TRACEPARENT_FIELD_NUMBER: _builtins.int
     request_id: _builtins.int
     """chosen by the client; echoed in the response"""
     ledger_id: _builtins.int
@@ -40,6 +41,8 @@ class AddRequest(_message.Message):
     """piggybacked LAC of the writer"""
     recovery: _builtins.bool
     """recovery add: allowed on a fenced ledger"""
+    traceparent: _builtins.str
+    """W3C trace context of the writer's add span (empty: not traced)"""
     def __init__(
         self,
         *,
@@ -49,10 +52,11 @@ class AddRequest(_message.Message):
         data: _builtins.bytes = ...,
         last_add_confirmed: _builtins.int = ...,
         recovery: _builtins.bool = ...,
+        traceparent: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "entry_id", b"entry_id", "last_add_confirmed", b"last_add_confirmed", "ledger_id", b"ledger_id", "recovery", b"recovery", "request_id", b"request_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "entry_id", b"entry_id", "last_add_confirmed", b"last_add_confirmed", "ledger_id", b"ledger_id", "recovery", b"recovery", "request_id", b"request_id", "traceparent", b"traceparent"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

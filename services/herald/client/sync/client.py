@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from herald.client.client import AsyncClient
 from herald.client.config import ClientConfig, ConsumerType, InitialPosition
+from herald.client.reader_pull import PullResult
 from herald.client.sync.consumer import Consumer
 from herald.client.sync.loop import LoopThread
 from herald.client.sync.producer import Producer
@@ -69,6 +70,20 @@ class Client:
     def get_partitions_for_topic(self, topic: str) -> list[str]:
         core = self._core()
         return self._thread.run(core.get_partitions_for_topic(topic))
+
+    def get_last_message_id(self, topic: str) -> MessageId:
+        """As AsyncClient.get_last_message_id."""
+        core = self._core()
+        return self._thread.run(core.get_last_message_id(topic))
+
+    def pull(
+        self, topic: str, start: MessageId | None = None, *, max_entries: int = 0, max_bytes: int = 0,
+        timeout: float = 0.0,
+    ) -> PullResult:
+        """As AsyncClient.pull."""
+        core = self._core()
+        return self._thread.run(core.pull(topic, start, max_entries=max_entries, max_bytes=max_bytes,
+                                          timeout=timeout))
 
     def close(self) -> None:
         """Close every producer and consumer, then the connections and the client's thread.

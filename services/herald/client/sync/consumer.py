@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import dataclasses
 import datetime
 import inspect
@@ -18,12 +19,14 @@ from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from herald.client import tracing as client_tracing
 from herald.client.config import BatchReceivePolicy, ConsumerConfig, ConsumerType, InitialPosition
 from herald.client.consumer import AsyncConsumer
 from herald.client.listeners import ConsumerEventListener
 from herald.client.message import Message
 from herald.client.stats import ConsumerStats
 from herald.client.sync.loop import Submitter
+from herald.common import tracing
 from herald.common.errors import ConsumerClosedError, InvalidArgumentError
 from herald.common.message_id import MessageId
 
@@ -134,10 +137,14 @@ class Consumer(Generic[T]):
         with self._lock:
             if self._buffer:
                 if self._buffer_epoch == self._async.epoch:
-                    return self._buffer.popleft()
+                    message = self._buffer.popleft()
+                    if tracing.ENABLED:  # the receive span, on the caller's thread and in its context
+                        client_tracing.received(self, (message,), 0)
+                    return message
                 self._buffer.clear()
         self._check_open()
-        epoch, messages = self._run(self._fetch(timeout))
+        started = tracing.now() if tracing.ENABLED else 0
+        epoch, messages = self._run(self._fetch(timeout, bool(started)))
         if not messages:
             return None
         with self._lock:
@@ -145,10 +152,18 @@ class Consumer(Generic[T]):
             if len(messages) > 1:
                 self._buffer.extend(messages[1:])
                 self._buffer_epoch = epoch
-            return first
+        if started:
+            client_tracing.received(self, (first,), started)
+        return first
 
-    async def _fetch(self, timeout: float | None) -> tuple[int, list[Message[T]]]:  # noqa: ASYNC109
-        messages = await self._async.receive_many(self._prefetch, timeout)
+    async def _fetch(self, timeout: float | None, traced: bool = False) -> tuple[int, list[Message[T]]]:  # noqa: ASYNC109
+        # Fetched ahead of the caller: the receive spans are made as receive() returns each.
+        suppressed = tracing.suppress() if traced else None
+        try:
+            messages = await self._async.receive_many(self._prefetch, timeout)
+        finally:
+            if suppressed is not None:
+                tracing.unsuppress(suppressed)
         return self._async.epoch, messages
 
     def batch_receive(self) -> list[Message[T]]:
@@ -291,7 +306,9 @@ class _ListenerOnThread:
         self._thread = thread
 
     async def __call__(self, _consumer: object, message: Message[Any]) -> None:
-        await asyncio.get_running_loop().run_in_executor(self._thread, self._call, message)
+        # In the caller's context: the process span (herald.client.tracing) is current on the thread too.
+        await asyncio.get_running_loop().run_in_executor(self._thread, contextvars.copy_context().run, self._call,
+                                                         message)
 
     def _call(self, message: Message[Any]) -> None:
         self._listener(self._made.result(), message)

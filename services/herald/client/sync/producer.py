@@ -10,8 +10,10 @@ import datetime
 import logging
 from typing import TYPE_CHECKING, Any, Generic
 
+from herald.client import tracing as client_tracing
 from herald.client.producer import AsyncProducer, SendCallback, T, deliver_at_ms
 from herald.client.sync.loop import Submitter
+from herald.common import tracing
 from herald.common.errors import HeraldError
 from herald.common.message_id import MessageId
 
@@ -89,6 +91,9 @@ class Producer(Generic[T]):
         callback (or waited out with block_if_queue_full)."""
         data = self._async.encode(value)
         at = None if deliver_at is None and deliver_after is None else deliver_at_ms(deliver_at, deliver_after)
+        if tracing.ENABLED:  # the create span on the caller's thread, in its context (herald.client.tracing)
+            properties = client_tracing.with_creation_context(self._async.topic, properties,
+                                                              self._async.producer_name)
         self._submitter.submit(self._async.enqueue_nowait, data, callback or _ignore, key, ordering_key, properties,
                                event_time, sequence_id, at)
 
