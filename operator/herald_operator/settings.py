@@ -1,0 +1,57 @@
+"""The operator's settings: one dataclass, loaded like every Herald service's (defaults < the
+[operator] table of a TOML file < HERALD_OPERATOR_<FIELD> < flags); HERALD_ADMIN_URL is also read
+for the admin URL, as the `herald admin` command does."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from herald.common.config import load_settings as _load
+from herald.common.errors import InvalidArgumentError
+
+SECTION = "operator"
+
+
+@dataclass
+class OperatorSettings:
+    # Herald's admin API: a service URL (herald://lookup:6650, which names a live broker) or a
+    # broker's host:port.
+    admin_url: str = "herald://127.0.0.1:6650"
+    # Every admin call's deadline.
+    admin_timeout: float = 10.0
+    # How often each resource is reconciled again and its status refreshed from the topic's stats
+    # (drift made through the admin API is reverted then).
+    resync_interval: float = 30.0
+    # After a temporary failure (admin API unreachable, a topic not ready) a handler is retried
+    # after this many seconds.
+    retry_delay: float = 10.0
+    # Kubernetes namespaces watched; empty: every namespace (cluster-wide).
+    namespaces: list[str] = field(default_factory=list)
+    # kopf's scanning: follow namespaces and CRDs appearing after start (needs RBAC to list and
+    # watch namespaces and customresourcedefinitions); off, both are discovered once at start.
+    scanning: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("admin_timeout", "resync_interval", "retry_delay"):
+            if not getattr(self, name) > 0:
+                raise InvalidArgumentError(
+                    f"operator setting {name} must be a positive number of seconds, got {getattr(self, name)}")
+        if not self.admin_url:
+            raise InvalidArgumentError("operator setting admin_url is empty: give herald://host:port or host:port")
+
+
+def load_settings(
+    config_file: str | Path | None = None, overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> OperatorSettings:
+    """Defaults, `config_file`'s [operator] table, HERALD_ADMIN_URL, HERALD_OPERATOR_* variables and
+    `overrides` (flags; None values ignored), in rising order."""
+    environ = os.environ if environ is None else environ
+    env = dict(environ)
+    if "HERALD_ADMIN_URL" in env and "HERALD_OPERATOR_ADMIN_URL" not in env:
+        env["HERALD_OPERATOR_ADMIN_URL"] = env["HERALD_ADMIN_URL"]
+    return _load(OperatorSettings, SECTION, config_file=config_file, environ=env, overrides=overrides)
