@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import threading
 import time
 import urllib.error
@@ -17,6 +18,7 @@ import grpc
 import grpc.aio
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from herald.common.errors import InvalidArgumentError
 from herald.common.health import NOT_SERVING, SERVING, ServiceHealth
 from herald.common.http_endpoint import HttpEndpoint
 from prometheus_client import CollectorRegistry
@@ -207,3 +209,14 @@ def test_the_endpoint_serves_the_process_figures_once_however_often_its_registry
     for family in ("process_cpu_seconds_total", "process_resident_memory_bytes", "python_gc_objects_collected_total",
                    "python_info"):
         assert sum(line.split()[2] == family for line in types) == 1, f"{family} in {types}"
+
+
+def test_a_taken_port_is_refused_with_the_setting_to_change() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        endpoint = HttpEndpoint(CollectorRegistry(), port=port)
+        expected = f"broker cannot serve metrics on 127.0.0.1:{port} .*metrics_port"
+        with pytest.raises(InvalidArgumentError, match=expected):
+            endpoint.start_or_explain("broker")

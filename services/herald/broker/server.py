@@ -497,12 +497,7 @@ class BrokerServer:
             return
         endpoint = HttpEndpoint(self.metrics.registry, settings.metrics_host, settings.metrics_port)
         endpoint.watch(self.health)
-        try:
-            endpoint.start()
-        except OSError as exc:
-            raise errors.InvalidArgumentError(
-                f"broker cannot serve metrics on {settings.metrics_host}:{settings.metrics_port} ({exc}): set "
-                "metrics_port to a free port, 0 for any free port, or -1 for none") from None
+        endpoint.start_or_explain("broker")
         self.http_endpoint = endpoint
 
 

@@ -28,6 +28,7 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import ThreadingWSGIServer
 
+from herald.common.errors import InvalidArgumentError
 from herald.common.health import LoopHeartbeat, ServiceHealth
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,15 @@ class HttpEndpoint:
         """Count `health`'s checks in /readyz (the process is ready when all its services are)."""
         if health not in self._watched:
             self._watched.append(health)
+
+    def start_or_explain(self, service: str) -> None:
+        """start(), or an InvalidArgumentError saying which setting to change when the port is taken."""
+        try:
+            self.start()
+        except OSError as exc:
+            raise InvalidArgumentError(
+                f"{service} cannot serve metrics on {self.host}:{self.port} ({exc}): set metrics_port to a "
+                "free port, 0 for any free port, or -1 for none") from None
 
     def start(self) -> None:
         if self._server is not None:

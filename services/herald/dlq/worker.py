@@ -19,7 +19,7 @@ from herald.client.admin import AdminClient
 from herald.client.config import ClientConfig
 from herald.client.connection import ConnectionPool
 from herald.client.lookup import LookupService
-from herald.common.errors import HeraldError, InvalidArgumentError
+from herald.common.errors import HeraldError
 from herald.common.health import PROBE_TIMEOUT, ServiceHealth, unreachable
 from herald.common.http_endpoint import HttpEndpoint
 from herald.dlq.brokers import BrokerFleet, BrokerLetters, FailureMemory
@@ -68,12 +68,7 @@ class DlqWorker:
             return
         settings = self.settings
         if self._http is not None:
-            try:
-                self._http.start()
-            except OSError as exc:
-                raise InvalidArgumentError(
-                    f"cannot serve metrics on {settings.metrics_host}:{settings.metrics_port} ({exc}): set "
-                    "metrics_port to a free port, 0 for any free port, or -1 for none") from None
+            self._http.start_or_explain("dlq-worker")
         self._pool = pool = ConnectionPool(self._config)
         lookup = LookupService(pool, self._config)
         publisher = IdempotentPublisher(pool, lookup, settings.operation_timeout,

@@ -227,10 +227,5 @@ class LookupServer:
             return
         endpoint = HttpEndpoint(self.metrics.registry, settings.metrics_host, settings.metrics_port)
         endpoint.watch(self.health)
-        try:
-            endpoint.start()
-        except OSError as exc:
-            raise InvalidArgumentError(
-                f"lookup cannot serve metrics on {settings.metrics_host}:{settings.metrics_port} ({exc}): set "
-                "metrics_port to a free port, 0 for any free port, or -1 for none") from None
+        endpoint.start_or_explain("lookup")
         self.http_endpoint = endpoint

@@ -28,7 +28,7 @@ from prometheus_client import CollectorRegistry
 
 from herald.api.v1 import storage_pb2, storage_pb2_grpc
 from herald.common import tracing
-from herald.common.errors import HeraldError, InvalidArgumentError, PersistenceError, ServiceNotReadyError
+from herald.common.errors import HeraldError, PersistenceError, ServiceNotReadyError
 from herald.common.health import ServiceHealth
 from herald.common.http_endpoint import HttpEndpoint
 from herald.common.rpc import abort, server_options
@@ -325,12 +325,7 @@ class StorageServer:
             return
         endpoint = HttpEndpoint(self.metrics.registry, settings.metrics_host, settings.metrics_port)
         endpoint.watch(self.health)
-        try:
-            endpoint.start()
-        except OSError as exc:
-            raise InvalidArgumentError(
-                f"storage cannot serve metrics on {settings.metrics_host}:{settings.metrics_port} ({exc}): set "
-                "metrics_port to a free port, 0 for any free port, or -1 for none") from None
+        endpoint.start_or_explain("storage")
         self.http_endpoint = endpoint
 
     def _stop_metrics(self) -> None:
