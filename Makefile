@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 HELM := .tools/bin/helm
 IMAGE ?= herald
 
-.PHONY: all setup system-deps run test test-soak lint proto bench clean helm crds images deploy undeploy \
+.PHONY: all setup system-deps run test test-soak fuzz lint proto bench clean helm crds images deploy undeploy \
 	spark-events-per-minute spark-export-topic
 
 all: test
@@ -57,6 +57,11 @@ test: setup lint
 
 test-soak: setup
 	HERALD_SOAK=1 $(PY) -m pytest -q tests/chaos $(PYTEST_ARGS)
+
+# tests/fuzz for long: HERALD_FUZZ_EXAMPLES examples per property (make test runs 150).
+FUZZ_EXAMPLES ?= 5000
+fuzz: setup
+	HERALD_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q -p no:timeout tests/fuzz $(PYTEST_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check services operator spark-jobs tests bench proto

@@ -86,14 +86,17 @@ class StandaloneProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir.parent / f"{data_dir.name}-standalone.log"
         self.starts = 0
+        # Flags added to the command (security: TLS and authentication), and the URL scheme they call for.
+        self.extra_args: list[str] = []
+        self.scheme = "herald"
 
     @property
     def service_url(self) -> str:
-        return f"herald://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     @property
     def proxy_url(self) -> str:
-        return f"herald://127.0.0.1:{self.proxy_port}"
+        return f"{self.scheme}://127.0.0.1:{self.proxy_port}"
 
     @property
     def metrics_url(self) -> str:
@@ -108,7 +111,8 @@ class StandaloneProcess:
             [str(VENV_BIN / "herald"), "standalone", "--data-dir", str(self.data_dir),
              "--port", str(self.port), "--broker-port", str(self.broker_port),
              "--storage-port", str(self.storage_port), "--proxy-port", str(self.proxy_port),
-             "--metrics-port", str(self.metrics_port), *([] if self.dlq_worker else ["--no-dlq-worker"])],
+             "--metrics-port", str(self.metrics_port), *([] if self.dlq_worker else ["--no-dlq-worker"]),
+             *self.extra_args],
             stdout=log, stderr=subprocess.STDOUT, env=self.env,
         )
         log.close()
@@ -145,11 +149,13 @@ class StandaloneProcess:
 
 @contextlib.contextmanager
 def running_standalone(
-    data_dir: Path, dlq_worker: bool = False, **broker_settings: object,
+    data_dir: Path, dlq_worker: bool = False, extra_env: dict[str, str] | None = None, **broker_settings: object,
 ) -> Iterator[StandaloneProcess]:
     """`herald standalone` on `data_dir`, its broker settings given as HERALD_BROKER_<NAME>
-    variables (a module's fixture shortens check intervals this way); stopped on exit."""
+    variables (a module's fixture shortens check intervals this way), other services' as
+    `extra_env` (HERALD_LOOKUP_..., HERALD_PROXY_...); stopped on exit."""
     env = service_env()
+    env.update(extra_env or {})
     env.update({f"HERALD_BROKER_{name.upper()}": str(value) for name, value in broker_settings.items()})
     server = StandaloneProcess(data_dir, env, dlq_worker=dlq_worker)
     server.start()

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import kopf
+from herald.client import AuthenticationToken
 from herald.client.admin import AdminClient
 from herald.common.errors import HeraldError
 
@@ -43,7 +44,11 @@ class HeraldOperator:
     @property
     def admin(self) -> AdminClient:
         if self._admin is None:
-            self._admin = AdminClient(self.settings.admin_url, timeout=self.settings.admin_timeout)
+            settings = self.settings
+            self._admin = AdminClient(
+                settings.admin_url, timeout=settings.admin_timeout,
+                auth=AuthenticationToken.from_file(settings.auth_token_file) if settings.auth_token_file else None,
+                tls_trust_certs_file_path=settings.tls_trust_certs_file or None)
         return self._admin
 
     async def close(self) -> None:

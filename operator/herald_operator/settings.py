@@ -23,6 +23,11 @@ class OperatorSettings:
     admin_url: str = "herald://127.0.0.1:6650"
     # Every admin call's deadline.
     admin_timeout: float = 10.0
+    # Security (docs/security.md): a file holding the operator's token (a super-user's, or an admin
+    # role of every tenant it manages), re-read when it changes; for a herald+ssl:// admin_url, the
+    # CA bundle that signs the services' certificates (empty: the system's).
+    auth_token_file: str = ""
+    tls_trust_certs_file: str = ""
     # How often each resource is reconciled again and its status refreshed from the topic's stats
     # (drift made through the admin API is reverted then).
     resync_interval: float = 30.0

@@ -24,6 +24,12 @@ from typing import Any
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
+from herald.admin_security import (
+    add_permission_commands,
+    add_token_commands,
+    client_security,
+    client_security_flags,
+)
 from herald.api.v1 import admin_pb2, common_pb2
 from herald.client.admin import AdminClient
 from herald.client.config import InitialPosition
@@ -161,6 +167,7 @@ _CLEARABLE = {
     "encryption_required": ("encryption_required", "encryption required on/off"),
     "persistence": ("persistence", "storage quorums (ensemble, write and ack quorum)"),
     "max_message_size": ("max_message_size", "max message size"),
+    "max_topics": ("max_topics", "max topics per namespace"),
 }
 
 
@@ -192,6 +199,9 @@ def add_policy_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--write-quorum", type=positive, metavar="QW", help="copies of each entry")
     group.add_argument("--ack-quorum", type=positive, metavar="QA", help="copies acknowledged before a send is")
     group.add_argument("--max-message-size", type=size, metavar="SIZE", help="largest message accepted, e.g. 5M")
+    group.add_argument("--max-topics", type=non_negative, metavar="N",
+                       help="topics in the namespace, a partitioned topic counting its partitions (0: unlimited; "
+                            "namespaces only)")
 
 
 def policies_from_flags(args: argparse.Namespace, current: admin_pb2.Policies) -> admin_pb2.Policies:
@@ -217,6 +227,8 @@ def policies_from_flags(args: argparse.Namespace, current: admin_pb2.Policies) -
         policies.max_consumers_per_topic = args.max_consumers
     if args.max_consumers_per_subscription is not None:
         policies.max_consumers_per_subscription = args.max_consumers_per_subscription
+    if args.max_topics is not None:
+        policies.max_topics = args.max_topics
     if args.deduplication is not None:
         policies.deduplication_enabled = args.deduplication
     if args.encryption_required is not None:
@@ -377,6 +389,7 @@ def print_policies(policies: admin_pb2.Policies) -> None:
         ("encryption_required", optional("encryption_required", lambda on: "on" if on else "off")),
         ("persistence", quorums),
         ("max_message_size", optional("max_message_size", lambda n: f"{n} bytes")),
+        ("max_topics", optional("max_topics", _unlimited_if_zero)),
     ])
 
 
@@ -548,7 +561,8 @@ async def namespaces_create(admin: AdminClient, args: argparse.Namespace) -> Any
 def _any_policy_flag(args: argparse.Namespace) -> bool:
     flags = ("retention_time", "retention_size", "ttl", "backlog_quota_size", "backlog_quota_age",
              "backlog_quota_policy", "max_producers", "max_consumers", "max_consumers_per_subscription",
-             "deduplication", "encryption_required", "ensemble", "write_quorum", "ack_quorum", "max_message_size")
+             "deduplication", "encryption_required", "ensemble", "write_quorum", "ack_quorum", "max_message_size",
+             "max_topics")
     return any(getattr(args, flag) is not None for flag in flags)
 
 
@@ -755,7 +769,8 @@ async def dlq_peek(admin: AdminClient, args: argparse.Namespace) -> Any:
     from herald.client import AsyncClient
 
     topic = _dlq_topic(args)
-    async with AsyncClient(_service_url(args), operation_timeout=args.timeout, stats_interval=0) as client:
+    async with AsyncClient(_service_url(args), operation_timeout=args.timeout, stats_interval=0,
+                           **client_security(args)) as client:
         messages = [_dead_message(message) for message in await peek(client, admin, topic, args.count)]
     if args.json:
         return {"dead_letter_topic": topic, "messages": messages}
@@ -779,7 +794,7 @@ async def dlq_replay(admin: AdminClient, args: argparse.Namespace) -> Any:
     url = _service_url(args)
     replayed = Replayed()
     if await topic_exists(admin, topic):
-        replayed = await replay(url, topic, args.topic, args.limit, args.timeout)
+        replayed = await replay(url, topic, args.topic, args.limit, args.timeout, **client_security(args))
     if args.json:
         return {"dead_letter_topic": topic, "replayed": replayed.messages, "already_there": replayed.duplicates}
     print(f"replayed {replayed.messages} messages from {topic} to their topics")
@@ -800,6 +815,7 @@ def add_admin_parser(commands: Any) -> None:
                         help="print one JSON document (for scripts) instead of tables")
     common.add_argument("--timeout", type=float, default=argparse.SUPPRESS, metavar="SECONDS",
                         help="give up on a call after this long (default 30)")
+    client_security_flags(common, defaults="inherited")
 
     admin = commands.add_parser(
         "admin", help="administer tenants, namespaces, topics, subscriptions, brokers and dead letters",
@@ -811,6 +827,7 @@ def add_admin_parser(commands: Any) -> None:
                        help="print one JSON document (for scripts) instead of tables")
     admin.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
                        help="give up on a call after this long (default 30)")
+    client_security_flags(admin)
     groups = admin.add_subparsers(dest="admin_group", required=True, metavar="GROUP")
 
     def group(name: str, help_text: str) -> Any:
@@ -933,6 +950,8 @@ def add_admin_parser(commands: Any) -> None:
     sub.add_argument("subscription", help="subscription name")
     sub.add_argument("count", nargs="?", type=positive, default=1, metavar="N", help="how many entries (default 1)")
 
+    add_permission_commands(namespaces, topics, command)
+    add_token_commands(group("tokens", "authentication tokens: create-secret-key, create-key-pair, create"), command)
     brokers = group("brokers", "brokers: list")
     command(brokers, "list", "list the live brokers with their load", brokers_list)
 
@@ -968,7 +987,7 @@ def error_code(error: HeraldError) -> str:
 def run_admin(args: argparse.Namespace) -> None:
     """Run the chosen admin command; exit status 1 on a failed call, 2 on a usage error."""
     try:
-        admin = AdminClient(args.url, timeout=args.timeout)
+        admin = AdminClient(args.url, timeout=args.timeout, **client_security(args))
     except InvalidArgumentError as error:
         print(f"herald admin: error: {error}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -7,20 +7,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
 import sys
 import threading
 import time
+import typing
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from herald.admin_cli import add_admin_parser
+from herald.admin_security import CLIENT_SECURITY_FLAGS, client_security, client_security_flags
 from herald.common import tracing
 from herald.common.config import describe, load_settings
 from herald.common.errors import HeraldError
 from herald.common.logs import configure_logging
+from herald.common.security import SecuritySettings
 from herald.metadata import MetadataStore, open_store
 
 log = logging.getLogger("herald")
@@ -58,7 +62,7 @@ def cmd_standalone(args: argparse.Namespace) -> None:
     settings = load_settings(
         StandaloneSettings, "standalone", config_file=args.config,
         overrides=_flags(args, "data_dir", "host", "port", "broker_port", "storage_port", "proxy_port",
-                         "metrics_port", "dlq_worker"),
+                         "metrics_port", "dlq_worker", *STANDALONE_SECURITY_FLAGS),
     )
 
     async def make() -> Standalone:
@@ -104,7 +108,7 @@ def cmd_lookup(args: argparse.Namespace) -> None:
 
     settings = load_settings(LookupSettings, "lookup", config_file=args.config,
                              overrides=_flags(args, "metadata_url", "host", "port", "heartbeat_interval",
-                                              "metrics_host", "metrics_port"))
+                                              "metrics_host", "metrics_port", *SERVICE_SECURITY_FLAGS))
     log.info("lookup settings:\n%s", describe(settings))
 
     async def make() -> _OnMetadataStore:
@@ -124,7 +128,8 @@ def cmd_broker(args: argparse.Namespace) -> None:
     settings = load_settings(
         BrokerSettings, "broker", config_file=args.config,
         overrides=_flags(args, "metadata_url", "host", "port", "broker_id", "lookup_address", "storage_nodes",
-                         "advertised_address", "metrics_host", "metrics_port", "metrics_topic_level"),
+                         "advertised_address", "metrics_host", "metrics_port", "metrics_topic_level",
+                         *SERVICE_SECURITY_FLAGS),
     )
     log.info("broker settings:\n%s", describe(settings))
 
@@ -143,7 +148,8 @@ def cmd_storage(args: argparse.Namespace) -> None:
     from herald.storage.settings import StorageSettings
 
     settings = load_settings(StorageSettings, "storage", config_file=args.config,
-                             overrides=_flags(args, "data_dir", "host", "port", "metrics_host", "metrics_port"))
+                             overrides=_flags(args, "data_dir", "host", "port", "metrics_host", "metrics_port",
+                                              *SERVICE_SECURITY_FLAGS))
     log.info("storage settings:\n%s", describe(settings))
 
     async def make() -> StorageServer:
@@ -163,7 +169,7 @@ def cmd_proxy(args: argparse.Namespace) -> None:
     settings = load_settings(
         ProxySettings, "proxy", config_file=args.config,
         overrides=_flags(args, "host", "port", "lookup_address", "advertised_address", "max_connections",
-                         "drain_timeout", "metrics_host", "metrics_port"),
+                         "drain_timeout", "metrics_host", "metrics_port", *SERVICE_SECURITY_FLAGS),
     )
     log.info("proxy settings:\n%s", describe(settings))
 
@@ -184,7 +190,8 @@ def cmd_dlq_worker(args: argparse.Namespace) -> None:
     from herald.dlq.worker import DlqWorker
 
     settings = load_dlq_settings(args.config, _flags(args, "service_url", "worker_name", "metrics_host",
-                                                     "metrics_port", "flow_permits", "broker_refresh_interval"))
+                                                     "metrics_port", "flow_permits", "broker_refresh_interval",
+                                                     *CLIENT_SECURITY_FLAGS))
     log.info("dlq-worker settings:\n%s", describe(settings))
 
     async def make() -> DlqWorker:
@@ -198,18 +205,24 @@ def cmd_dlq_worker(args: argparse.Namespace) -> None:
     asyncio.run(_serve(make, announce))
 
 
-def cmd_operator(args: argparse.Namespace) -> None:
+def operator_settings(args: argparse.Namespace) -> Any:
+    """The operator's settings (herald_operator.settings.OperatorSettings) with `args`' flags over them."""
     try:  # the operator's extra: pip install 'herald[operator]'
-        from herald_operator.runner import run
         from herald_operator.settings import load_settings as load_operator_settings
     except ImportError as exc:
         raise SystemExit(f"error: the operator needs kopf and herald_operator ({exc}): "
                          "pip install 'herald[operator]'") from None
 
-    overrides = _flags(args, "admin_url", "resync_interval", "retry_delay", "admin_timeout")
+    overrides = _flags(args, "admin_url", "resync_interval", "retry_delay", "admin_timeout", *CLIENT_SECURITY_FLAGS)
     if args.namespace:
         overrides["namespaces"] = args.namespace
-    settings = load_operator_settings(args.config, overrides)
+    return load_operator_settings(args.config, overrides)
+
+
+def cmd_operator(args: argparse.Namespace) -> None:
+    settings = operator_settings(args)
+    from herald_operator.runner import run
+
     asyncio.run(run(settings, standalone=args.standalone))
 
 
@@ -240,7 +253,7 @@ def cmd_local_cluster(args: argparse.Namespace) -> None:
 def cmd_produce(args: argparse.Namespace) -> None:
     from herald.client import Client
 
-    with Client(args.service_url) as client, client.create_producer(args.topic) as producer:
+    with Client(args.service_url, **client_security(args)) as client, client.create_producer(args.topic) as producer:
         started = time.perf_counter()
         for i in range(args.num_messages):
             text = args.message.replace("{i}", str(i))
@@ -257,7 +270,7 @@ def cmd_consume(args: argparse.Namespace) -> None:
     consumer_type = ConsumerType[args.type]
     position = InitialPosition[args.initial_position]
     received = 0
-    with Client(args.service_url) as client, client.subscribe(
+    with Client(args.service_url, **client_security(args)) as client, client.subscribe(
         args.topic, args.subscription, consumer_type=consumer_type, initial_position=position
     ) as consumer:
         while args.num_messages <= 0 or received < args.num_messages:
@@ -273,6 +286,72 @@ def cmd_consume(args: argparse.Namespace) -> None:
     print(f"{received} message(s) consumed from {args.topic}", flush=True)
     if args.num_messages > 0 and received < args.num_messages:
         raise SystemExit(1)
+
+
+STANDALONE_SECURITY_FLAGS = (
+    "tls_cert_file", "tls_key_file", "tls_ca_file", "tls_require_client_cert", "tls_client_auth",
+    "authentication_enabled", "token_secret_key_file", "token_public_key_file", "internal_token_file",
+    "authorization_enabled", "superuser_roles",
+)
+
+
+def standalone_security_flags(sub: argparse.ArgumentParser) -> None:
+    """TLS and authentication for every service of `herald standalone` (docs/security.md)."""
+    sub.add_argument("--tls-cert-file", help="server certificate (PEM): TLS on every port")
+    sub.add_argument("--tls-key-file", help="the certificate's private key (PEM)")
+    sub.add_argument("--tls-ca-file", help="CA that signs the certificates (trusted between the services)")
+    sub.add_argument("--tls-require-client-cert", action="store_const", const=True, default=None,
+                     help="refuse clients without a certificate signed by --tls-ca-file (mutual TLS)")
+    sub.add_argument("--tls-client-auth", action="store_const", const=True, default=None,
+                     help="a client certificate's common name is the role of a call without a token")
+    sub.add_argument("--authentication", dest="authentication_enabled", action="store_const", const=True,
+                     default=None, help="authenticate every call (tokens or client certificates)")
+    sub.add_argument("--token-secret-key-file", help="HS256 secret key the tokens are checked with")
+    sub.add_argument("--token-public-key-file", help="RS256 public key the tokens are checked with")
+    sub.add_argument("--internal-token-file", help="token the services use between themselves (default: made "
+                                                   "with the secret key for role 'standalone')")
+    sub.add_argument("--authorization", dest="authorization_enabled", action="store_const", const=True,
+                     default=None, help="authorize every call (super-users, tenant admins, grants)")
+    sub.add_argument("--superuser-roles", help="comma-separated roles that may do everything")
+
+
+# Every field of SecuritySettings (which lookup, broker, storage and proxy settings derive from) is a
+# flag of those commands; a new field without a line here fails `herald <service> --help`.
+SERVICE_SECURITY_HELP = {
+    "tls_cert_file": "certificate chain (PEM): TLS on this port, and over TLS to the other services",
+    "tls_key_file": "the certificate's private key (PEM)",
+    "tls_ca_file": "CA of the cluster's certificates: trusted when dialling the others, asked of client certificates",
+    "tls_require_client_cert": "refuse clients without a certificate signed by --tls-ca-file (mutual TLS)",
+    "tls_server_name": "the name the other services' certificates carry, when not the host dialled",
+    "authentication_enabled": "authenticate every call (tokens, or client certificates)",
+    "token_secret_key_file": "HS256 secret key the tokens are checked with",
+    "token_public_key_file": "RS256 public key the tokens are checked with",
+    "token_audience": "the aud claim tokens must carry (default: not checked)",
+    "tls_client_auth": "a client certificate's common name is the role of a call without a token",
+    "auth_token_file": "file holding this service's own token, for its calls to the others",
+    "proxy_roles": "comma-separated roles of the proxies (the only ones that may name another principal)",
+    "authorization_enabled": "authorize every call (super-users, tenant admins, grants)",
+    "superuser_roles": "comma-separated roles that may do everything",
+    "broker_roles": "comma-separated roles of the brokers",
+    "dlq_worker_roles": "comma-separated roles of the dlq-workers",
+}
+SERVICE_SECURITY_FLAGS = tuple(field.name for field in dataclasses.fields(SecuritySettings))
+
+
+def service_security_flags(sub: argparse.ArgumentParser, service: str) -> None:
+    """A flag per security setting (docs/security.md), over the [service] table and HERALD_<SERVICE>_*."""
+    group = sub.add_argument_group("security (docs/security.md)")
+    hints = typing.get_type_hints(SecuritySettings)
+    for name in SERVICE_SECURITY_FLAGS:
+        flags = [f"--{name.replace('_', '-')}"]
+        if name.endswith("_enabled"):
+            flags.insert(0, f"--{name.removesuffix('_enabled').replace('_', '-')}")  # as standalone spells it
+        text = f"{SERVICE_SECURITY_HELP[name]} (env HERALD_{service.upper()}_{name.upper()})"
+        if hints[name] is bool:
+            group.add_argument(*flags, dest=name, action="store_const", const=True, default=None, help=text)
+        else:
+            metavar = "ROLE,..." if name.endswith("_roles") else "FILE" if name.endswith("_file") else "NAME"
+            group.add_argument(*flags, dest=name, metavar=metavar, help=text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -303,12 +382,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--metrics-port", type=int, help="/metrics port of every service (default 9180; -1: none)")
     sub.add_argument("--no-dlq-worker", dest="dlq_worker", action="store_const", const=False, default=None,
                      help="do not move dead letters to their dead-letter topics")
+    standalone_security_flags(sub)
     sub.set_defaults(func=cmd_standalone)
 
     sub = service("lookup", "run the lookup (discovery) service")
     sub.add_argument("--metadata-url", help="redis://host:port/db or sqlite:///path (env HERALD_LOOKUP_METADATA_URL)")
     sub.add_argument("--heartbeat-interval", type=float, help="seconds between broker heartbeats")
     metrics_flags(sub, 9101)
+    service_security_flags(sub, "lookup")
     sub.set_defaults(func=cmd_lookup)
 
     sub = service("broker", "run a broker")
@@ -320,11 +401,13 @@ def build_parser() -> argparse.ArgumentParser:
     metrics_flags(sub, 9102)
     sub.add_argument("--no-metrics-topic-level", dest="metrics_topic_level", action="store_const", const=False,
                      default=None, help="no topic or subscription labels on metrics: broker-wide sums only")
+    service_security_flags(sub, "broker")
     sub.set_defaults(func=cmd_broker)
 
     sub = service("storage", "run a storage node")
     sub.add_argument("--data-dir", help="journal and ledger directory")
     metrics_flags(sub, 9103)
+    service_security_flags(sub, "storage")
     sub.set_defaults(func=cmd_storage)
 
     sub = service("proxy", "run a proxy: the one address clients need, forwarding to the brokers that own topics")
@@ -334,6 +417,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--drain-timeout", type=float, help="seconds streams get to finish on SIGTERM (default 20)")
     sub.add_argument("--metrics-host", help="address /metrics binds (default 127.0.0.1)")
     sub.add_argument("--metrics-port", type=int, help="/metrics port (default 9104; 0 = any free port, -1 = none)")
+    service_security_flags(sub, "proxy")
     sub.set_defaults(func=cmd_proxy)
 
     help_text = "run a dlq-worker: move dead letters of every broker to their dead-letter topics"
@@ -345,6 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--metrics-port", type=int, help="/metrics port (default 9105; 0 = any free port, -1 = none)")
     sub.add_argument("--flow-permits", type=int, help="letters in flight per broker (default 100)")
     sub.add_argument("--broker-refresh-interval", type=float, help="seconds between broker list refreshes")
+    client_security_flags(sub, defaults="settings", env_prefix="HERALD_DLQ_WORKER_")
     sub.set_defaults(func=cmd_dlq_worker)
 
     help_text = "run the Kubernetes operator: reconcile Topic and Subscription resources (herald.io/v1alpha1)"
@@ -358,6 +443,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                            "(default 30): drift is reverted then")
     sub.add_argument("--retry-delay", type=float, help="seconds before retrying after a temporary error (default 10)")
     sub.add_argument("--admin-timeout", type=float, help="deadline of each admin call (default 10)")
+    client_security_flags(sub, defaults="settings", env_prefix="HERALD_OPERATOR_")
     sub.add_argument("--standalone", action="store_true",
                      help="no peering: do not coordinate with other operator replicas")
     sub.set_defaults(func=cmd_operator)
@@ -385,6 +471,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("-k", "--key", default=None, help="message key")
     sub.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
     sub.add_argument("--service-url", default=env_url, help=f"default {env_url} (env HERALD_SERVICE_URL)")
+    client_security_flags(sub)
     sub.set_defaults(func=cmd_produce)
 
     sub = commands.add_parser("consume", help="receive, print and acknowledge messages")
@@ -395,6 +482,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("-p", "--initial-position", default="Earliest", choices=["Earliest", "Latest"])
     sub.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for each message")
     sub.add_argument("--service-url", default=env_url, help=f"default {env_url} (env HERALD_SERVICE_URL)")
+    client_security_flags(sub)
     sub.set_defaults(func=cmd_consume)
 
     add_admin_parser(commands)

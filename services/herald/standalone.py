@@ -6,16 +6,20 @@ ready once all of them started, while every one of them is ready."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
 from herald.broker.server import BrokerServer
 from herald.broker.settings import BrokerSettings
 from herald.common.config import load_settings
+from herald.common.errors import InvalidArgumentError
 from herald.common.health import ServiceHealth
 from herald.common.http_endpoint import HttpEndpoint
+from herald.common.tokens import create_token, read_key_file, unverified_subject
 from herald.dlq.settings import DlqWorkerSettings
 from herald.dlq.worker import DlqWorker
 from herald.lookup.server import LookupServer
@@ -40,6 +44,22 @@ class StandaloneSettings:
     metrics_port: int = 9180  # /metrics, /healthz and /readyz of every service in the process; -1: none
     dlq_worker: bool = True  # move dead letters to their dead-letter topics
     entry_cache_max_bytes: int = 64 * 1024 * 1024
+    # Security for every service at once (docs/security.md): TLS on every port with this certificate
+    # (the services trust tls_ca_file between themselves), token authentication with the secret or
+    # public key, authorization with super-user roles. The services call each other with the token
+    # in internal_token_file; with a secret key and none given, one is made for role "standalone"
+    # (<data_dir>/internal.token).
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    tls_ca_file: str = ""
+    tls_require_client_cert: bool = False
+    tls_client_auth: bool = False
+    authentication_enabled: bool = False
+    token_secret_key_file: str = ""
+    token_public_key_file: str = ""
+    internal_token_file: str = ""
+    authorization_enabled: bool = False
+    superuser_roles: list[str] = field(default_factory=list)
 
 
 class Standalone:
@@ -53,15 +73,19 @@ class Standalone:
         # Not ready until every service started (the broker, proxy and worker are made in start()).
         self.health = ServiceHealth("standalone")
         self.store = EmbeddedMetadataStore(str(data / "metadata.db"))
+        self.security = standalone_security(settings)
         # Every service's metrics go to the one registry this process serves (metrics_port=-1: none of its own).
+        # HERALD_STORAGE_* and HERALD_LOOKUP_* variables tune them (limits, intervals).
         self.storage = StorageServer(
-            StorageSettings(data_dir=str(data / "storage"), host=settings.host, port=settings.storage_port,
-                            metrics_port=-1),
+            load_settings(StorageSettings, "storage", overrides=dict(
+                data_dir=str(data / "storage"), host=settings.host, port=settings.storage_port, metrics_port=-1,
+                **self.security)),
             registry=self.registry,
         )
         self.lookup = LookupServer(
-            LookupSettings(metadata_url="embedded", host=settings.host, port=settings.port, cluster="standalone",
-                           metrics_port=-1),
+            load_settings(LookupSettings, "lookup", overrides=dict(
+                metadata_url="embedded", host=settings.host, port=settings.port, cluster="standalone",
+                metrics_port=-1, **self.security)),
             self.store, registry=self.registry,
         )
         self.broker: BrokerServer | None = None
@@ -75,8 +99,12 @@ class Standalone:
                 self.http.watch(service)
 
     @property
+    def scheme(self) -> str:
+        return "herald+ssl" if self.settings.tls_cert_file else "herald"
+
+    @property
     def service_url(self) -> str:
-        return f"herald://{self.lookup.address}"
+        return f"{self.scheme}://{self.lookup.address}"
 
     async def start(self) -> None:
         if self.http is not None:
@@ -90,7 +118,7 @@ class Standalone:
             broker_id="standalone", lookup_address=self.lookup.address,
             storage_nodes=[self.storage.address], entry_cache_max_bytes=self.settings.entry_cache_max_bytes,
             # One storage node: every ledger is 1/1/1 (a cluster's brokers default to 3/2/2).
-            ensemble_size=1, write_quorum=1, ack_quorum=1, metrics_port=-1,
+            ensemble_size=1, write_quorum=1, ack_quorum=1, metrics_port=-1, **self.security,
         ))
         self.broker = BrokerServer(broker_settings, self.store, registry=self.registry)
         self._watch(self.broker.health)
@@ -98,13 +126,15 @@ class Standalone:
         if self.settings.proxy_port >= 0:
             proxy_settings = load_settings(ProxySettings, "proxy", overrides=dict(
                 host=self.settings.host, port=self.settings.proxy_port, lookup_address=self.lookup.address,
-                metrics_port=-1))
+                metrics_port=-1, **self.security))
             self.proxy = ProxyServer(proxy_settings, registry=self.registry)
             self._watch(self.proxy.health)
             await self.proxy.start()
         if self.settings.dlq_worker:
             dlq_settings = load_settings(DlqWorkerSettings, "dlq-worker", overrides=dict(
-                service_url=self.service_url, metrics_port=-1, worker_name="standalone"))
+                service_url=self.service_url, metrics_port=-1, worker_name="standalone",
+                auth_token_file=self.security.get("auth_token_file", ""),
+                tls_trust_certs_file=self.settings.tls_ca_file))
             self.dlq = DlqWorker(dlq_settings, registry=self.registry)
             self._watch(self.dlq.health)
             await self.dlq.start()
@@ -115,7 +145,7 @@ class Standalone:
             "service URL": self.service_url,
             "lookup": self.lookup.address,
             "broker": self.broker.address if self.broker else "-",
-            "proxy": f"herald://{self.proxy.address}" if self.proxy else "-",
+            "proxy": f"{self.scheme}://{self.proxy.address}" if self.proxy else "-",
             "storage": self.storage.address,
             "dlq-worker": "running" if self.dlq else "-",
             "metrics": f"http://{self.http.address}/metrics" if self.http else "-",
@@ -140,3 +170,36 @@ class Standalone:
         await self.store.close()
         if self.http is not None:
             self.http.stop()
+
+
+INTERNAL_ROLE = "standalone"
+
+
+def standalone_security(settings: StandaloneSettings) -> dict[str, Any]:
+    """The security settings every service of the standalone gets (none when all is off)."""
+    given = {name: getattr(settings, name) for name in (
+        "tls_cert_file", "tls_key_file", "tls_ca_file", "tls_require_client_cert", "tls_client_auth",
+        "authentication_enabled", "token_secret_key_file", "token_public_key_file", "authorization_enabled",
+        "superuser_roles") if getattr(settings, name)}
+    if not settings.authentication_enabled:
+        if settings.authorization_enabled:
+            raise InvalidArgumentError("authorization needs authentication: add --authentication and a token key")
+        return given
+    token_file = settings.internal_token_file
+    if token_file:
+        role = unverified_subject(read_key_file(token_file, "internal_token_file").decode())
+    elif settings.token_secret_key_file:
+        role = INTERNAL_ROLE
+        token = create_token(role, secret_key=read_key_file(settings.token_secret_key_file, "token_secret_key_file"))
+        path = Path(settings.data_dir) / "internal.token"
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(token + "\n")
+        token_file = str(path)
+    else:
+        raise InvalidArgumentError(
+            "standalone with authentication needs a token for its services to call each other: give "
+            "--token-secret-key-file (one is made), or --internal-token-file with --token-public-key-file")
+    # The services' own role: they register with lookup, use storage, forward for clients, move dead letters.
+    return {**given, "auth_token_file": token_file, "broker_roles": [role], "proxy_roles": [role],
+            "dlq_worker_roles": [role]}

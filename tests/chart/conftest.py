@@ -1,10 +1,11 @@
-"""The chart rendered once per session with its default values and with values-production.yaml."""
+"""The chart rendered once per session with its default values, with values-production.yaml, and with
+values-secure.yaml on top of it (TLS, tokens, authorization)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.chart.render import PRODUCTION_VALUES, Manifest, render
+from tests.chart.render import PRODUCTION_VALUES, SECURE_VALUES, Manifest, render
 
 
 @pytest.fixture(scope="session")
@@ -17,8 +18,14 @@ def production_manifests() -> list[Manifest]:
     return render(PRODUCTION_VALUES)
 
 
-@pytest.fixture(scope="session", params=["default", "production"])
+@pytest.fixture(scope="session")
+def secure_manifests() -> list[Manifest]:
+    return render(PRODUCTION_VALUES, SECURE_VALUES)
+
+
+@pytest.fixture(scope="session", params=["default", "production", "secure"])
 def manifests(request: pytest.FixtureRequest, default_manifests: list[Manifest],
-              production_manifests: list[Manifest]) -> list[Manifest]:
-    """Each test taking this runs on both renders."""
-    return default_manifests if request.param == "default" else production_manifests
+              production_manifests: list[Manifest], secure_manifests: list[Manifest]) -> list[Manifest]:
+    """Each test taking this runs on the three renders."""
+    renders = {"default": default_manifests, "production": production_manifests, "secure": secure_manifests}
+    return renders[request.param]

@@ -15,6 +15,8 @@ ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "herald"
 HELM = ROOT / ".tools" / "bin" / "helm"
 PRODUCTION_VALUES = CHART / "values-production.yaml"
+# TLS from cert-manager, HS256 tokens and authorization (layered on the production values).
+SECURE_VALUES = CHART / "values-secure.yaml"
 # The Kubernetes version objects are validated against (and helm renders for).
 KUBERNETES_VERSION = "1.33.0"
 RELEASE = "herald"

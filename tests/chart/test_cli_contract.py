@@ -2,7 +2,7 @@
 the command's argparse parser knows and parses, every HERALD_* variable names a real setting, and
 the settings those flags and variables make load (types convert, validation passes) — a wrong flag or
 value would crash the pod at start. And values.schema.json's `settings` names are exactly the
-settings the chart does not set itself."""
+settings the chart does not set itself (security settings included: the tls and auth values set them)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ from herald.storage.settings import StorageSettings
 from herald_operator.settings import OperatorSettings
 from herald_operator.settings import load_settings as load_operator_settings
 
-from tests.chart.render import CHART, PRODUCTION_VALUES, Manifest, containers, render, workloads
+from tests.chart.render import CHART, PRODUCTION_VALUES, SECURE_VALUES, Manifest, containers, render, workloads
+from tests.chart.test_security import OWN_SECRET_RENDER
 
 SETTINGS: dict[str, type[Any]] = {
     "lookup": LookupSettings, "broker": BrokerSettings, "storage": StorageSettings, "proxy": ProxySettings,
@@ -48,12 +49,33 @@ SETTINGS_RENDER = (
 )
 
 
-@pytest.fixture(scope="module", params=["default", "production", "settings"])
+# Settings a service has (SecuritySettings is every server's) that it does not use, or that the chart
+# deliberately leaves unset (docs/security.md "What the Helm chart needs"): neither set nor offered.
+UNUSED = {
+    "lookup": {"auth_token_file": "lookup calls no other service"},
+    "storage": {"auth_token_file": "storage nodes call no other service",
+                "proxy_roles": "no proxy calls storage nodes", "dlq_worker_roles": "storage does not read it"},
+    "proxy": {name: "the proxy authenticates; lookup and the brokers authorize" for name in (
+        "authorization_enabled", "superuser_roles", "broker_roles", "proxy_roles", "dlq_worker_roles")},
+}
+
+
+def _secure_renders() -> list[list[Manifest]]:
+    """TLS from cert-manager with HS256 and authorization; a TLS Secret with RS256 and an audience
+    (both with empty `settings` maps, so that every variable they set is the chart's)."""
+    return [render(SECURE_VALUES), render(sets=OWN_SECRET_RENDER)]
+
+
+@pytest.fixture(scope="module", params=["default", "production", "settings", "secure", "own-secret"])
 def rendered(request: pytest.FixtureRequest) -> list[Manifest]:
     if request.param == "default":
         return render()
     if request.param == "production":
         return render(PRODUCTION_VALUES)
+    if request.param == "secure":
+        return render(PRODUCTION_VALUES, SECURE_VALUES)
+    if request.param == "own-secret":
+        return render(sets=OWN_SECRET_RENDER)
     return render(sets=SETTINGS_RENDER)
 
 
@@ -186,13 +208,17 @@ def _managed_by_the_chart(section: str, manifests: list[Manifest], with_env: boo
 
 def test_the_schema_offers_exactly_the_settings_the_chart_leaves_open() -> None:
     schema = json.loads((CHART / "values.schema.json").read_text())
-    plain, flags_on = render(), render(sets=SETTINGS_RENDER)
+    plain, flags_on, secure = render(), render(sets=SETTINGS_RENDER), _secure_renders()
     for section, cls in SETTINGS.items():
         offered = set(schema["properties"][VALUES_KEYS[section]]["properties"]["settings"]["propertyNames"]["enum"])
         fields = {f.name for f in dataclasses.fields(cls)}
         managed = _managed_by_the_chart(section, plain, True) | _managed_by_the_chart(section, flags_on, False)
+        for manifests in secure:
+            managed |= _managed_by_the_chart(section, manifests, True)
+        unused = set(UNUSED.get(section, {}))
         assert offered <= fields, f"{section}: schema offers {sorted(offered - fields)}, not settings of {cls.__name__}"
         assert not offered & managed, f"{section}: {sorted(offered & managed)} are set by the chart itself"
-        missing = fields - managed - offered
+        assert unused <= fields and not unused & (offered | managed), f"{section}: UNUSED is out of date"
+        missing = fields - managed - offered - unused
         assert not missing, (f"{section}: settings {sorted(missing)} of {cls.__name__} cannot be set through the "
                              f"chart: add them to {VALUES_KEYS[section]}.settings in values.schema.json")

@@ -228,3 +228,160 @@ annotations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end }}
+
+{{/*
+Security (docs/security.md, docs/kubernetes.md "Security"): certificates from a kubernetes.io/tls
+Secret mounted at /etc/herald/tls, the token key at /etc/herald/token-key, a service's own token at
+/etc/herald/token (whole Secrets as directories, so that a renewed key or token reaches the files).
+*/}}
+{{- define "herald.tlsSecretName" -}}
+{{- .Values.tls.secretName | default (printf "%s-tls" (include "herald.fullname" .)) }}
+{{- end }}
+
+{{/* The scheme of service URLs inside the cluster. */}}
+{{- define "herald.scheme" -}}
+{{- ternary "herald+ssl" "herald" .Values.tls.enabled }}
+{{- end }}
+
+{{/* The name every service's certificate carries, which services expect when they dial each other
+(brokers are dialled at pod IPs, which no certificate names). */}}
+{{- define "herald.tlsServerName" -}}
+{{- .Values.tls.serverName | default (include "herald.serviceHost" (dict "root" . "component" "broker")) }}
+{{- end }}
+
+{{/* Roles as a settings list (comma-separated). */}}
+{{- define "herald.roles" -}}
+{{- join "," . }}
+{{- end }}
+
+{{/*
+env of a server's security settings: TLS, authentication, its own token (.token: broker or proxy) and
+authorization (.authorization: "all" for lookup and broker, "storage" for storage nodes, "" for none).
+*/}}
+{{- define "herald.securityEnv" -}}
+{{- $prefix := printf "HERALD_%s_" (.section | upper) }}
+{{- $v := .root.Values }}
+{{- if $v.tls.enabled }}
+- name: {{ $prefix }}TLS_CERT_FILE
+  value: /etc/herald/tls/tls.crt
+- name: {{ $prefix }}TLS_KEY_FILE
+  value: /etc/herald/tls/tls.key
+- name: {{ $prefix }}TLS_CA_FILE
+  value: /etc/herald/tls/ca.crt
+- name: {{ $prefix }}TLS_REQUIRE_CLIENT_CERT
+  value: {{ $v.tls.requireClientCert | quote }}
+- name: {{ $prefix }}TLS_SERVER_NAME
+  value: {{ include "herald.tlsServerName" .root | quote }}
+{{- end }}
+{{- if $v.auth.enabled }}
+- name: {{ $prefix }}AUTHENTICATION_ENABLED
+  value: "true"
+{{- if $v.auth.secretKeySecret }}
+- name: {{ $prefix }}TOKEN_SECRET_KEY_FILE
+  value: /etc/herald/token-key/secret.key
+{{- else }}
+- name: {{ $prefix }}TOKEN_PUBLIC_KEY_FILE
+  value: /etc/herald/token-key/public.pem
+{{- end }}
+{{- with $v.auth.audience }}
+- name: {{ $prefix }}TOKEN_AUDIENCE
+  value: {{ . | quote }}
+{{- end }}
+{{- if .token }}
+- name: {{ $prefix }}AUTH_TOKEN_FILE
+  value: /etc/herald/token/token
+{{- end }}
+{{- if and $v.auth.authorization.enabled .authorization }}
+- name: {{ $prefix }}AUTHORIZATION_ENABLED
+  value: "true"
+- name: {{ $prefix }}SUPERUSER_ROLES
+  value: {{ include "herald.roles" $v.auth.superuserRoles | quote }}
+- name: {{ $prefix }}BROKER_ROLES
+  value: {{ include "herald.roles" $v.auth.brokerRoles | quote }}
+{{- if eq .authorization "all" }}
+- name: {{ $prefix }}PROXY_ROLES
+  value: {{ include "herald.roles" $v.auth.proxyRoles | quote }}
+- name: {{ $prefix }}DLQ_WORKER_ROLES
+  value: {{ include "herald.roles" $v.auth.dlqWorkerRoles | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* env of a client of Herald (dlq-worker, operator): the CA it trusts and its token. */}}
+{{- define "herald.clientSecurityEnv" -}}
+{{- $prefix := printf "HERALD_%s_" (.section | upper | replace "-" "_") }}
+{{- if .root.Values.tls.enabled }}
+- name: {{ $prefix }}TLS_TRUST_CERTS_FILE
+  value: /etc/herald/tls/ca.crt
+{{- end }}
+{{- if .root.Values.auth.enabled }}
+- name: {{ $prefix }}AUTH_TOKEN_FILE
+  value: /etc/herald/token/token
+{{- end }}
+{{- end }}
+
+{{/* volumeMounts for the security files (.server: the pod serves TLS and checks tokens; .token: it
+has a token of its own). */}}
+{{- define "herald.securityVolumeMounts" -}}
+{{- if .root.Values.tls.enabled }}
+- name: tls
+  mountPath: /etc/herald/tls
+  readOnly: true
+{{- end }}
+{{- if .root.Values.auth.enabled }}
+{{- if .server }}
+- name: token-key
+  mountPath: /etc/herald/token-key
+  readOnly: true
+{{- end }}
+{{- if .token }}
+- name: token
+  mountPath: /etc/herald/token
+  readOnly: true
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The volumes behind herald.securityVolumeMounts; a client gets only the CA, never the key. */}}
+{{- define "herald.securityVolumes" -}}
+{{- $v := .root.Values }}
+{{- if $v.tls.enabled }}
+- name: tls
+  secret:
+    secretName: {{ include "herald.tlsSecretName" .root }}
+    defaultMode: 0440
+    {{- if not .server }}
+    items:
+      - key: ca.crt
+        path: ca.crt
+    {{- end }}
+{{- end }}
+{{- if $v.auth.enabled }}
+{{- if .server }}
+- name: token-key
+  secret:
+    {{- if $v.auth.secretKeySecret }}
+    secretName: {{ $v.auth.secretKeySecret }}
+    items:
+      - key: secret.key
+        path: secret.key
+    {{- else }}
+    secretName: {{ $v.auth.publicKeySecret }}
+    items:
+      - key: public.pem
+        path: public.pem
+    {{- end }}
+    defaultMode: 0440
+{{- end }}
+{{- if .token }}
+- name: token
+  secret:
+    secretName: {{ index $v.auth.tokens (printf "%sSecret" .token) }}
+    items:
+      - key: token
+        path: token
+    defaultMode: 0440
+{{- end }}
+{{- end }}
+{{- end }}

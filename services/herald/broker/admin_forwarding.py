@@ -15,6 +15,7 @@ import grpc.aio
 from herald.api.v1 import admin_pb2, admin_pb2_grpc, lookup_pb2, lookup_pb2_grpc
 from herald.common.errors import ServiceNotReadyError
 from herald.common.rpc import channel_options, error_from_rpc
+from herald.common.tls import PLAINTEXT, Dialer
 
 log = logging.getLogger(__name__)
 
@@ -30,15 +31,16 @@ def is_forwarded(context: grpc.aio.ServicerContext[Any, Any]) -> bool:
 class AdminForwarder:
     """Channels to lookup and to other brokers' admin services, opened on first use."""
 
-    def __init__(self, lookup_address: str, own_address: str) -> None:
+    def __init__(self, lookup_address: str, own_address: str, dialer: Dialer = PLAINTEXT) -> None:
         self.lookup_address = lookup_address
+        self._dialer = dialer
         self.own_address = own_address
         self._channels: dict[str, grpc.aio.Channel] = {}
 
     def channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = grpc.aio.insecure_channel(address, options=channel_options())
+            channel = self._channels[address] = self._dialer.channel(address, channel_options())
         return channel
 
     def lookup(self) -> lookup_pb2_grpc.LookupServiceAsyncStub:

@@ -38,6 +38,8 @@ from herald.broker.stats import sum_partitions
 from herald.common import errors
 from herald.common.names import TopicName
 from herald.common.rpc import abort, error_from_rpc
+from herald.common.tls import PLAINTEXT, Dialer
+from herald.metadata.authorization import Permissions
 from herald.metadata.policies_proto import policies_from_proto, policies_to_proto
 from herald.metadata.resources import Resources, Tenant
 
@@ -55,11 +57,12 @@ def _tenant_from_proto(tenant: admin_pb2.Tenant) -> Tenant:
 
 
 class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
-    def __init__(self, service: BrokerService, own_address: str) -> None:
+    def __init__(self, service: BrokerService, own_address: str, dialer: Dialer = PLAINTEXT) -> None:
         self.service = service
         self.resources = Resources(service.store)
+        self.permissions = Permissions(service.store)
         self.policies = PolicyResolver(self.resources, service.settings)
-        self.forwarder = AdminForwarder(service.settings.lookup_address, own_address)
+        self.forwarder = AdminForwarder(service.settings.lookup_address, own_address, dialer)
 
     async def close(self) -> None:
         await self.forwarder.close()
@@ -406,3 +409,27 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             return sorted(reply.brokers, key=lambda broker: broker.broker_id)
 
         return admin_pb2.ListBrokersResponse(brokers=await self._answer(context, "ListBrokers", brokers))
+
+    # ---- permissions ----
+
+    async def GrantPermission(
+        self, request: admin_pb2.GrantPermissionRequest, context: Context,
+    ) -> admin_pb2.GrantPermissionResponse:
+        await self._answer(context, "GrantPermission", lambda: self.permissions.grant(
+            request.role, request.actions, namespace=request.namespace, topic=request.topic))
+        return admin_pb2.GrantPermissionResponse()
+
+    async def RevokePermission(
+        self, request: admin_pb2.RevokePermissionRequest, context: Context,
+    ) -> admin_pb2.RevokePermissionResponse:
+        await self._answer(context, "RevokePermission", lambda: self.permissions.revoke(
+            request.role, namespace=request.namespace, topic=request.topic))
+        return admin_pb2.RevokePermissionResponse()
+
+    async def GetPermissions(
+        self, request: admin_pb2.PermissionsRequest, context: Context,
+    ) -> admin_pb2.PermissionsResponse:
+        grants = await self._answer(context, "GetPermissions", lambda: self.permissions.get(
+            namespace=request.namespace, topic=request.topic))
+        return admin_pb2.PermissionsResponse(permissions=[
+            admin_pb2.RolePermissions(role=role, actions=actions) for role, actions in sorted(grants.items())])

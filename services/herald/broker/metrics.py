@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from herald.broker.topic import PersistentTopic
@@ -52,6 +52,9 @@ class BrokerMetrics:
         self.entry_size = HotHistogram(
             "herald_broker_entry_size_bytes", "Size of each entry (one producer batch) stored on a persistent topic.",
             ENTRY_SIZE_BUCKETS, self.registry)
+        self.throttled_sends = Counter(
+            "herald_broker_throttled_sends", "Times a producer stream reached max_pending_sends sends without "
+            "receipts and the broker stopped reading it until receipts went out.", registry=self.registry)
         self._collector: BrokerCollector | None = None
 
     def watch(self, service: BrokerService, loop: asyncio.AbstractEventLoop) -> None:

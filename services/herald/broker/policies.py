@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from herald.broker.retention import RetentionPolicy as TrimmingPolicy
 from herald.broker.settings import BrokerSettings
-from herald.common.errors import ConsumerBusyError, HeraldError, ProducerBusyError
+from herald.common.errors import ConsumerBusyError, HeraldError, NotAllowedError, ProducerBusyError
 from herald.common.names import TopicName
 from herald.common.tasks import cancel_and_wait
 from herald.metadata.policies import BacklogQuota, BacklogQuotaPolicy, PersistencePolicy, Policies, RetentionPolicy
@@ -47,6 +47,7 @@ def broker_defaults(settings: BrokerSettings) -> Policies:
         encryption_required=False,
         persistence=PersistencePolicy(settings.ensemble_size, settings.write_quorum, settings.ack_quorum),
         max_message_size=settings.max_message_size,
+        max_topics=settings.max_topics_per_namespace,
     )
 
 
@@ -94,6 +95,16 @@ def check_producer_limit(topic: str, policies: Policies, producers: int) -> None
     limit = policies.max_producers_per_topic or 0
     if 0 < limit <= producers:
         raise ProducerBusyError(f"Topic reached max producers limit ({limit}): {topic} has {producers} producers")
+
+
+def check_topic_limit(namespace: str, policies: Policies, topics: int, adding: int) -> None:
+    """NotAllowedError when `adding` more topics would take the namespace past its max_topics."""
+    limit = policies.max_topics or 0
+    if 0 < limit < topics + adding:
+        more = "one more topic" if adding == 1 else f"{adding} more topics (partitions count one each)"
+        raise NotAllowedError(
+            f"namespace {namespace} has reached its limit of {limit} topics (max_topics; it holds {topics}): "
+            f"cannot create {more}; delete topics or raise the namespace's max_topics policy")
 
 
 def check_consumer_limits(topic: str, policies: Policies, topic_consumers: int, subscription_consumers: int) -> None:

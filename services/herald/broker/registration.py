@@ -16,6 +16,7 @@ from herald.api.v1 import lookup_pb2, lookup_pb2_grpc
 from herald.broker.ownership import BrokerOwnership
 from herald.common.rpc import channel_options
 from herald.common.tasks import cancel_and_wait
+from herald.common.tls import PLAINTEXT, Dialer
 
 log = logging.getLogger(__name__)
 
@@ -30,8 +31,10 @@ class LookupRegistration:
         owned_topics: Callable[[], list[str]],
         on_lease_lost: Callable[[], Awaitable[None]],
         timeout: float = 10.0,
+        dialer: Dialer = PLAINTEXT,
     ) -> None:
         self.lookup_address = lookup_address
+        self._dialer = dialer
         self.ownership = ownership
         self.cluster = cluster
         self._load = load
@@ -48,7 +51,7 @@ class LookupRegistration:
     async def start(self) -> None:
         if self._task is not None:
             return
-        self._channel = grpc.aio.insecure_channel(self.lookup_address, options=channel_options())
+        self._channel = self._dialer.channel(self.lookup_address, channel_options())
         self._stub = lookup_pb2_grpc.LookupServiceStub(self._channel)
         await self._register(deadline=asyncio.get_running_loop().time() + 60.0)
         self._task = asyncio.create_task(self._heartbeats(), name="broker-heartbeat")

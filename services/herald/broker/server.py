@@ -28,6 +28,7 @@ from herald.api.v1 import (
 )
 from herald.broker import tracing as broker_tracing
 from herald.broker.admin_server import AdminServicer
+from herald.broker.authorization import BrokerAuthorization
 from herald.broker.consumer import ActiveConsumerChanged, Consumer, EndOfTopic
 from herald.broker.cursor import PublishTime, ResetTarget
 from herald.broker.dead_letter_server import DeadLetterServicer
@@ -41,17 +42,21 @@ from herald.broker.service import BrokerService
 from herald.broker.settings import BrokerSettings
 from herald.broker.subscription import InitialPosition, Subscription, SubscriptionType
 from herald.common import errors, tracing
+from herald.common.authentication import AuthorizationInterceptor, current_role
+from herald.common.connections import connection_limits
 from herald.common.health import ServiceHealth
 from herald.common.http_endpoint import HttpEndpoint
 from herald.common.rpc import EOF, abort, server_options
 from herald.common.rpc_tracing import handshake_span, server_interceptors
+from herald.common.security import ServiceSecurity
 from herald.common.tasks import cancel_and_wait
+from herald.common.tls import add_port
+from herald.metadata.authorization import CONSUME, PRODUCE, Authorizer
 from herald.metadata.store import MetadataStore
 from herald.storage.client import StorageClient
 
 log = logging.getLogger(__name__)
 Context = grpc.aio.ServicerContext[Any, Any]
-_RECEIPT_QUEUE = 10_000  # in-flight entries per producer stream; beyond it the stream stops reading
 _SUBSCRIPTION_TYPES = {
     broker_pb2.EXCLUSIVE: SubscriptionType.EXCLUSIVE,
     broker_pb2.SHARED: SubscriptionType.SHARED,
@@ -75,8 +80,9 @@ class _Replies:
 
 
 class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
-    def __init__(self, service: BrokerService) -> None:
+    def __init__(self, service: BrokerService, authorizer: Authorizer | None = None) -> None:
         self.service = service
+        self.authorizer = authorizer  # None: authorization off
 
     async def Produce(  # type: ignore[override]
         self, request_iterator: AsyncIterator[broker_pb2.ProduceRequest], context: Context
@@ -88,6 +94,8 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                 "a Produce stream must start with RegisterProducer")))
             return
         try:
+            if self.authorizer is not None:  # once per stream, before the producer exists
+                await self.authorizer.check(current_role(), first.register.topic, PRODUCE)
             with handshake_span(context, "herald.v1.BrokerService/Produce"):
                 producer, last_sequence_id = await self.service.create_producer(
                     first.register.topic, first.register.producer_name or None, dict(first.register.properties),
@@ -100,16 +108,27 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
             max_message_size=producer.topic.max_message_size,
         )))
         # Receipts go back in request order, so a writer task awaits the publishes one by one
-        # while this task keeps reading: adds stay pipelined down to storage.
+        # while this task keeps reading: adds stay pipelined down to storage. At max_pending_sends
+        # sends without receipts it stops reading (flow control: the client's writes wait).
         in_flight: asyncio.Queue[tuple[broker_pb2.SendEntry, asyncio.Future[tuple[int, int]]] | None] = (
-            asyncio.Queue(_RECEIPT_QUEUE)
+            asyncio.Queue()
         )
-        writer = asyncio.create_task(self._write_receipts(replies, in_flight))
+        pending = asyncio.Semaphore(self.service.settings.max_pending_sends)
+        writer = asyncio.create_task(self._write_receipts(replies, in_flight, pending))
         closed = asyncio.create_task(producer.wait_closed())
         client_finished = False
         try:
             while True:
-                request = await _read_unless(context, closed, writer)
+                if pending.locked():
+                    if self.service.metrics is not None:
+                        self.service.metrics.throttled_sends.inc()
+                    if not await _acquire_unless(pending, closed, writer):
+                        request = None
+                    else:
+                        pending.release()  # taken again below, for a send
+                        request = await _read_unless(context, closed, writer)
+                else:
+                    request = await _read_unless(context, closed, writer)
                 if request is None:  # the broker closed the producer (unload, fenced ledger)
                     await replies.write(_produce_error(errors.ServiceNotReadyError(
                         f"producer {producer.name} was closed by the broker: reconnect")))
@@ -119,6 +138,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                     break
                 if request.HasField("send"):
                     send = request.send
+                    await pending.acquire()  # free: nothing else takes permits
                     if tracing.ENABLED and send.traceparent:
                         publish = _traced_publish(producer, send)
                     else:
@@ -140,6 +160,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     async def _write_receipts(
         self, replies: _Replies,
         in_flight: asyncio.Queue[tuple[broker_pb2.SendEntry, asyncio.Future[tuple[int, int]]] | None],
+        pending: asyncio.Semaphore,
     ) -> None:
         while True:
             item = await in_flight.get()
@@ -152,11 +173,13 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                 await replies.write(broker_pb2.ProduceResponse(
                     send_error=broker_pb2.SendError(sequence_id=send.sequence_id, error=error.to_proto())
                 ))
+                pending.release()
                 continue
             await replies.write(broker_pb2.ProduceResponse(receipt=broker_pb2.SendReceipt(
                 sequence_id=send.sequence_id, highest_sequence_id=send.highest_sequence_id,
                 ledger_id=ledger_id, entry_id=entry_id,
             )))
+            pending.release()
 
     async def Consume(  # type: ignore[override]
         self, request_iterator: AsyncIterator[broker_pb2.ConsumeRequest], context: Context
@@ -176,6 +199,8 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
             await replies.write(_consume_error(error))
             return
         try:
+            if self.authorizer is not None:  # once per stream, before the subscription is touched
+                await self.authorizer.check(current_role(), sub.topic, CONSUME)
             with handshake_span(context, "herald.v1.BrokerService/Consume"):
                 consumer = await self.service.subscribe(
                     sub.topic, sub.subscription, _SUBSCRIPTION_TYPES[sub.type], _POSITIONS[sub.initial_position],
@@ -358,6 +383,19 @@ async def _read_unless(context: Context, *stoppers: asyncio.Task[Any]) -> Any:
     return None
 
 
+async def _acquire_unless(semaphore: asyncio.Semaphore, *stoppers: asyncio.Task[Any]) -> bool:
+    """Take a permit of `semaphore` (True), or False when one of the stoppers finished first."""
+    acquire = asyncio.ensure_future(semaphore.acquire())
+    done, _ = await asyncio.wait({acquire, *stoppers}, return_when=asyncio.FIRST_COMPLETED)
+    if acquire in done:
+        return True
+    acquire.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        if await acquire:  # took the permit as it was cancelled: give it back
+            semaphore.release()
+    return False
+
+
 def _position(position: common_pb2.Position) -> Position:
     return Position(position.ledger_id, position.entry_id)
 
@@ -399,10 +437,15 @@ class BrokerServer:
         self.store = store
         self.metrics = BrokerMetrics(registry, settings.metrics_topic_level)
         self.http_endpoint: HttpEndpoint | None = None
+        # TLS, authentication and the broker's own credentials (files are read and checked here).
+        self.security = ServiceSecurity(settings)
+        self.authorization = BrokerAuthorization(Authorizer(
+            store, superuser_roles=settings.superuser_roles, broker_roles=settings.broker_roles,
+            dlq_worker_roles=settings.dlq_worker_roles)) if settings.authorization_enabled else None
         self.storage = StorageClient(
             store, list(settings.storage_nodes), settings.storage_operation_timeout,
             add_timeout=settings.storage_add_timeout, read_timeout=settings.storage_read_timeout,
-            quarantine_seconds=settings.storage_quarantine_seconds,
+            quarantine_seconds=settings.storage_quarantine_seconds, dialer=self.security.dialer,
         )
         self._server: grpc.aio.Server | None = None
         self.port = 0
@@ -431,8 +474,12 @@ class BrokerServer:
     async def start(self) -> None:
         if self._server is not None:
             return
-        server = grpc.aio.server(options=server_options(), interceptors=server_interceptors())
-        self.port = server.add_insecure_port(f"{self.settings.host}:{self.settings.port}")
+        limits, idle_options = connection_limits(
+            "broker", self.settings.max_connections_per_address, self.settings.connection_idle_timeout)
+        server = grpc.aio.server(options=[*server_options(self.settings.grpc_max_receive_message_bytes), *idle_options],
+                                 interceptors=[*limits, *self.security.interceptors, *server_interceptors(),
+                                               *self._authorizing()])
+        self.port = add_port(server, f"{self.settings.host}:{self.settings.port}", self.security.server_credentials)
         broker_id = self.settings.broker_id or self.address
         ownership = BrokerOwnership(self.store, broker_id, self.address, self.settings.unload_exclusion_seconds)
         await self.storage.start()
@@ -441,8 +488,9 @@ class BrokerServer:
         self.service = service
         self.metrics.watch(service, asyncio.get_running_loop())
         self._serve_metrics()
-        broker_pb2_grpc.add_BrokerServiceServicer_to_server(BrokerServicer(service), server)
-        self.admin = AdminServicer(service, self.address)
+        broker_pb2_grpc.add_BrokerServiceServicer_to_server(
+            BrokerServicer(service, self.authorization.authorizer if self.authorization else None), server)
+        self.admin = AdminServicer(service, self.address, self.security.forwarding_dialer)
         service.remote = self.admin.forwarder  # partitions other brokers own, for the core
         admin_pb2_grpc.add_AdminServiceServicer_to_server(self.admin, server)
         deadletter_pb2_grpc.add_DeadLetterServiceServicer_to_server(DeadLetterServicer(service.dead_letters), server)
@@ -452,12 +500,28 @@ class BrokerServer:
         self.registration = LookupRegistration(
             self.settings.lookup_address, ownership, self.settings.cluster,
             load=self._load, owned_topics=service.topic_names, on_lease_lost=service.close_all,
+            dialer=self.security.dialer,
         )
         await self.registration.start()
         self.monitor = OwnershipMonitor(self.store, ownership, service.served_topics, service.ownership_lost)
         self.monitor.start()
         await self.health.start()
         log.info("broker %s listening on %s", broker_id, self.address)
+
+    def _authorizing(self) -> list[Any]:
+        """The interceptors that authorize each call, when authorization is on: innermost, after
+        authentication (which names the role) and the decoding interceptor (requests arrive decoded)."""
+        authorization = self.authorization
+        if authorization is None:
+            return []
+        return [
+            AuthorizationInterceptor(broker_pb2.DESCRIPTOR.services_by_name["BrokerService"].full_name,
+                                     authorization.decide_data),
+            AuthorizationInterceptor(admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
+                                     authorization.decide_admin),
+            AuthorizationInterceptor(deadletter_pb2.DESCRIPTOR.services_by_name["DeadLetterService"].full_name,
+                                     authorization.decide_dead_letters),
+        ]
 
     def _load(self) -> lookup_pb2.BrokerLoad:
         if self.service is None:

@@ -29,6 +29,7 @@ from herald.broker.policies import (
     apply_policies,
     check_consumer_limits,
     check_producer_limit,
+    check_topic_limit,
 )
 from herald.broker.producer import Producer
 from herald.broker.pull import PullResult, pull, resolve_queue
@@ -170,6 +171,8 @@ class BrokerService:
         # NotFoundError "Tenant x does not exist" / "Namespace t/n does not exist" refuses the topic.
         policies = await self.policy_resolver.effective(name)
         await self._check_not_partitioned(name)
+        if await self._is_new_topic(name):
+            await self._check_room_for_topics(name, 1, policies)
         await self.ownership.acquire(key)
         if not name.persistent:
             np_topic = await self._load_non_persistent(name)
@@ -212,6 +215,23 @@ class BrokerService:
             raise NotAllowedError(
                 f"topic {key} is partitioned ({partitions} partitions): producers and consumers use its "
                 f"partitions, {key}-partition-0 to -{partitions - 1}")
+
+    async def _is_new_topic(self, name: TopicName) -> bool:
+        """Whether loading `name` creates a topic (auto-creation): it has no record yet and is not
+        a partition of a partitioned topic (those count when their topic is made)."""
+        record = managed_ledger_key(name) if name.persistent else registration_key(name)
+        if await self.store.get(record) is not None:
+            return False
+        return not (name.partition_index >= 0 and await self.resources.get_partitions(str(name.base)) > 0)
+
+    async def _check_room_for_topics(self, name: TopicName, adding: int, policies: Policies | None = None) -> None:
+        """NotAllowedError when `name`'s namespace cannot take `adding` more topics (max_topics).
+        Brokers creating topics of one namespace at the same moment may overshoot it (as Pulsar's)."""
+        if policies is None:
+            policies = await self.policy_resolver.effective(name)
+        if policies.max_topics:
+            namespace = name.namespace_name
+            check_topic_limit(namespace, policies, await self.resources.count_topics(namespace), adding)
 
     async def _load_non_persistent(self, name: TopicName) -> NonPersistentTopic:
         key = str(name)
@@ -282,6 +302,7 @@ class BrokerService:
         if partitions < 0:
             raise InvalidArgumentError(f"partitions {partitions} is invalid: use 0 (not partitioned) or more")
         if partitions > 0:
+            await self._check_room_for_topics(name, partitions)
             await self.resources.create_partitioned_topic(str(name), partitions)
             return
         key = str(name)
@@ -298,8 +319,13 @@ class BrokerService:
         return await self.resources.get_partitions(str(self.parse_topic(topic)))
 
     async def update_partitions(self, topic: str, partitions: int) -> int:
-        """Grow a partitioned topic (NotAllowedError when asked to shrink); returns the count."""
-        return await self.resources.update_partitions(str(self.parse_topic(topic)), partitions)
+        """Grow a partitioned topic (NotAllowedError when asked to shrink, or past the namespace's
+        max_topics); returns the count."""
+        name = self.parse_topic(topic)
+        current = await self.resources.get_partitions(str(name))
+        if partitions > current > 0:
+            await self._check_room_for_topics(name, partitions - current)
+        return await self.resources.update_partitions(str(name), partitions)
 
     async def delete_topic(self, topic: str, force: bool = False) -> None:
         """Delete a topic: refused (PreconditionFailedError) while producers or consumers are

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from herald.common.config import check_metrics_port
+from herald.common.config import check_metrics_port, check_server_limits
+from herald.common.errors import InvalidArgumentError
+from herald.common.security import SecuritySettings
 
 MIB = 1024 * 1024
 
 
 @dataclass
-class BrokerSettings:
+class BrokerSettings(SecuritySettings):
     # Where the broker listens and what it tells others to dial (empty: host:port as bound).
     host: str = "127.0.0.1"
     port: int = 0
@@ -23,6 +25,14 @@ class BrokerSettings:
     broker_id: str = ""
     lookup_address: str = ""
     storage_nodes: list[str] = field(default_factory=list)
+    # Requests larger than this are refused by gRPC with RESOURCE_EXHAUSTED (the server keeps serving).
+    grpc_max_receive_message_bytes: int = 64 * MIB
+    # Client connections (one TCP connection each, whatever its calls) from one client address: past
+    # max_connections_per_address (0: no limit) a new connection's calls are refused with
+    # RESOURCE_EXHAUSTED. While it is on, a connection with no call for connection_idle_timeout
+    # seconds is closed and stops counting.
+    max_connections_per_address: int = 0
+    connection_idle_timeout: float = 300.0
 
     # Storage client: an add or read a node has not answered within these seconds fails over to
     # another node (a paused node keeps its connections open), and a failed node is left out of
@@ -34,6 +44,10 @@ class BrokerSettings:
 
     # Producers. A producer stream that ends cleanly gets its outstanding receipts for this long.
     receipt_drain_seconds: float = 30.0
+    # Sends of one producer stream without their receipt yet: at this many the broker stops reading
+    # the stream until receipts go out (flow control, as Pulsar's maxPendingPublishRequestsPerConnection:
+    # the client's writes wait, nothing fails).
+    max_pending_sends: int = 1000
     deduplication_enabled: bool = True
     max_message_size: int = 5 * MIB
     # Entries between two dedup snapshots; recovery replays at most about this many entries.
@@ -87,6 +101,9 @@ class BrokerSettings:
     max_producers_per_topic: int = 0
     max_consumers_per_topic: int = 0
     max_consumers_per_subscription: int = 0
+    # Topics per namespace (0: unlimited; a partitioned topic counts its partitions), overridable
+    # by the namespace's max_topics policy: creating one more, auto-creation included, is refused.
+    max_topics_per_namespace: int = 0
 
     # Unloading a topic keeps lookup from giving it back to this broker for this long (when another
     # broker is live), so that an unload moves the topic.
@@ -121,6 +138,9 @@ class BrokerSettings:
 
     def __post_init__(self) -> None:
         check_metrics_port(self.metrics_port)
+        check_server_limits(self)
+        if self.max_pending_sends < 1:
+            raise InvalidArgumentError(f"max_pending_sends must be at least 1, got {self.max_pending_sends}")
 
     @property
     def address(self) -> str:

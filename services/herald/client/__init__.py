@@ -38,8 +38,11 @@ from herald.client.producer import AsyncProducer
 from herald.client.reader import AsyncReader
 from herald.client.schema import BytesSchema, JsonSchema, Schema, StringSchema
 from herald.client.sync import Client, Consumer, Producer, Reader
+from herald.common.credentials import AuthenticationTls, AuthenticationToken
 from herald.common.errors import (
     AlreadyClosedError,
+    AuthenticationError,
+    AuthorizationError,
     ChecksumError,
     ConnectionError_,
     ConsumerBusyError,
@@ -66,6 +69,10 @@ __all__ = [
     "AsyncConsumer",
     "AsyncProducer",
     "AsyncReader",
+    "AuthenticationError",
+    "AuthenticationTls",
+    "AuthenticationToken",
+    "AuthorizationError",
     "BatchReceivePolicy",
     "BatchingType",
     "BytesSchema",

@@ -29,8 +29,10 @@ import grpc.aio
 from herald.api.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, common_pb2, lookup_pb2, lookup_pb2_grpc
 from herald.client.config import InitialPosition, ServiceUrl
 from herald.common import tracing
+from herald.common.credentials import Authentication, AuthenticationTls, auth_interceptors, check_authentication
 from herald.common.errors import AlreadyClosedError, InvalidArgumentError, ServiceNotReadyError
 from herald.common.rpc import channel_options, error_from_rpc
+from herald.common.tls import Dialer
 
 T = TypeVar("T")
 DEFAULT_ADMIN_URL = "herald://127.0.0.1:6650"
@@ -54,7 +56,17 @@ def _millis(when: int | datetime.datetime) -> int:
 class AdminClient:
     """An admin session with one broker; use as an async context manager, or close() it."""
 
-    def __init__(self, url: str = DEFAULT_ADMIN_URL, *, timeout: float = 30.0) -> None:
+    def __init__(self, url: str = DEFAULT_ADMIN_URL, *, timeout: float = 30.0, auth: Authentication | None = None,
+                 tls_trust_certs_file_path: str | None = None) -> None:
+        """`url`: herald://host:port (lookup; herald+ssl:// for TLS) or a broker's host:port (TLS when
+        tls_trust_certs_file_path is given). `auth`: AuthenticationToken or AuthenticationTls."""
+        check_authentication(auth)
+        tls = url.startswith("herald+ssl://") or tls_trust_certs_file_path is not None
+        self._dialer = Dialer(
+            ca_file=tls_trust_certs_file_path or "", tls=tls, interceptors=auth_interceptors(auth),
+            cert_file=auth.cert_file if isinstance(auth, AuthenticationTls) else "",
+            key_file=auth.key_file if isinstance(auth, AuthenticationTls) else "",
+        )
         if not timeout > 0:
             raise InvalidArgumentError(f"timeout must be a positive number of seconds, got {timeout!r}")
         if "://" in url:
@@ -91,7 +103,7 @@ class AdminClient:
             raise AlreadyClosedError("admin client already closed")
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = grpc.aio.insecure_channel(address, options=channel_options())
+            channel = self._channels[address] = self._dialer.channel(address, channel_options())
         return channel
 
     async def broker_address(self) -> str:
@@ -121,6 +133,23 @@ class AdminClient:
             return await getattr(stub, method)(request, timeout=self.timeout, metadata=tracing.grpc_metadata())
         except grpc.aio.AioRpcError as exc:
             raise error_from_rpc(exc, f"{method} at {address}") from None
+
+    # ---- permissions ----
+
+    async def grant_permission(self, role: str, actions: Iterable[str], *, namespace: str = "",
+                               topic: str = "") -> None:
+        """Grant `actions` ("produce", "consume") to `role` on a namespace or a topic (one of them)."""
+        await self._call("GrantPermission", admin_pb2.GrantPermissionRequest(
+            namespace=namespace, topic=topic, role=role, actions=list(actions)))
+
+    async def revoke_permission(self, role: str, *, namespace: str = "", topic: str = "") -> None:
+        await self._call("RevokePermission", admin_pb2.RevokePermissionRequest(
+            namespace=namespace, topic=topic, role=role))
+
+    async def get_permissions(self, *, namespace: str = "", topic: str = "") -> dict[str, list[str]]:
+        """Role -> actions granted on the namespace or topic itself (not inherited ones)."""
+        reply = await self._call("GetPermissions", admin_pb2.PermissionsRequest(namespace=namespace, topic=topic))
+        return {grant.role: list(grant.actions) for grant in reply.permissions}
 
     # ---- tenants ----
 
@@ -333,9 +362,10 @@ class SyncAdminClient:
             print(admin.list_tenants())
     """
 
-    def __init__(self, url: str = DEFAULT_ADMIN_URL, *, timeout: float = 30.0) -> None:
+    def __init__(self, url: str = DEFAULT_ADMIN_URL, *, timeout: float = 30.0, auth: Authentication | None = None,
+                 tls_trust_certs_file_path: str | None = None) -> None:
         self._runner = asyncio.Runner()
-        self._client = AdminClient(url, timeout=timeout)
+        self._client = AdminClient(url, timeout=timeout, auth=auth, tls_trust_certs_file_path=tls_trust_certs_file_path)
 
     def __enter__(self) -> SyncAdminClient:
         return self

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from herald.api.v1 import broker_pb2, common_pb2
+from herald.common.credentials import AuthenticationTls, check_authentication
 from herald.common.errors import InvalidArgumentError
 from herald.common.message_id import MessageId
 
@@ -226,6 +227,8 @@ class ClientConfig:
     tls_trust_certs_file_path: str | None = None
     tls_allow_insecure_connection: bool = False
     tls_validate_hostname: bool = False
+    # AuthenticationToken / AuthenticationTls (herald.common.credentials); None: no credentials.
+    auth: Any = None
     url: ServiceUrl = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -240,6 +243,10 @@ class ClientConfig:
             raise InvalidArgumentError(f"tls_trust_certs_file_path must be a file path, got {path!r}")
         _bool("tls_allow_insecure_connection", self.tls_allow_insecure_connection)
         _bool("tls_validate_hostname", self.tls_validate_hostname)
+        check_authentication(self.auth)
+        if isinstance(self.auth, AuthenticationTls) and not self.url.tls:
+            raise InvalidArgumentError(
+                "AuthenticationTls needs a herald+ssl:// service URL: certificates travel in TLS")
 
 
 # message_router(message, num_partitions) -> partition index; message is an OutgoingMessage.

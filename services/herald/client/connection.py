@@ -16,6 +16,7 @@ import grpc.aio
 from herald.client.config import ClientConfig
 from herald.client.tls import read_trust_certs, secure_channel_settings
 from herald.common.backoff import Backoff
+from herald.common.credentials import auth_interceptors
 from herald.common.errors import AlreadyClosedError, ConnectionError_, HeraldError, HeraldTimeoutError
 from herald.common.rpc import MAX_GRPC_MESSAGE_BYTES
 
@@ -80,6 +81,8 @@ class ConnectionPool:
     def __init__(self, config: ClientConfig) -> None:
         self._config = config
         self._options = channel_options(config)
+        # The token goes on every call and stream (none: no interceptor, nothing added per call).
+        self._interceptors = auth_interceptors(config.auth) or None
         # Read once, at construction: a bad path fails the AsyncClient(...) call that gave it.
         path = config.tls_trust_certs_file_path
         self._trusted = read_trust_certs(path) if config.url.tls and path else None
@@ -125,18 +128,21 @@ class ConnectionPool:
     async def _connect(self, address: str) -> grpc.aio.Channel:
         if self._config.url.tls:
             credentials, extra = await secure_channel_settings(self._config, address, self._trusted)
-            channel = grpc.aio.secure_channel(address, credentials, options=[*self._options, *extra])
+            channel = grpc.aio.secure_channel(address, credentials, options=[*self._options, *extra],
+                                              interceptors=self._interceptors)
         else:
-            channel = grpc.aio.insecure_channel(address, options=self._options)
+            channel = grpc.aio.insecure_channel(address, options=self._options, interceptors=self._interceptors)
         timeout = self._config.connection_timeout
         try:
             await asyncio.wait_for(channel.channel_ready(), timeout)
         except BaseException as exc:
             await channel.close(None)
             if isinstance(exc, TimeoutError):
+                hint = ("is the service running, the address right, and its certificate trusted?"
+                        if self._config.url.tls else
+                        "is the service running and the address right (a TLS service wants a herald+ssl:// URL)?")
                 raise ConnectionError_(
-                    f"could not connect to {address} within the connection timeout of {timeout:g}s: "
-                    "is the service running and the address right?"
+                    f"could not connect to {address} within the connection timeout of {timeout:g}s: {hint}"
                 ) from None
             raise
         log.debug("connected to %s", address)

@@ -24,6 +24,7 @@ from cryptography import x509
 from cryptography.x509.oid import NameOID
 
 from herald.client.config import ClientConfig
+from herald.common.credentials import AuthenticationTls
 from herald.common.errors import ConnectionError_, InvalidArgumentError
 
 ChannelOptions = list[tuple[str, str | int]]
@@ -53,7 +54,18 @@ async def secure_channel_settings(
             roots = presented.encode()
         if not config.tls_validate_hostname:
             options.append(("grpc.ssl_target_name_override", certificate_name(presented)))
-    return grpc.ssl_channel_credentials(root_certificates=roots), options
+    key = chain = None
+    if isinstance(config.auth, AuthenticationTls):  # mutual TLS: the client's certificate
+        key = read_client_file(config.auth.key_file, "key")
+        chain = read_client_file(config.auth.cert_file, "certificate")
+    return grpc.ssl_channel_credentials(root_certificates=roots, private_key=key, certificate_chain=chain), options
+
+
+def read_client_file(path: str, what: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise InvalidArgumentError(f"AuthenticationTls {what} file {path!r} cannot be read: {exc.strerror}") from None
 
 
 async def _server_certificate(address: str, timeout: float) -> str:  # noqa: ASYNC109 - the handshake's socket timeout

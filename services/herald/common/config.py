@@ -95,3 +95,18 @@ def check_metrics_port(port: int) -> None:
     if port < -1:
         raise InvalidArgumentError(
             f"metrics_port must be a port, 0 (any free port) or -1 (no metrics endpoint), got {port}")
+
+
+def check_server_limits(settings: Any) -> None:
+    """The limits every gRPC server's settings share, where it has them: grpc_max_receive_message_bytes
+    (positive), max_connections_per_address (0: no limit), connection_idle_timeout (seconds)."""
+    size = getattr(settings, "grpc_max_receive_message_bytes", 1)
+    if size < 1:
+        raise InvalidArgumentError(f"grpc_max_receive_message_bytes must be a positive number of bytes, got {size}")
+    per_address = getattr(settings, "max_connections_per_address", 0)
+    if per_address < 0:
+        raise InvalidArgumentError(
+            f"max_connections_per_address must be 0 (no limit) or a positive number, got {per_address}")
+    idle = getattr(settings, "connection_idle_timeout", 1.0)
+    if not idle > 0:
+        raise InvalidArgumentError(f"connection_idle_timeout must be a positive number of seconds, got {idle!r}")

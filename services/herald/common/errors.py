@@ -144,6 +144,20 @@ class PreconditionFailedError(HeraldError):
     code = common_pb2.PRECONDITION_FAILED
 
 
+class AuthenticationError(HeraldError):
+    """The call carried no credentials, or ones the service could not verify (an expired token, a
+    bad signature, an unknown key): get a valid token or certificate; retrying the same will not help."""
+
+    code = common_pb2.AUTHENTICATION_ERROR
+
+
+class AuthorizationError(HeraldError):
+    """The authenticated role may not do this (produce, consume, administer the tenant): an
+    administrator must grant the permission."""
+
+    code = common_pb2.AUTHORIZATION_ERROR
+
+
 # Client-side errors (never sent on the wire).
 class ConnectionError_(HeraldError):
     """A connection to a service failed or was lost."""
@@ -184,6 +198,7 @@ _BY_CODE: dict[int, type[HeraldError]] = {
         ServiceNotReadyError, HeraldTimeoutError, DuplicateUnknownError, ProducerNotFoundError,
         ConsumerNotFoundError, NotAllowedError, BadVersionError, TooManyRequestsError,
         BacklogQuotaExceededError, NotFoundError, AlreadyExistsError, PreconditionFailedError,
+        AuthenticationError, AuthorizationError,
     )
 }
 

@@ -40,6 +40,8 @@ _STATUS_BY_CODE: dict[int, grpc.StatusCode] = {
     common_pb2.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
     common_pb2.ALREADY_EXISTS: grpc.StatusCode.ALREADY_EXISTS,
     common_pb2.PRECONDITION_FAILED: grpc.StatusCode.FAILED_PRECONDITION,
+    common_pb2.AUTHENTICATION_ERROR: grpc.StatusCode.UNAUTHENTICATED,
+    common_pb2.AUTHORIZATION_ERROR: grpc.StatusCode.PERMISSION_DENIED,
 }
 _DETAILS = re.compile(r"^(\d+):(.*)$", re.DOTALL)
 
@@ -54,10 +56,12 @@ def channel_options(keepalive_seconds: float = 30.0) -> list[tuple[str, int]]:
     ]
 
 
-def server_options() -> list[tuple[str, int]]:
+def server_options(max_receive_message_bytes: int = MAX_GRPC_MESSAGE_BYTES) -> list[tuple[str, int]]:
+    """A server's options; a request larger than `max_receive_message_bytes` is refused by gRPC
+    with RESOURCE_EXHAUSTED (the connection and every other call go on)."""
     return [
         ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_BYTES),
-        ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_BYTES),
+        ("grpc.max_receive_message_length", max_receive_message_bytes),
         ("grpc.keepalive_permit_without_calls", 1),
         # Clients may ping every second to notice a dead or paused broker quickly; allow it.
         ("grpc.http2.min_recv_ping_interval_without_data_ms", 1000),
@@ -85,6 +89,15 @@ def error_from_rpc(exc: grpc.aio.AioRpcError, operation: str = "") -> errors.Her
     code = exc.code()
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return errors.HeraldTimeoutError(f"{where}timed out")
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in details:
+        # gRPC's own refusal of a request past the server's grpc_max_receive_message_bytes: final.
+        return errors.MessageTooLargeError(
+            f"{where}the request is larger than the service accepts (its grpc_max_receive_message_bytes "
+            f"setting): {details}")
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        return errors.AuthenticationError(f"{where}{details}")
+    if code == grpc.StatusCode.PERMISSION_DENIED:
+        return errors.AuthorizationError(f"{where}{details}")
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.INTERNAL):
         return errors.ConnectionError_(f"{where}connection failed ({code.name}): {details}")
     return errors.HeraldError(f"{where}{code.name}: {details}")

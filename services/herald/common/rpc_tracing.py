@@ -15,6 +15,7 @@ import grpc.aio
 from opentelemetry import trace
 
 from herald.common import tracing
+from herald.common.rpc_decoding import DecodingInterceptor
 
 _COMPONENT = "herald.rpc"
 
@@ -26,9 +27,10 @@ else:  # generic only in the stubs
 
 
 def server_interceptors() -> list[_Interceptor]:
-    """The interceptors a server is made with: the tracing one while tracing is on (decided when
-    the server is made), none otherwise."""
-    return [TracingInterceptor()] if tracing.ENABLED else []
+    """The interceptors a server is made with, last in its list: the tracing one while tracing is
+    on (decided when the server is made), and the one decoding requests at the edge (malformed
+    bytes get INVALID_ARGUMENT, herald.common.rpc_decoding)."""
+    return [*([TracingInterceptor()] if tracing.ENABLED else []), DecodingInterceptor()]
 
 
 class TracingInterceptor(_Interceptor):

@@ -43,6 +43,11 @@ class DlqWorkerSettings:
     # published to it, so dead letters stay until `herald admin dlq replay` takes them (retention
     # would remove messages no subscription holds). Empty: none is made.
     initial_subscription: str = "herald-dlq-replay"
+    # Security: the worker's token (a file holding a JWT, re-read when it changes; its role must be
+    # in the brokers' dlq_worker_roles) and, for a herald+ssl:// service_url, the CA bundle that
+    # signs the services' certificates (empty: the system's).
+    auth_token_file: str = ""
+    tls_trust_certs_file: str = ""
 
     def __post_init__(self) -> None:
         for name in ("flow_permits", "max_parked"):

@@ -19,6 +19,7 @@ from herald.client.admin import AdminClient
 from herald.client.config import ClientConfig
 from herald.client.connection import ConnectionPool
 from herald.client.lookup import LookupService
+from herald.common.credentials import AuthenticationToken
 from herald.common.errors import HeraldError
 from herald.common.health import PROBE_TIMEOUT, ServiceHealth, unreachable
 from herald.common.http_endpoint import HttpEndpoint
@@ -42,7 +43,10 @@ class DlqWorker:
         self.registry = CollectorRegistry() if registry is None else registry
         self.metrics = DlqMetrics(self.registry)
         self._config = ClientConfig(service_url=settings.service_url, operation_timeout=settings.operation_timeout,
-                                    connection_timeout=settings.connection_timeout, stats_interval=0)
+                                    connection_timeout=settings.connection_timeout, stats_interval=0,
+                                    tls_trust_certs_file_path=settings.tls_trust_certs_file or None,
+                                    auth=AuthenticationToken.from_file(settings.auth_token_file)
+                                    if settings.auth_token_file else None)
         self.health = ServiceHealth("dlq-worker")
         self.health.add_check("lookup", self._lookup_answers)
         self._http = (HttpEndpoint(self.registry, settings.metrics_host, settings.metrics_port)
@@ -74,7 +78,8 @@ class DlqWorker:
         publisher = IdempotentPublisher(pool, lookup, settings.operation_timeout,
                                         partitions_ttl=settings.broker_refresh_interval)
         if settings.initial_subscription:
-            self._admin = AdminClient(settings.service_url, timeout=settings.operation_timeout)
+            self._admin = AdminClient(settings.service_url, timeout=settings.operation_timeout, auth=self._config.auth,
+                                      tls_trust_certs_file_path=self._config.tls_trust_certs_file_path)
         mover = LetterMover(publisher, self.metrics, self._admin, settings.initial_subscription)
         failures = FailureMemory(settings.retry_delay, settings.retry_delay_max)
 

@@ -10,18 +10,24 @@ import grpc.aio
 from prometheus_client import CollectorRegistry
 
 from herald.api.v1 import lookup_pb2, lookup_pb2_grpc
+from herald.common.authentication import AuthorizationInterceptor
+from herald.common.connections import connection_limits
 from herald.common.errors import HeraldError, InvalidArgumentError
 from herald.common.health import ServiceHealth
 from herald.common.http_endpoint import HttpEndpoint
 from herald.common.names import TopicName
 from herald.common.rpc import abort, server_options
 from herald.common.rpc_tracing import server_interceptors
+from herald.common.security import ServiceSecurity
+from herald.common.tls import add_port
+from herald.lookup.authorization import LookupAuthorization
 from herald.lookup.metrics import ERROR, OK, LookupMetrics
 from herald.lookup.ownership import OwnershipAssigner
 from herald.lookup.registry import BrokerRegistry
 from herald.lookup.routes import topic_route
 from herald.lookup.settings import LookupSettings
 from herald.lookup.topics import topics_of_namespace
+from herald.metadata.authorization import Authorizer
 from herald.metadata.resources import Resources, get_partitions
 from herald.metadata.store import MetadataStore
 
@@ -182,6 +188,10 @@ class LookupServer:
         self.store = store
         self.metrics = LookupMetrics(registry)
         self.http_endpoint: HttpEndpoint | None = None
+        self.security = ServiceSecurity(settings)
+        self.authorization = LookupAuthorization(Authorizer(
+            store, superuser_roles=settings.superuser_roles, broker_roles=settings.broker_roles,
+            dlq_worker_roles=settings.dlq_worker_roles)) if settings.authorization_enabled else None
         self.servicer = LookupServicer(settings, store, self.metrics)
         self._server: grpc.aio.Server | None = None
         self.port = 0
@@ -192,6 +202,12 @@ class LookupServer:
     async def _metadata_store_answers(self) -> None:
         await self.store.ping()
 
+    def _authorizing(self) -> list[AuthorizationInterceptor]:
+        if self.authorization is None:
+            return []
+        return [AuthorizationInterceptor(lookup_pb2.DESCRIPTOR.services_by_name["LookupService"].full_name,
+                                         self.authorization.decide)]
+
     @property
     def address(self) -> str:
         return f"{self.settings.host}:{self.port}"
@@ -200,10 +216,14 @@ class LookupServer:
         if self._server is not None:
             return
         await self.servicer.resources.ensure_default_namespace()
-        server = grpc.aio.server(options=server_options(), interceptors=server_interceptors())
+        limits, idle_options = connection_limits(
+            "lookup", self.settings.max_connections_per_address, self.settings.connection_idle_timeout)
+        server = grpc.aio.server(options=[*server_options(self.settings.grpc_max_receive_message_bytes), *idle_options],
+                                 interceptors=[*limits, *self.security.interceptors, *server_interceptors(),
+                                               *self._authorizing()])
         lookup_pb2_grpc.add_LookupServiceServicer_to_server(self.servicer, server)
         await self.health.add_to_server(server)
-        self.port = server.add_insecure_port(f"{self.settings.host}:{self.settings.port}")
+        self.port = add_port(server, f"{self.settings.host}:{self.settings.port}", self.security.server_credentials)
         self.metrics.watch(self.servicer.registry, asyncio.get_running_loop())
         self._serve_metrics()
         await server.start()

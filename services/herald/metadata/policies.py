@@ -78,6 +78,7 @@ class Policies:
     encryption_required: bool | None = None
     persistence: PersistencePolicy | None = None
     max_message_size: int | None = None
+    max_topics: int | None = None  # namespace policies only; 0: unlimited
 
     # ---- merging ----
 
@@ -109,7 +110,8 @@ class Policies:
         if (quota := self.backlog_quota) is not None:
             _at_least(quota.limit_bytes, -1, "backlog quota limit_bytes", "-1 or 0 (no limit) or bytes")
             _at_least(quota.limit_seconds, -1, "backlog quota limit_seconds", "-1 or 0 (no limit) or seconds")
-        for name in ("max_producers_per_topic", "max_consumers_per_topic", "max_consumers_per_subscription"):
+        for name in ("max_producers_per_topic", "max_consumers_per_topic", "max_consumers_per_subscription",
+                     "max_topics"):
             value = getattr(self, name)
             if value is not None:
                 _at_least(value, 0, name, "0 (unlimited) or a positive number")

@@ -6,6 +6,9 @@ brokers both read these, so the key layout lives here, in one place.
     /admin/policies/<tenant>/<namespace>        namespace policies (JSON); the namespace exists
                                                 while this key does
     /admin/topic-policies/<topic>               a topic's policy overrides (JSON; full topic name)
+    /admin/permissions/<tenant>/<namespace>      grants on a namespace (herald.metadata.authorization);
+                                                deleted with the namespace
+    /admin/topic-permissions/<topic>            grants on a topic (full name); deleted with the topic
     /admin/dead-letter-policies/<topic>/<subscription>   a subscription's dead-letter policy (JSON;
                                                 the partitioned topic's name for its partitions)
     /partitioned-topics/<topic>                 {"partitions": n} for a partitioned topic
@@ -37,6 +40,8 @@ TENANTS_PREFIX = "/admin/tenants/"
 NAMESPACE_POLICIES_PREFIX = "/admin/policies/"
 TOPIC_POLICIES_PREFIX = "/admin/topic-policies/"
 DEAD_LETTER_POLICIES_PREFIX = "/admin/dead-letter-policies/"
+NAMESPACE_PERMISSIONS_PREFIX = "/admin/permissions/"
+TOPIC_PERMISSIONS_PREFIX = "/admin/topic-permissions/"
 PARTITIONED_PREFIX = "/partitioned-topics/"
 MANAGED_LEDGERS_PREFIX = "/managed-ledgers/"
 NON_PERSISTENT_PREFIX = "/non-persistent-topics/"
@@ -198,7 +203,8 @@ class Resources:
         return policies
 
     async def delete_namespace(self, namespace: str) -> None:
-        """Delete a namespace (and topic policies left by its deleted topics); refused while it has topics."""
+        """Delete a namespace, its grants (a namespace made again under the name starts with none),
+        and the topic policies and grants left by its deleted topics; refused while it has topics."""
         namespace = _namespace(namespace)
         topics = await self.list_topics(namespace)
         if topics:
@@ -206,9 +212,11 @@ class Resources:
             raise PreconditionFailedError(
                 f"Namespace {namespace} has {len(topics)} topics ({shown}): delete them first")
         await self.store.delete(namespace_policies_key(namespace))
-        for domain in ("persistent", "non-persistent"):
-            for key in await self.store.list(f"{TOPIC_POLICIES_PREFIX}{domain}://{namespace}/"):
-                await self.store.delete(key)
+        await self.store.delete(NAMESPACE_PERMISSIONS_PREFIX + namespace)
+        for prefix in (TOPIC_POLICIES_PREFIX, TOPIC_PERMISSIONS_PREFIX):
+            for domain in ("persistent", "non-persistent"):
+                for key in await self.store.list(f"{prefix}{domain}://{namespace}/"):
+                    await self.store.delete(key)
 
     async def get_namespace_policies(self, namespace: str) -> Policies:
         namespace = _namespace(namespace)
@@ -261,6 +269,9 @@ class Resources:
 
     async def set_topic_policies(self, topic: str, policies: Policies, clear: Iterable[str] = ()) -> Policies:
         name = _topic(topic)
+        if policies.max_topics is not None:
+            raise InvalidArgumentError(
+                f"max_topics is a namespace policy: set it on namespace {name.namespace_name}, not on topic {name}")
         await self.check_namespace(name.namespace_name)
         key = topic_policies_key(str(name))
         clear = list(clear)
@@ -277,10 +288,13 @@ class Resources:
         raise BadVersionError(f"policies of topic {name} keep changing while being set: retry")
 
     async def delete_topic_policies(self, topic: str) -> None:
-        """The topic's policy overrides and its subscriptions' dead-letter policies."""
+        """The topic's policy overrides, and (not for one partition: partitions share their
+        partitioned topic's) its grants and its subscriptions' dead-letter policies; every topic
+        delete path calls this, so a topic made again under the name inherits none of them."""
         name = _topic(topic)
         await self.store.delete(topic_policies_key(str(name)))
         if name.partition_index < 0:
+            await self.store.delete(TOPIC_PERMISSIONS_PREFIX + str(name))
             for key in await self.store.list(f"{DEAD_LETTER_POLICIES_PREFIX}{name}/"):
                 await self.store.delete(key)
 
@@ -387,6 +401,15 @@ class Resources:
                     continue
                 topics.add(str(name))
         return sorted(topics)
+
+    async def count_topics(self, namespace: str) -> int:
+        """How many topics a namespace holds, as its max_topics policy counts them: a partitioned
+        topic counts its partitions (created or not), every other topic one."""
+        count = 0
+        for topic in await self.list_topics(namespace):
+            partitions = await get_partitions(self.store, topic)
+            count += partitions if partitions > 0 else 1
+        return count
 
 
 def _partitions_doc(partitions: int) -> bytes:

@@ -13,6 +13,7 @@ import grpc
 import grpc.aio
 
 from herald.common.rpc import MAX_GRPC_MESSAGE_BYTES
+from herald.common.tls import PLAINTEXT, Dialer
 
 _BAD_STATES = (grpc.ChannelConnectivity.TRANSIENT_FAILURE, grpc.ChannelConnectivity.SHUTDOWN)
 
@@ -34,7 +35,9 @@ class BrokerPool:
     """Channels by address; `get` never waits (a call on a channel that cannot connect fails with
     UNAVAILABLE, which the caller treats as the broker being unreachable)."""
 
-    def __init__(self, connections_per_broker: int, keepalive_seconds: float, close_grace: float) -> None:
+    def __init__(self, connections_per_broker: int, keepalive_seconds: float, close_grace: float,
+                 dialer: Dialer = PLAINTEXT) -> None:
+        self._dialer = dialer
         self._per_address = connections_per_broker
         self._options = _channel_options(keepalive_seconds)
         self._close_grace = close_grace
@@ -52,7 +55,7 @@ class BrokerPool:
             self._retire(key, channel)
             channel = None
         if channel is None:
-            channel = self._channels[key] = grpc.aio.insecure_channel(address, options=self._options)
+            channel = self._channels[key] = self._dialer.channel(address, self._options)
         return channel
 
     def discard(self, address: str) -> None:

@@ -21,7 +21,10 @@ from herald.common import errors
 from herald.common.health import ServiceHealth, unreachable
 from herald.common.http_endpoint import HttpEndpoint
 from herald.common.rpc import abort, server_options
+from herald.common.rpc_decoding import DecodingInterceptor
+from herald.common.security import ServiceSecurity
 from herald.common.tasks import cancel_and_wait
+from herald.common.tls import add_port
 from herald.proxy.broker_pool import BrokerPool
 from herald.proxy.drain import Drain
 from herald.proxy.forwarding import CONSUME, PRODUCE, StreamKind, StreamRelay
@@ -231,6 +234,9 @@ class ProxyServer:
                 "the proxy needs lookup_address: the host:port of the lookup service (--lookup-address, "
                 "HERALD_PROXY_LOOKUP_ADDRESS)")
         self.settings = settings
+        # Clients are authenticated here; the brokers and lookup get the proxy's own token and the
+        # client's role (x-herald-original-principal), and authorize that role.
+        self.security = ServiceSecurity(settings)
         self.metrics = ProxyMetrics(registry)
         self.http_endpoint: HttpEndpoint | None = None
         self.drain = Drain(self.metrics)
@@ -254,16 +260,18 @@ class ProxyServer:
             return
         settings = self.settings
         idle_ms = int(settings.connection_idle_timeout * 1000)
-        server = grpc.aio.server(options=[*server_options(), ("grpc.max_connection_idle_ms", idle_ms)])
-        self.port = server.add_insecure_port(f"{settings.host}:{settings.port}")
+        server = grpc.aio.server(options=[*server_options(settings.grpc_max_receive_message_bytes),
+                                          ("grpc.max_connection_idle_ms", idle_ms)],
+                                 interceptors=[*self.security.interceptors, DecodingInterceptor()])
+        self.port = add_port(server, f"{settings.host}:{settings.port}", self.security.server_credentials)
         if settings.host in ("0.0.0.0", "::", "[::]") and not settings.advertised_address:
             log.warning("proxy bound to %s with no advertised_address: clients are told to dial %s",
                         settings.host, self.address)
         self.pool = pool = BrokerPool(settings.connections_per_broker, settings.broker_keepalive,
-                                      close_grace=settings.operation_timeout)
+                                      close_grace=settings.operation_timeout, dialer=self.security.forwarding_dialer)
         lookups = Lookups(settings.lookup_address, pool, self.metrics)
         self.limiter = ConnectionLimiter(settings.max_connections, settings.connection_idle_timeout, self.metrics,
-                                         self.address)
+                                         self.address, max_per_address=settings.max_connections_per_address)
         gate = Gate(self.limiter, self.drain)
         forwarder = CallForwarder(settings, lookups, pool, self.metrics)
         lookup_pb2_grpc.add_LookupServiceServicer_to_server(

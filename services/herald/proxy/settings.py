@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from herald.common.config import check_server_limits
 from herald.common.errors import InvalidArgumentError
+from herald.common.security import SecuritySettings
 
 
 @dataclass
-class ProxySettings:
+class ProxySettings(SecuritySettings):
     # Where the proxy listens, and the address it tells clients to dial for every topic (empty:
     # host:port as bound; set it behind a Service or when binding 0.0.0.0).
     host: str = "127.0.0.1"
@@ -24,6 +26,10 @@ class ProxySettings:
     # proxy and stops counting.
     max_connections: int = 0
     connection_idle_timeout: float = 300.0
+    # The same per client address (0: no limit): clients sharing an address share it.
+    max_connections_per_address: int = 0
+    # Requests larger than this are refused by gRPC with RESOURCE_EXHAUSTED (the proxy keeps serving).
+    grpc_max_receive_message_bytes: int = 64 * 1024 * 1024
 
     # On SIGTERM (stop): new calls are refused, produce streams take no new sends and end once
     # their receipts are back, consume streams end at once; whatever is still open after
@@ -48,6 +54,7 @@ class ProxySettings:
         if self.max_connections < 0:
             raise InvalidArgumentError(
                 f"max_connections must be 0 (no limit) or a positive number, got {self.max_connections}")
+        check_server_limits(self)
         if self.connections_per_broker < 1:
             raise InvalidArgumentError(f"connections_per_broker must be at least 1, got {self.connections_per_broker}")
         if self.metrics_port < -1:

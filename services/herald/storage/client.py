@@ -15,6 +15,7 @@ import asyncio
 import logging
 
 from herald.common import errors
+from herald.common.tls import PLAINTEXT, Dialer
 from herald.metadata.store import MetadataStore
 from herald.storage.ledger_handle import LedgerHandle
 from herald.storage.ledger_metadata import (
@@ -42,7 +43,7 @@ class StorageClient:
     def __init__(
         self, store: MetadataStore, bootstrap_addresses: list[str] | None = None,
         operation_timeout: float = 30.0, *, add_timeout: float = 5.0, read_timeout: float = 5.0,
-        quarantine_seconds: float = 30.0,
+        quarantine_seconds: float = 30.0, dialer: Dialer = PLAINTEXT,
     ) -> None:
         for name, value in (("operation_timeout", operation_timeout), ("add_timeout", add_timeout),
                             ("read_timeout", read_timeout)):
@@ -50,7 +51,8 @@ class StorageClient:
                 raise errors.InvalidArgumentError(f"storage client {name} {value} must be positive (seconds)")
         self.store = store
         self.pool = NodePool(list(bootstrap_addresses or []), add_timeout=add_timeout, read_timeout=read_timeout,
-                             operation_timeout=operation_timeout, quarantine_seconds=quarantine_seconds)
+                             operation_timeout=operation_timeout, quarantine_seconds=quarantine_seconds,
+                             dialer=dialer)
         self.addresses = self.pool.addresses
         self.operation_timeout = operation_timeout
 

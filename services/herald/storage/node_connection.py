@@ -27,6 +27,7 @@ import grpc.aio
 from herald.api.v1 import storage_pb2, storage_pb2_grpc
 from herald.common import errors
 from herald.common.rpc import channel_options, error_from_rpc
+from herald.common.tls import PLAINTEXT, Dialer
 
 log = logging.getLogger(__name__)
 
@@ -137,12 +138,13 @@ class NodeConnection:
     """One storage node: a channel, and a pipelined add stream opened on first use (and again after
     a failure)."""
 
-    def __init__(self, address: str, *, add_timeout: float, read_timeout: float, operation_timeout: float) -> None:
+    def __init__(self, address: str, *, add_timeout: float, read_timeout: float, operation_timeout: float,
+                 dialer: Dialer = PLAINTEXT) -> None:
         self.address = address
         self.add_timeout = add_timeout
         self.read_timeout = read_timeout
         self.operation_timeout = operation_timeout
-        self._channel = grpc.aio.insecure_channel(address, options=channel_options() + _RECONNECT_OPTIONS)
+        self._channel = dialer.channel(address, channel_options() + _RECONNECT_OPTIONS)
         self.stub = storage_pb2_grpc.StorageServiceStub(self._channel)
         self._stream: _AddStream | None = None
         self._request_ids = itertools.count(1)
@@ -219,7 +221,9 @@ class NodePool:
     """The storage nodes the client knows (the bootstrap list), their connections and health."""
 
     def __init__(self, addresses: list[str], *, add_timeout: float, read_timeout: float, operation_timeout: float,
-                 quarantine_seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+                 quarantine_seconds: float, clock: Callable[[], float] = time.monotonic,
+                 dialer: Dialer = PLAINTEXT) -> None:
+        self._dialer = dialer
         self.addresses = list(dict.fromkeys(addresses))
         self.add_timeout = add_timeout
         self.read_timeout = read_timeout
@@ -237,7 +241,7 @@ class NodePool:
                 raise errors.ServiceNotReadyError(f"storage node {address}: the storage client is closed")
             connection = self._connections[address] = NodeConnection(
                 address, add_timeout=self.add_timeout, read_timeout=self.read_timeout,
-                operation_timeout=self.operation_timeout)
+                operation_timeout=self.operation_timeout, dialer=self._dialer)
         return connection
 
     # ---- health -------------------------------------------------------------------------------

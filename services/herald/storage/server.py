@@ -33,7 +33,9 @@ from herald.common.health import ServiceHealth
 from herald.common.http_endpoint import HttpEndpoint
 from herald.common.rpc import abort, server_options
 from herald.common.rpc_tracing import server_interceptors
+from herald.common.security import ServiceSecurity
 from herald.common.tasks import cancel_and_wait
+from herald.common.tls import add_port
 from herald.storage.ledger_store import LedgerStore
 from herald.storage.metrics import StorageMetrics
 from herald.storage.settings import StorageSettings
@@ -250,6 +252,9 @@ class StorageServer:
 
     def __init__(self, settings: StorageSettings, registry: CollectorRegistry | None = None) -> None:
         self.settings = settings
+        # With authorization on, only the brokers' roles (and superusers) may use a storage node.
+        self.security = ServiceSecurity(settings, allowed_roles=(
+            [*settings.broker_roles, *settings.superuser_roles] if settings.authorization_enabled else None))
         self.metrics = StorageMetrics(registry)
         self.store = LedgerStore(settings, metrics=self.metrics)
         self.http_endpoint: HttpEndpoint | None = None
@@ -286,13 +291,14 @@ class StorageServer:
         try:
             self.metrics.watch(self.store, self.settings.data_dir, asyncio.get_running_loop())
             self._serve_metrics()
-            server = grpc.aio.server(options=server_options(), interceptors=server_interceptors())
+            server = grpc.aio.server(options=server_options(self.settings.grpc_max_receive_message_bytes),
+                                     interceptors=[*self.security.interceptors, *server_interceptors()])
             storage_pb2_grpc.add_StorageServiceServicer_to_server(StorageServicer(self.store, self.settings),
                                                                   server)
             await self.health.add_to_server(server)
             target = f"{self.settings.host}:{self.settings.port}"
             try:
-                port = server.add_insecure_port(target)
+                port = add_port(server, target, self.security.server_credentials)
             except RuntimeError as exc:
                 raise ServiceNotReadyError(f"storage server cannot listen on {target}: {exc}") from exc
             await server.start()

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from herald.common.config import check_metrics_port
+from herald.common.config import check_metrics_port, check_server_limits
+from herald.common.security import SecuritySettings
 
 MIB = 1024 * 1024
 
 
 @dataclass
-class StorageSettings:
+class StorageSettings(SecuritySettings):
     # Where the journal, entry logs and index snapshot live (the node's PVC).
     data_dir: str = "data/storage"
     host: str = "127.0.0.1"
@@ -38,6 +39,8 @@ class StorageSettings:
     max_entry_id_gap: int = 1_000_000
     # Seconds that stop() lets running RPCs finish before cancelling them.
     stop_grace: float = 5.0
+    # Requests larger than this are refused by gRPC with RESOURCE_EXHAUSTED (the server keeps serving).
+    grpc_max_receive_message_bytes: int = 64 * MIB
     # Prometheus /metrics (herald.storage.metrics): 0 picks a free port, -1 serves none (an
     # embedding process serves the registry itself).
     metrics_host: str = "127.0.0.1"
@@ -45,3 +48,4 @@ class StorageSettings:
 
     def __post_init__(self) -> None:
         check_metrics_port(self.metrics_port)
+        check_server_limits(self)

@@ -144,6 +144,7 @@ class Policies(_message.Message):
     ENCRYPTION_REQUIRED_FIELD_NUMBER: _builtins.int
     PERSISTENCE_FIELD_NUMBER: _builtins.int
     MAX_MESSAGE_SIZE_FIELD_NUMBER: _builtins.int
+    MAX_TOPICS_FIELD_NUMBER: _builtins.int
     message_ttl_seconds: _builtins.int
     """0: messages never expire"""
     max_producers_per_topic: _builtins.int
@@ -153,6 +154,10 @@ class Policies(_message.Message):
     deduplication_enabled: _builtins.bool
     encryption_required: _builtins.bool
     max_message_size: _builtins.int
+    max_topics: _builtins.int
+    """Namespace policies only: topics of the namespace (a partitioned topic counts its partitions);
+    creating one more, auto-creation included, is refused. 0: unlimited.
+    """
     @_builtins.property
     def retention(self) -> Global___RetentionPolicy: ...
     @_builtins.property
@@ -172,10 +177,11 @@ class Policies(_message.Message):
         encryption_required: _builtins.bool | None = ...,
         persistence: Global___PersistencePolicy | None = ...,
         max_message_size: _builtins.int | None = ...,
+        max_topics: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_deduplication_enabled", b"_deduplication_enabled", "_encryption_required", b"_encryption_required", "_max_consumers_per_subscription", b"_max_consumers_per_subscription", "_max_consumers_per_topic", b"_max_consumers_per_topic", "_max_message_size", b"_max_message_size", "_max_producers_per_topic", b"_max_producers_per_topic", "_message_ttl_seconds", b"_message_ttl_seconds", "backlog_quota", b"backlog_quota", "deduplication_enabled", b"deduplication_enabled", "encryption_required", b"encryption_required", "max_consumers_per_subscription", b"max_consumers_per_subscription", "max_consumers_per_topic", b"max_consumers_per_topic", "max_message_size", b"max_message_size", "max_producers_per_topic", b"max_producers_per_topic", "message_ttl_seconds", b"message_ttl_seconds", "persistence", b"persistence", "retention", b"retention"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_deduplication_enabled", b"_deduplication_enabled", "_encryption_required", b"_encryption_required", "_max_consumers_per_subscription", b"_max_consumers_per_subscription", "_max_consumers_per_topic", b"_max_consumers_per_topic", "_max_message_size", b"_max_message_size", "_max_producers_per_topic", b"_max_producers_per_topic", "_max_topics", b"_max_topics", "_message_ttl_seconds", b"_message_ttl_seconds", "backlog_quota", b"backlog_quota", "deduplication_enabled", b"deduplication_enabled", "encryption_required", b"encryption_required", "max_consumers_per_subscription", b"max_consumers_per_subscription", "max_consumers_per_topic", b"max_consumers_per_topic", "max_message_size", b"max_message_size", "max_producers_per_topic", b"max_producers_per_topic", "max_topics", b"max_topics", "message_ttl_seconds", b"message_ttl_seconds", "persistence", b"persistence", "retention", b"retention"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_deduplication_enabled", b"_deduplication_enabled", "_encryption_required", b"_encryption_required", "_max_consumers_per_subscription", b"_max_consumers_per_subscription", "_max_consumers_per_topic", b"_max_consumers_per_topic", "_max_message_size", b"_max_message_size", "_max_producers_per_topic", b"_max_producers_per_topic", "_message_ttl_seconds", b"_message_ttl_seconds", "backlog_quota", b"backlog_quota", "deduplication_enabled", b"deduplication_enabled", "encryption_required", b"encryption_required", "max_consumers_per_subscription", b"max_consumers_per_subscription", "max_consumers_per_topic", b"max_consumers_per_topic", "max_message_size", b"max_message_size", "max_producers_per_topic", b"max_producers_per_topic", "message_ttl_seconds", b"message_ttl_seconds", "persistence", b"persistence", "retention", b"retention"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_deduplication_enabled", b"_deduplication_enabled", "_encryption_required", b"_encryption_required", "_max_consumers_per_subscription", b"_max_consumers_per_subscription", "_max_consumers_per_topic", b"_max_consumers_per_topic", "_max_message_size", b"_max_message_size", "_max_producers_per_topic", b"_max_producers_per_topic", "_max_topics", b"_max_topics", "_message_ttl_seconds", b"_message_ttl_seconds", "backlog_quota", b"backlog_quota", "deduplication_enabled", b"deduplication_enabled", "encryption_required", b"encryption_required", "max_consumers_per_subscription", b"max_consumers_per_subscription", "max_consumers_per_topic", b"max_consumers_per_topic", "max_message_size", b"max_message_size", "max_producers_per_topic", b"max_producers_per_topic", "max_topics", b"max_topics", "message_ttl_seconds", b"message_ttl_seconds", "persistence", b"persistence", "retention", b"retention"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__deduplication_enabled: _TypeAlias = _typing.Literal["deduplication_enabled"]  # noqa: Y015
     _WhichOneofArgType__deduplication_enabled: _TypeAlias = _typing.Literal["_deduplication_enabled", b"_deduplication_enabled"]  # noqa: Y015
@@ -189,6 +195,8 @@ class Policies(_message.Message):
     _WhichOneofArgType__max_message_size: _TypeAlias = _typing.Literal["_max_message_size", b"_max_message_size"]  # noqa: Y015
     _WhichOneofReturnType__max_producers_per_topic: _TypeAlias = _typing.Literal["max_producers_per_topic"]  # noqa: Y015
     _WhichOneofArgType__max_producers_per_topic: _TypeAlias = _typing.Literal["_max_producers_per_topic", b"_max_producers_per_topic"]  # noqa: Y015
+    _WhichOneofReturnType__max_topics: _TypeAlias = _typing.Literal["max_topics"]  # noqa: Y015
+    _WhichOneofArgType__max_topics: _TypeAlias = _typing.Literal["_max_topics", b"_max_topics"]  # noqa: Y015
     _WhichOneofReturnType__message_ttl_seconds: _TypeAlias = _typing.Literal["message_ttl_seconds"]  # noqa: Y015
     _WhichOneofArgType__message_ttl_seconds: _TypeAlias = _typing.Literal["_message_ttl_seconds", b"_message_ttl_seconds"]  # noqa: Y015
     @_typing.overload
@@ -203,6 +211,8 @@ class Policies(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__max_message_size) -> _WhichOneofReturnType__max_message_size | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__max_producers_per_topic) -> _WhichOneofReturnType__max_producers_per_topic | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_topics) -> _WhichOneofReturnType__max_topics | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__message_ttl_seconds) -> _WhichOneofReturnType__message_ttl_seconds | None: ...
 
@@ -1511,3 +1521,158 @@ class ListBrokersResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListBrokersResponse: _TypeAlias = ListBrokersResponse  # noqa: Y015
+
+@_typing.final
+class GrantPermissionRequest(_message.Message):
+    """---- permissions ----"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    TOPIC_FIELD_NUMBER: _builtins.int
+    ROLE_FIELD_NUMBER: _builtins.int
+    ACTIONS_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    """"tenant/namespace", or"""
+    topic: _builtins.str
+    """a topic name"""
+    role: _builtins.str
+    @_builtins.property
+    def actions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """"produce", "consume" """
+
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        topic: _builtins.str = ...,
+        role: _builtins.str = ...,
+        actions: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actions", b"actions", "namespace", b"namespace", "role", b"role", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GrantPermissionRequest: _TypeAlias = GrantPermissionRequest  # noqa: Y015
+
+@_typing.final
+class GrantPermissionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GrantPermissionResponse: _TypeAlias = GrantPermissionResponse  # noqa: Y015
+
+@_typing.final
+class RevokePermissionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    TOPIC_FIELD_NUMBER: _builtins.int
+    ROLE_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    topic: _builtins.str
+    role: _builtins.str
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        topic: _builtins.str = ...,
+        role: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace", "role", b"role", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RevokePermissionRequest: _TypeAlias = RevokePermissionRequest  # noqa: Y015
+
+@_typing.final
+class RevokePermissionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RevokePermissionResponse: _TypeAlias = RevokePermissionResponse  # noqa: Y015
+
+@_typing.final
+class PermissionsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    TOPIC_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    topic: _builtins.str
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        topic: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PermissionsRequest: _TypeAlias = PermissionsRequest  # noqa: Y015
+
+@_typing.final
+class RolePermissions(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROLE_FIELD_NUMBER: _builtins.int
+    ACTIONS_FIELD_NUMBER: _builtins.int
+    role: _builtins.str
+    @_builtins.property
+    def actions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        role: _builtins.str = ...,
+        actions: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actions", b"actions", "role", b"role"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RolePermissions: _TypeAlias = RolePermissions  # noqa: Y015
+
+@_typing.final
+class PermissionsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PERMISSIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def permissions(self) -> _containers.RepeatedCompositeFieldContainer[Global___RolePermissions]: ...
+    def __init__(
+        self,
+        *,
+        permissions: _abc.Iterable[Global___RolePermissions] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["permissions", b"permissions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PermissionsResponse: _TypeAlias = PermissionsResponse  # noqa: Y015

@@ -186,6 +186,21 @@ class AdminServiceStub:
                 request_serializer=herald_dot_v1_dot_admin__pb2.SetSubscriptionDeadLetterPolicyRequest.SerializeToString,
                 response_deserializer=herald_dot_v1_dot_broker__pb2.DeadLetterPolicy.FromString,
                 _registered_method=True)
+        self.GrantPermission = channel.unary_unary(
+                '/herald.v1.AdminService/GrantPermission',
+                request_serializer=herald_dot_v1_dot_admin__pb2.GrantPermissionRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_admin__pb2.GrantPermissionResponse.FromString,
+                _registered_method=True)
+        self.RevokePermission = channel.unary_unary(
+                '/herald.v1.AdminService/RevokePermission',
+                request_serializer=herald_dot_v1_dot_admin__pb2.RevokePermissionRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_admin__pb2.RevokePermissionResponse.FromString,
+                _registered_method=True)
+        self.GetPermissions = channel.unary_unary(
+                '/herald.v1.AdminService/GetPermissions',
+                request_serializer=herald_dot_v1_dot_admin__pb2.PermissionsRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_admin__pb2.PermissionsResponse.FromString,
+                _registered_method=True)
         self.ListBrokers = channel.unary_unary(
                 '/herald.v1.AdminService/ListBrokers',
                 request_serializer=herald_dot_v1_dot_admin__pb2.ListBrokersRequest.SerializeToString,
@@ -395,6 +410,27 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GrantPermission(self, request, context):
+        """---- permissions (authorization) ----
+        Grants of the actions "produce" and "consume" to a role, on a namespace (`namespace` set) or
+        on one topic (`topic` set). A grant replaces the role's earlier one there; revoking removes it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RevokePermission(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetPermissions(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListBrokers(self, request, context):
         """---- brokers ----
         """
@@ -554,6 +590,21 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.SetSubscriptionDeadLetterPolicy,
                     request_deserializer=herald_dot_v1_dot_admin__pb2.SetSubscriptionDeadLetterPolicyRequest.FromString,
                     response_serializer=herald_dot_v1_dot_broker__pb2.DeadLetterPolicy.SerializeToString,
+            ),
+            'GrantPermission': grpc.unary_unary_rpc_method_handler(
+                    servicer.GrantPermission,
+                    request_deserializer=herald_dot_v1_dot_admin__pb2.GrantPermissionRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_admin__pb2.GrantPermissionResponse.SerializeToString,
+            ),
+            'RevokePermission': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevokePermission,
+                    request_deserializer=herald_dot_v1_dot_admin__pb2.RevokePermissionRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_admin__pb2.RevokePermissionResponse.SerializeToString,
+            ),
+            'GetPermissions': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetPermissions,
+                    request_deserializer=herald_dot_v1_dot_admin__pb2.PermissionsRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_admin__pb2.PermissionsResponse.SerializeToString,
             ),
             'ListBrokers': grpc.unary_unary_rpc_method_handler(
                     servicer.ListBrokers,
@@ -1371,6 +1422,87 @@ class AdminService:
             '/herald.v1.AdminService/SetSubscriptionDeadLetterPolicy',
             herald_dot_v1_dot_admin__pb2.SetSubscriptionDeadLetterPolicyRequest.SerializeToString,
             herald_dot_v1_dot_broker__pb2.DeadLetterPolicy.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GrantPermission(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.AdminService/GrantPermission',
+            herald_dot_v1_dot_admin__pb2.GrantPermissionRequest.SerializeToString,
+            herald_dot_v1_dot_admin__pb2.GrantPermissionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RevokePermission(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.AdminService/RevokePermission',
+            herald_dot_v1_dot_admin__pb2.RevokePermissionRequest.SerializeToString,
+            herald_dot_v1_dot_admin__pb2.RevokePermissionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetPermissions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.AdminService/GetPermissions',
+            herald_dot_v1_dot_admin__pb2.PermissionsRequest.SerializeToString,
+            herald_dot_v1_dot_admin__pb2.PermissionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -89,6 +89,13 @@ class AdminServiceStub:
     is deleted.
     """
     SetSubscriptionDeadLetterPolicy: _grpc.UnaryUnaryMultiCallable[_admin_pb2.SetSubscriptionDeadLetterPolicyRequest, _broker_pb2.DeadLetterPolicy]
+    GrantPermission: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GrantPermissionRequest, _admin_pb2.GrantPermissionResponse]
+    """---- permissions (authorization) ----
+    Grants of the actions "produce" and "consume" to a role, on a namespace (`namespace` set) or
+    on one topic (`topic` set). A grant replaces the role's earlier one there; revoking removes it.
+    """
+    RevokePermission: _grpc.UnaryUnaryMultiCallable[_admin_pb2.RevokePermissionRequest, _admin_pb2.RevokePermissionResponse]
+    GetPermissions: _grpc.UnaryUnaryMultiCallable[_admin_pb2.PermissionsRequest, _admin_pb2.PermissionsResponse]
     ListBrokers: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListBrokersRequest, _admin_pb2.ListBrokersResponse]
     """---- brokers ----"""
 
@@ -146,6 +153,13 @@ class AdminServiceAsyncStub(AdminServiceStub):
     is deleted.
     """
     SetSubscriptionDeadLetterPolicy: _aio.UnaryUnaryMultiCallable[_admin_pb2.SetSubscriptionDeadLetterPolicyRequest, _broker_pb2.DeadLetterPolicy]  # type: ignore[assignment]
+    GrantPermission: _aio.UnaryUnaryMultiCallable[_admin_pb2.GrantPermissionRequest, _admin_pb2.GrantPermissionResponse]  # type: ignore[assignment]
+    """---- permissions (authorization) ----
+    Grants of the actions "produce" and "consume" to a role, on a namespace (`namespace` set) or
+    on one topic (`topic` set). A grant replaces the role's earlier one there; revoking removes it.
+    """
+    RevokePermission: _aio.UnaryUnaryMultiCallable[_admin_pb2.RevokePermissionRequest, _admin_pb2.RevokePermissionResponse]  # type: ignore[assignment]
+    GetPermissions: _aio.UnaryUnaryMultiCallable[_admin_pb2.PermissionsRequest, _admin_pb2.PermissionsResponse]  # type: ignore[assignment]
     ListBrokers: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListBrokersRequest, _admin_pb2.ListBrokersResponse]  # type: ignore[assignment]
     """---- brokers ----"""
 
@@ -380,6 +394,31 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.SetSubscriptionDeadLetterPolicyRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_broker_pb2.DeadLetterPolicy, _abc.Awaitable[_broker_pb2.DeadLetterPolicy]]: ...
+
+    @_abc_1.abstractmethod
+    def GrantPermission(
+        self,
+        request: _admin_pb2.GrantPermissionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.GrantPermissionResponse, _abc.Awaitable[_admin_pb2.GrantPermissionResponse]]:
+        """---- permissions (authorization) ----
+        Grants of the actions "produce" and "consume" to a role, on a namespace (`namespace` set) or
+        on one topic (`topic` set). A grant replaces the role's earlier one there; revoking removes it.
+        """
+
+    @_abc_1.abstractmethod
+    def RevokePermission(
+        self,
+        request: _admin_pb2.RevokePermissionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.RevokePermissionResponse, _abc.Awaitable[_admin_pb2.RevokePermissionResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def GetPermissions(
+        self,
+        request: _admin_pb2.PermissionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.PermissionsResponse, _abc.Awaitable[_admin_pb2.PermissionsResponse]]: ...
 
     @_abc_1.abstractmethod
     def ListBrokers(

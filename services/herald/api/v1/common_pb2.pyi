@@ -69,6 +69,10 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """tenant, namespace, topic or subscription exists already"""
     PRECONDITION_FAILED: _ErrorCode.ValueType  # 26
     """e.g. deleting a topic with producers or consumers connected"""
+    AUTHENTICATION_ERROR: _ErrorCode.ValueType  # 27
+    """no credentials, or ones the service cannot verify (expired, bad signature)"""
+    AUTHORIZATION_ERROR: _ErrorCode.ValueType  # 28
+    """the role may not do this (produce, consume, administer this tenant)"""
 
 class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper):
     """Error codes shared by all services; mapped to exception classes in herald.common.errors."""
@@ -116,6 +120,10 @@ ALREADY_EXISTS: ErrorCode.ValueType  # 25
 """tenant, namespace, topic or subscription exists already"""
 PRECONDITION_FAILED: ErrorCode.ValueType  # 26
 """e.g. deleting a topic with producers or consumers connected"""
+AUTHENTICATION_ERROR: ErrorCode.ValueType  # 27
+"""no credentials, or ones the service cannot verify (expired, bad signature)"""
+AUTHORIZATION_ERROR: ErrorCode.ValueType  # 28
+"""the role may not do this (produce, consume, administer this tenant)"""
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
 
 class _CompressionType:

@@ -1,0 +1,114 @@
+"""The security settings every service shares (TLS, authentication, the service's own credentials)
+and what a service builds from them: its server's credentials and authentication interceptor, and
+the `Dialer` for its calls to other services. Each service's settings dataclass derives from
+`SecuritySettings`, so the names are the same everywhere (HERALD_<SERVICE>_TLS_CERT_FILE, ...).
+Everything is off by default."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from herald.common.authentication import AuthenticationInterceptor, Authenticator, forwarded_principal
+from herald.common.credentials import AuthenticationToken, call_interceptors
+from herald.common.errors import InvalidArgumentError
+from herald.common.tls import Dialer, server_credentials
+from herald.common.tokens import TokenVerifier
+
+
+@dataclass
+class SecuritySettings:
+    # TLS on this service's gRPC port: its certificate chain and key (PEM). tls_ca_file is the CA
+    # that signs the cluster's certificates: trusted when this service dials the others (which it
+    # does over TLS whenever tls_cert_file is set), and asked of clients' certificates;
+    # tls_require_client_cert refuses clients without one (mutual TLS). tls_server_name: the name
+    # the other services' certificates must carry when it is not the host dialled.
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    tls_ca_file: str = ""
+    tls_require_client_cert: bool = False
+    tls_server_name: str = ""
+    # Authentication of every call (but grpc.health.v1): a JWT checked with the secret key (HS256)
+    # or the public key (RS256), its audience when token_audience is set; with tls_client_auth a
+    # client certificate's common name is the role of a call without a token.
+    authentication_enabled: bool = False
+    token_secret_key_file: str = ""
+    token_public_key_file: str = ""
+    token_audience: str = ""
+    tls_client_auth: bool = False
+    # This service's own token (a file holding a JWT, re-read when it changes), sent on its calls
+    # to other services when they authenticate.
+    auth_token_file: str = ""
+    # Roles of proxies: the only ones whose calls may name another principal
+    # (x-herald-original-principal), which is then the one authorized.
+    proxy_roles: list[str] = field(default_factory=list)
+    # Authorization (broker, lookup, storage; herald.metadata.authorization): superuser_roles may do
+    # everything; broker_roles are the brokers' own (register with lookup, use storage nodes,
+    # forward admin calls for a principal); dlq_worker_roles take dead letters from brokers and
+    # publish them to their dead-letter topics. Other roles get what tenants' admin_roles and the
+    # produce / consume grants give them. With authentication on and authorization off, any
+    # authenticated role may do anything.
+    authorization_enabled: bool = False
+    superuser_roles: list[str] = field(default_factory=list)
+    broker_roles: list[str] = field(default_factory=list)
+    dlq_worker_roles: list[str] = field(default_factory=list)
+
+    @property
+    def tls_enabled(self) -> bool:
+        return bool(self.tls_cert_file)
+
+
+class ServiceSecurity:
+    """What one service runs with, built (and checked: unreadable files fail here) at start."""
+
+    def __init__(self, settings: SecuritySettings, *, forwarder_roles: Collection[str] = (),
+                 allowed_roles: Collection[str] | None = None) -> None:
+        self.settings = settings
+        self.server_credentials: grpc.ServerCredentials | None = None
+        if settings.tls_cert_file or settings.tls_key_file:
+            self.server_credentials = server_credentials(
+                settings.tls_cert_file, settings.tls_key_file, settings.tls_ca_file, settings.tls_require_client_cert)
+        if settings.tls_client_auth and not (settings.tls_require_client_cert and self.server_credentials):
+            raise InvalidArgumentError("tls_client_auth needs TLS with tls_require_client_cert: gRPC asks clients for "
+                                       "a certificate only when it requires one")
+        self.interceptors: list[Any] = []
+        if settings.authentication_enabled:
+            verifier = None
+            if settings.token_secret_key_file or settings.token_public_key_file:
+                verifier = TokenVerifier.from_files(settings.token_secret_key_file, settings.token_public_key_file,
+                                                    settings.token_audience)
+            authenticator = Authenticator(verifier, tls_client_auth=settings.tls_client_auth,
+                                          forwarder_roles={*settings.proxy_roles, *settings.broker_roles,
+                                                           *forwarder_roles},
+                                          allowed_roles=allowed_roles)
+            self.interceptors.append(AuthenticationInterceptor(authenticator))
+        self.token = AuthenticationToken.from_file(settings.auth_token_file) if settings.auth_token_file else None
+        self.dialer = self._dialer(forward_principal=False)
+        # For calls made on a client's behalf (proxy → lookup / brokers, broker → broker admin
+        # forwarding): they also name the principal of the call being handled.
+        self.forwarding_dialer = self._dialer(forward_principal=True)
+
+    def _dialer(self, *, forward_principal: bool) -> Dialer:
+        settings = self.settings
+        token = self.token
+
+        def call_metadata() -> list[tuple[str, str]]:
+            pairs = token.metadata() if token is not None else []
+            if forward_principal:
+                pairs.extend(forwarded_principal())
+            return pairs
+
+        mutual = settings.tls_enabled and bool(settings.tls_ca_file)
+        return Dialer(
+            ca_file=settings.tls_ca_file if settings.tls_enabled else "",
+            cert_file=settings.tls_cert_file if mutual else "",
+            key_file=settings.tls_key_file if mutual else "",
+            # No interceptor unless there is something to add: grpc.aio drives an intercepted stream
+            # through a generator of its own that breaks when a relay cancels the stream.
+            interceptors=call_interceptors(call_metadata)
+            if token is not None or (forward_principal and settings.authentication_enabled) else (),
+            server_name=settings.tls_server_name, tls=settings.tls_enabled,
+        )
