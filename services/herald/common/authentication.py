@@ -21,7 +21,7 @@ import grpc
 import grpc.aio
 
 from herald.common import errors
-from herald.common.rpc import abort
+from herald.common.rpc import abort, handler_behavior
 from herald.common.tokens import TokenVerifier
 
 ORIGINAL_PRINCIPAL = "x-herald-original-principal"
@@ -149,18 +149,11 @@ class AuthenticationInterceptor(_Interceptor):
 
 def _wrap(handler: grpc.RpcMethodHandler[Any, Any],
           enter: Callable[[Context], Awaitable[None]]) -> grpc.RpcMethodHandler[Any, Any]:
-    kinds = (("unary_unary", grpc.unary_unary_rpc_method_handler),
-             ("unary_stream", grpc.unary_stream_rpc_method_handler),
-             ("stream_unary", grpc.stream_unary_rpc_method_handler),
-             ("stream_stream", grpc.stream_stream_rpc_method_handler))
-    for name, make in kinds:
-        behavior = getattr(handler, name)
-        if behavior is None:
-            continue
-        return make(_guarded(behavior, enter),  # type: ignore[operator]
-                    request_deserializer=handler.request_deserializer,
-                    response_serializer=handler.response_serializer)
-    return handler
+    behavior, make = handler_behavior(handler)
+    if behavior is None:
+        return handler
+    return make(_guarded(behavior, enter), request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer)
 
 
 def _guarded(behavior: Any, enter: Callable[[Context], Awaitable[None]]) -> Any:

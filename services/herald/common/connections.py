@@ -16,7 +16,7 @@ import grpc
 import grpc.aio
 
 from herald.common.errors import HeraldError, TooManyRequestsError
-from herald.common.rpc import abort
+from herald.common.rpc import abort, handler_behavior
 
 if TYPE_CHECKING:
     _Interceptor = grpc.aio.ServerInterceptor[Any, Any]
@@ -155,15 +155,7 @@ class ConnectionLimitInterceptor(_Interceptor):
         if handler is None:
             return handler
         tracker = self.tracker
-        if handler.request_streaming and handler.response_streaming:
-            kind, make = handler.stream_stream, grpc.stream_stream_rpc_method_handler
-        elif handler.request_streaming:
-            kind, make = handler.stream_unary, grpc.stream_unary_rpc_method_handler
-        elif handler.response_streaming:
-            kind, make = handler.unary_stream, grpc.unary_stream_rpc_method_handler
-        else:
-            kind, make = handler.unary_unary, grpc.unary_unary_rpc_method_handler
-        behavior: Any = kind
+        behavior, make = handler_behavior(handler)
 
         async def admit(context: grpc.aio.ServicerContext[Any, Any]) -> str:
             peer = context.peer()
@@ -192,7 +184,7 @@ class ConnectionLimitInterceptor(_Interceptor):
                     tracker.leave(peer)
 
             wrapped = calling
-        return make(  # type: ignore[no-any-return,operator]
+        return make(
             wrapped, request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer)
 

@@ -9,7 +9,8 @@ Errors inside streams travel as `Error` messages instead (see the protos).
 from __future__ import annotations
 
 import re
-from typing import NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 import grpc
 import grpc.aio
@@ -101,3 +102,17 @@ def error_from_rpc(exc: grpc.aio.AioRpcError, operation: str = "") -> errors.Her
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.INTERNAL):
         return errors.ConnectionError_(f"{where}connection failed ({code.name}): {details}")
     return errors.HeraldError(f"{where}{code.name}: {details}")
+
+
+def handler_behavior(
+    handler: grpc.RpcMethodHandler[Any, Any],
+) -> tuple[Any, Callable[..., grpc.RpcMethodHandler[Any, Any]]]:
+    """A method handler's behaviour (the servicer's function) and the grpc function that makes a
+    handler of the same kind: what a server interceptor needs to wrap one."""
+    if handler.request_streaming and handler.response_streaming:
+        return handler.stream_stream, grpc.stream_stream_rpc_method_handler
+    if handler.request_streaming:
+        return handler.stream_unary, grpc.stream_unary_rpc_method_handler
+    if handler.response_streaming:
+        return handler.unary_stream, grpc.unary_stream_rpc_method_handler
+    return handler.unary_unary, grpc.unary_unary_rpc_method_handler

@@ -14,7 +14,7 @@ import grpc.aio
 from google.protobuf.message import DecodeError
 
 from herald.common.errors import InvalidArgumentError
-from herald.common.rpc import EOF, abort
+from herald.common.rpc import EOF, abort, handler_behavior
 
 if TYPE_CHECKING:
     _Interceptor = grpc.aio.ServerInterceptor[Any, Any]
@@ -63,15 +63,7 @@ class DecodingInterceptor(_Interceptor):
         if handler is None or decoder is None:
             return handler  # generic handlers on bytes decode for themselves
         method: str = handler_call_details.method  # type: ignore[attr-defined]
-        if handler.request_streaming and handler.response_streaming:
-            behavior, make = handler.stream_stream, grpc.stream_stream_rpc_method_handler
-        elif handler.request_streaming:
-            behavior, make = handler.stream_unary, grpc.stream_unary_rpc_method_handler
-        elif handler.response_streaming:
-            behavior, make = handler.unary_stream, grpc.unary_stream_rpc_method_handler
-        else:
-            behavior, make = handler.unary_unary, grpc.unary_unary_rpc_method_handler
-        inner: Any = behavior
+        inner, make = handler_behavior(handler)
 
         if handler.request_streaming:
             def arguments(request: Any, context: Context) -> tuple[Any, Any]:
@@ -101,5 +93,5 @@ class DecodingInterceptor(_Interceptor):
                 return await inner(*arguments(request, context))
 
             wrapped = calling
-        return make(wrapped, request_deserializer=None,  # type: ignore[no-any-return,operator]
+        return make(wrapped, request_deserializer=None,
                     response_serializer=handler.response_serializer)
