@@ -61,7 +61,7 @@ test-soak: setup
 # tests/fuzz for long: HERALD_FUZZ_EXAMPLES examples per property (make test runs 150).
 FUZZ_EXAMPLES ?= 5000
 fuzz: setup
-	HERALD_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q -p no:timeout tests/fuzz $(PYTEST_ARGS)
+	HERALD_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q --timeout=0 tests/fuzz $(PYTEST_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check services operator spark-jobs tests bench proto
