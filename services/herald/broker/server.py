@@ -45,7 +45,7 @@ from herald.common import errors, tracing
 from herald.common.authentication import AuthorizationInterceptor, current_role
 from herald.common.connections import connection_limits
 from herald.common.health import ServiceHealth
-from herald.common.http_endpoint import HttpEndpoint
+from herald.common.http_endpoint import HttpEndpoint, serve_endpoint
 from herald.common.rpc import EOF, abort, server_options
 from herald.common.rpc_tracing import handshake_span, server_interceptors
 from herald.common.security import ServiceSecurity
@@ -557,11 +557,7 @@ class BrokerServer:
 
     def _serve_metrics(self) -> None:
         settings = self.settings
-        if settings.metrics_port < 0:
-            return
-        endpoint = HttpEndpoint(self.metrics.registry, settings.metrics_host, settings.metrics_port)
-        endpoint.watch(self.health)
-        endpoint.start_or_explain("broker")
-        self.http_endpoint = endpoint
+        self.http_endpoint = serve_endpoint("broker", self.metrics.registry, settings.metrics_host,
+                                            settings.metrics_port, self.health)
 
 

@@ -7,6 +7,7 @@ says what asking for more (`_send_flow`, at half the queue) and handing a messag
 
 from __future__ import annotations
 
+import abc
 import asyncio
 from collections import deque
 from typing import Generic, TypeVar, cast
@@ -21,7 +22,7 @@ from herald.common.errors import ConsumerClosedError, HeraldError, NotAllowedErr
 T = TypeVar("T")
 
 
-class ReceiveQueue(Generic[T]):
+class ReceiveQueue(abc.ABC, Generic[T]):
     """Delivered messages waiting for the application, and the application waiting for them."""
 
     def __init__(
@@ -44,13 +45,13 @@ class ReceiveQueue(Generic[T]):
 
     # ---- what the consumer says ----
 
+    @abc.abstractmethod
     def _receiving(self) -> bool:
         """Whether messages may still come (the consumer is open)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _send_flow(self) -> None:
         """Ask for `_permits` more messages (and reset the count)."""
-        raise NotImplementedError
 
     def _handed_out(self, message: Message[T]) -> Message[T]:
         """What giving a message to the application involves besides taking it from the queue."""

@@ -26,19 +26,14 @@ from cryptography.x509.oid import NameOID
 from herald.client.config import ClientConfig
 from herald.common.credentials import AuthenticationTls
 from herald.common.errors import ConnectionError_, InvalidArgumentError
+from herald.common.tls import read_pem
 
 ChannelOptions = list[tuple[str, str | int]]
 
 
 def read_trust_certs(path: str) -> bytes:
     """The CA bundle's bytes; InvalidArgumentError naming the option when it cannot be read."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise InvalidArgumentError(f"tls_trust_certs_file_path {path!r} cannot be read: {exc.strerror}") from None
-    if b"-----BEGIN CERTIFICATE-----" not in data:
-        raise InvalidArgumentError(f"tls_trust_certs_file_path {path!r} holds no PEM certificate")
-    return data
+    return read_pem(path, "tls_trust_certs_file_path", kind="CERTIFICATE")
 
 
 async def secure_channel_settings(

@@ -171,3 +171,14 @@ def _best_family(host: str, port: int) -> tuple[socket.AddressFamily, str]:
     family, _, _, _, address = next(iter(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
                                                             flags=socket.AI_PASSIVE)))
     return family, str(address[0])
+
+
+def serve_endpoint(service: str, registry: CollectorRegistry, host: str, port: int,
+                   health: ServiceHealth) -> HttpEndpoint | None:
+    """A service process's endpoint, started and watching `health`; None when port is -1 (none)."""
+    if port < 0:
+        return None
+    endpoint = HttpEndpoint(registry, host, port)
+    endpoint.watch(health)
+    endpoint.start_or_explain(service)
+    return endpoint

@@ -17,14 +17,15 @@ from herald.common.errors import InvalidArgumentError
 ChannelOptions = Sequence[tuple[str, Any]]
 
 
-def read_pem(path: str, setting: str) -> bytes:
-    """A PEM file's bytes; InvalidArgumentError naming the setting when it cannot be read."""
+def read_pem(path: str, setting: str, *, kind: str = "") -> bytes:
+    """A PEM file's bytes (holding a `kind` block, e.g. "CERTIFICATE", or any); InvalidArgumentError
+    naming the setting when it cannot be read or holds no such block."""
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
         raise InvalidArgumentError(f"{setting} {path!r} cannot be read: {exc.strerror}") from None
-    if b"-----BEGIN " not in data:
-        raise InvalidArgumentError(f"{setting} {path!r} holds no PEM data")
+    if f"-----BEGIN {kind}".encode() not in data:
+        raise InvalidArgumentError(f"{setting} {path!r} holds no PEM {kind.lower() or 'data'}")
     return data
 
 

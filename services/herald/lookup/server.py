@@ -14,7 +14,7 @@ from herald.common.authentication import AuthorizationInterceptor
 from herald.common.connections import connection_limits
 from herald.common.errors import HeraldError, InvalidArgumentError
 from herald.common.health import ServiceHealth
-from herald.common.http_endpoint import HttpEndpoint
+from herald.common.http_endpoint import HttpEndpoint, serve_endpoint
 from herald.common.names import TopicName
 from herald.common.rpc import abort, server_options
 from herald.common.rpc_tracing import server_interceptors
@@ -243,9 +243,5 @@ class LookupServer:
 
     def _serve_metrics(self) -> None:
         settings = self.settings
-        if settings.metrics_port < 0:
-            return
-        endpoint = HttpEndpoint(self.metrics.registry, settings.metrics_host, settings.metrics_port)
-        endpoint.watch(self.health)
-        endpoint.start_or_explain("lookup")
-        self.http_endpoint = endpoint
+        self.http_endpoint = serve_endpoint("lookup", self.metrics.registry, settings.metrics_host,
+                                            settings.metrics_port, self.health)

@@ -30,7 +30,7 @@ from herald.api.v1 import storage_pb2, storage_pb2_grpc
 from herald.common import tracing
 from herald.common.errors import HeraldError, PersistenceError, ServiceNotReadyError
 from herald.common.health import ServiceHealth
-from herald.common.http_endpoint import HttpEndpoint
+from herald.common.http_endpoint import HttpEndpoint, serve_endpoint
 from herald.common.rpc import abort, server_options
 from herald.common.rpc_tracing import server_interceptors
 from herald.common.security import ServiceSecurity
@@ -327,12 +327,8 @@ class StorageServer:
 
     def _serve_metrics(self) -> None:
         settings = self.settings
-        if settings.metrics_port < 0:
-            return
-        endpoint = HttpEndpoint(self.metrics.registry, settings.metrics_host, settings.metrics_port)
-        endpoint.watch(self.health)
-        endpoint.start_or_explain("storage")
-        self.http_endpoint = endpoint
+        self.http_endpoint = serve_endpoint("storage", self.metrics.registry, settings.metrics_host,
+                                            settings.metrics_port, self.health)
 
     def _stop_metrics(self) -> None:
         if self.http_endpoint is not None:
