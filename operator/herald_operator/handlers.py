@@ -48,7 +48,9 @@ class HeraldOperator:
             self._admin = AdminClient(
                 settings.admin_url, timeout=settings.admin_timeout,
                 auth=AuthenticationToken.from_file(settings.auth_token_file) if settings.auth_token_file else None,
-                tls_trust_certs_file_path=settings.tls_trust_certs_file or None)
+                tls_trust_certs_file_path=settings.tls_trust_certs_file or None,
+                tls_certificate_file_path=settings.tls_cert_file or None,
+                tls_private_key_file_path=settings.tls_key_file or None)
         return self._admin
 
     async def close(self) -> None:

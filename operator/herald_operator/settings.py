@@ -25,9 +25,13 @@ class OperatorSettings:
     admin_timeout: float = 10.0
     # Security (docs/security.md): a file holding the operator's token (a super-user's, or an admin
     # role of every tenant it manages), re-read when it changes; for a herald+ssl:// admin_url, the
-    # CA bundle that signs the services' certificates (empty: the system's).
+    # CA bundle that signs the services' certificates (empty: the system's). tls_cert_file /
+    # tls_key_file: the client certificate it presents, which services with tls_require_client_cert
+    # ask of it.
     auth_token_file: str = ""
     tls_trust_certs_file: str = ""
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
     # How often each resource is reconciled again and its status refreshed from the topic's stats
     # (drift made through the admin API is reverted then).
     resync_interval: float = 30.0
@@ -47,6 +51,9 @@ class OperatorSettings:
                     f"operator setting {name} must be a positive number of seconds, got {getattr(self, name)}")
         if not self.admin_url:
             raise InvalidArgumentError("operator setting admin_url is empty: give herald://host:port or host:port")
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise InvalidArgumentError("operator settings tls_cert_file and tls_key_file go together: give both "
+                                       "(the client certificate and its key) or neither")
 
 
 def load_settings(

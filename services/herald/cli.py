@@ -24,6 +24,7 @@ from herald.common import tracing
 from herald.common.config import describe, load_settings
 from herald.common.errors import HeraldError
 from herald.common.logs import configure_logging
+from herald.common.metrics_access import MetricsEndpointSettings
 from herald.common.security import SecuritySettings
 from herald.metadata import MetadataStore, open_store
 
@@ -62,7 +63,8 @@ def cmd_standalone(args: argparse.Namespace) -> None:
     settings = load_settings(
         StandaloneSettings, "standalone", config_file=args.config,
         overrides=_flags(args, "data_dir", "host", "port", "broker_port", "storage_port", "proxy_port",
-                         "metrics_port", "dlq_worker", *STANDALONE_SECURITY_FLAGS),
+                         "metrics_port", "metrics_topic_level", "dlq_worker", *STANDALONE_SECURITY_FLAGS,
+                         *METRICS_ENDPOINT_FLAGS),
     )
 
     async def make() -> Standalone:
@@ -99,7 +101,7 @@ class _OnMetadataStore:
 
 def _announce_metrics(service: str, endpoint: Any) -> None:
     if endpoint is not None:
-        print(f"{service} metrics on http://{endpoint.address}/metrics", flush=True)
+        print(f"{service} metrics on {endpoint.url}/metrics", flush=True)
 
 
 def cmd_lookup(args: argparse.Namespace) -> None:
@@ -108,7 +110,8 @@ def cmd_lookup(args: argparse.Namespace) -> None:
 
     settings = load_settings(LookupSettings, "lookup", config_file=args.config,
                              overrides=_flags(args, "metadata_url", "host", "port", "heartbeat_interval",
-                                              "metrics_host", "metrics_port", *SERVICE_SECURITY_FLAGS))
+                                              "metrics_host", "metrics_port", *METRICS_ENDPOINT_FLAGS,
+                                              *SERVICE_SECURITY_FLAGS))
     log.info("lookup settings:\n%s", describe(settings))
 
     async def make() -> _OnMetadataStore:
@@ -129,7 +132,7 @@ def cmd_broker(args: argparse.Namespace) -> None:
         BrokerSettings, "broker", config_file=args.config,
         overrides=_flags(args, "metadata_url", "host", "port", "broker_id", "lookup_address", "storage_nodes",
                          "advertised_address", "metrics_host", "metrics_port", "metrics_topic_level",
-                         *SERVICE_SECURITY_FLAGS),
+                         *METRICS_ENDPOINT_FLAGS, *SERVICE_SECURITY_FLAGS),
     )
     log.info("broker settings:\n%s", describe(settings))
 
@@ -149,7 +152,7 @@ def cmd_storage(args: argparse.Namespace) -> None:
 
     settings = load_settings(StorageSettings, "storage", config_file=args.config,
                              overrides=_flags(args, "data_dir", "host", "port", "metrics_host", "metrics_port",
-                                              *SERVICE_SECURITY_FLAGS))
+                                              *METRICS_ENDPOINT_FLAGS, *SERVICE_SECURITY_FLAGS))
     log.info("storage settings:\n%s", describe(settings))
 
     async def make() -> StorageServer:
@@ -169,7 +172,8 @@ def cmd_proxy(args: argparse.Namespace) -> None:
     settings = load_settings(
         ProxySettings, "proxy", config_file=args.config,
         overrides=_flags(args, "host", "port", "lookup_address", "advertised_address", "max_connections",
-                         "drain_timeout", "metrics_host", "metrics_port", *SERVICE_SECURITY_FLAGS),
+                         "drain_timeout", "metrics_host", "metrics_port", *METRICS_ENDPOINT_FLAGS,
+                         *SERVICE_SECURITY_FLAGS),
     )
     log.info("proxy settings:\n%s", describe(settings))
 
@@ -178,7 +182,7 @@ def cmd_proxy(args: argparse.Namespace) -> None:
 
     def announce(proxy: ProxyServer) -> None:
         if proxy.http_endpoint is not None:
-            print(f"proxy metrics on http://{proxy.http_endpoint.address}/metrics (health: /healthz, /readyz)",
+            print(f"proxy metrics on {proxy.http_endpoint.url}/metrics (health: /healthz, /readyz)",
                   flush=True)
         print(f"proxy listening on {proxy.address} (lookup {settings.lookup_address})", flush=True)
 
@@ -191,7 +195,7 @@ def cmd_dlq_worker(args: argparse.Namespace) -> None:
 
     settings = load_dlq_settings(args.config, _flags(args, "service_url", "worker_name", "metrics_host",
                                                      "metrics_port", "flow_permits", "broker_refresh_interval",
-                                                     *CLIENT_SECURITY_FLAGS))
+                                                     *METRICS_ENDPOINT_FLAGS, *CLIENT_SECURITY_FLAGS))
     log.info("dlq-worker settings:\n%s", describe(settings))
 
     async def make() -> DlqWorker:
@@ -199,8 +203,8 @@ def cmd_dlq_worker(args: argparse.Namespace) -> None:
 
     def announce(worker: DlqWorker) -> None:
         print(f"dlq-worker {settings.worker_name} is running against {settings.service_url}", flush=True)
-        if worker.metrics_address is not None:
-            print(f"  metrics on http://{worker.metrics_address}/metrics", flush=True)
+        if worker.metrics_url is not None:
+            print(f"  metrics on {worker.metrics_url}/metrics", flush=True)
 
     asyncio.run(_serve(make, announce))
 
@@ -336,6 +340,21 @@ SERVICE_SECURITY_HELP = {
     "dlq_worker_roles": "comma-separated roles of the dlq-workers",
 }
 SERVICE_SECURITY_FLAGS = tuple(field.name for field in dataclasses.fields(SecuritySettings))
+# Who may read /metrics (docs/security.md "Metrics"): a flag per field, on every command serving it.
+METRICS_ENDPOINT_FLAGS = tuple(field.name for field in dataclasses.fields(MetricsEndpointSettings))
+
+
+def metrics_endpoint_flags(sub: argparse.ArgumentParser, section: str) -> None:
+    """--metrics-auth-token-file, --metrics-tls-cert-file and --metrics-tls-key-file, over the
+    [section] table and HERALD_<SECTION>_* variables."""
+    env = f"HERALD_{section.upper().replace('-', '_')}_"
+    sub.add_argument("--metrics-auth-token-file", metavar="FILE",
+                     help="file holding the bearer token /metrics asks scrapers for (the probes stay open; "
+                          f"env {env}METRICS_AUTH_TOKEN_FILE)")
+    sub.add_argument("--metrics-tls-cert-file", metavar="FILE",
+                     help=f"certificate chain (PEM): HTTPS on the metrics port (env {env}METRICS_TLS_CERT_FILE)")
+    sub.add_argument("--metrics-tls-key-file", metavar="FILE",
+                     help=f"the metrics certificate's private key (PEM) (env {env}METRICS_TLS_KEY_FILE)")
 
 
 def service_security_flags(sub: argparse.ArgumentParser, service: str) -> None:
@@ -361,10 +380,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="text (default) or json: one JSON object per line (env HERALD_LOG_FORMAT)")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def metrics_flags(sub: argparse.ArgumentParser, default_port: int) -> None:
+    def metrics_flags(sub: argparse.ArgumentParser, default_port: int, section: str) -> None:
         sub.add_argument("--metrics-host", help="address /metrics binds (default 127.0.0.1)")
         sub.add_argument("--metrics-port", type=int,
                          help=f"/metrics port (default {default_port}; 0 = any free port, -1 = none)")
+        metrics_endpoint_flags(sub, section)
 
     def service(name: str, help_text: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text, description=help_text)
@@ -380,6 +400,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--storage-port", type=int, help="storage port (default 3181)")
     sub.add_argument("--proxy-port", type=int, help="proxy port (default 6652; -1: no proxy)")
     sub.add_argument("--metrics-port", type=int, help="/metrics port of every service (default 9180; -1: none)")
+    metrics_endpoint_flags(sub, "standalone")
+    sub.add_argument("--no-metrics-topic-level", dest="metrics_topic_level", action="store_const", const=False,
+                     default=None, help="no topic or subscription labels on the broker's metrics: broker-wide sums")
     sub.add_argument("--no-dlq-worker", dest="dlq_worker", action="store_const", const=False, default=None,
                      help="do not move dead letters to their dead-letter topics")
     standalone_security_flags(sub)
@@ -388,7 +411,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = service("lookup", "run the lookup (discovery) service")
     sub.add_argument("--metadata-url", help="redis://host:port/db or sqlite:///path (env HERALD_LOOKUP_METADATA_URL)")
     sub.add_argument("--heartbeat-interval", type=float, help="seconds between broker heartbeats")
-    metrics_flags(sub, 9101)
+    metrics_flags(sub, 9101, "lookup")
     service_security_flags(sub, "lookup")
     sub.set_defaults(func=cmd_lookup)
 
@@ -398,7 +421,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--advertised-address", help="host:port clients use to reach this broker")
     sub.add_argument("--lookup-address", help="host:port of the lookup service")
     sub.add_argument("--storage-nodes", help="comma-separated host:port of storage nodes")
-    metrics_flags(sub, 9102)
+    metrics_flags(sub, 9102, "broker")
     sub.add_argument("--no-metrics-topic-level", dest="metrics_topic_level", action="store_const", const=False,
                      default=None, help="no topic or subscription labels on metrics: broker-wide sums only")
     service_security_flags(sub, "broker")
@@ -406,7 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub = service("storage", "run a storage node")
     sub.add_argument("--data-dir", help="journal and ledger directory")
-    metrics_flags(sub, 9103)
+    metrics_flags(sub, 9103, "storage")
     service_security_flags(sub, "storage")
     sub.set_defaults(func=cmd_storage)
 
@@ -417,6 +440,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--drain-timeout", type=float, help="seconds streams get to finish on SIGTERM (default 20)")
     sub.add_argument("--metrics-host", help="address /metrics binds (default 127.0.0.1)")
     sub.add_argument("--metrics-port", type=int, help="/metrics port (default 9104; 0 = any free port, -1 = none)")
+    metrics_endpoint_flags(sub, "proxy")
     service_security_flags(sub, "proxy")
     sub.set_defaults(func=cmd_proxy)
 
@@ -427,6 +451,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--worker-name", help="the name in logs (default: host name and process id)")
     sub.add_argument("--metrics-host", help="address /metrics binds (default 127.0.0.1)")
     sub.add_argument("--metrics-port", type=int, help="/metrics port (default 9105; 0 = any free port, -1 = none)")
+    metrics_endpoint_flags(sub, "dlq-worker")
     sub.add_argument("--flow-permits", type=int, help="letters in flight per broker (default 100)")
     sub.add_argument("--broker-refresh-interval", type=float, help="seconds between broker list refreshes")
     client_security_flags(sub, defaults="settings", env_prefix="HERALD_DLQ_WORKER_")

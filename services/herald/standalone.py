@@ -19,6 +19,7 @@ from herald.common.config import load_settings
 from herald.common.errors import InvalidArgumentError
 from herald.common.health import ServiceHealth
 from herald.common.http_endpoint import HttpEndpoint
+from herald.common.metrics_access import MetricsEndpointSettings
 from herald.common.tokens import create_token, read_key_file, unverified_subject
 from herald.dlq.settings import DlqWorkerSettings
 from herald.dlq.worker import DlqWorker
@@ -34,14 +35,18 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class StandaloneSettings:
+class StandaloneSettings(MetricsEndpointSettings):
     data_dir: str = "data"
     host: str = "127.0.0.1"
     port: int = 6650  # the service URL clients use (lookup)
     broker_port: int = 6651
     proxy_port: int = 6652  # -1: no proxy
     storage_port: int = 3181
-    metrics_port: int = 9180  # /metrics, /healthz and /readyz of every service in the process; -1: none
+    # /metrics, /healthz and /readyz of every service in the process; -1: none. A bearer token and
+    # TLS on it: MetricsEndpointSettings. metrics_topic_level false: the broker's metrics carry no
+    # topic or subscription labels (as HERALD_BROKER_METRICS_TOPIC_LEVEL=false does).
+    metrics_port: int = 9180
+    metrics_topic_level: bool = True
     dlq_worker: bool = True  # move dead letters to their dead-letter topics
     entry_cache_max_bytes: int = 64 * 1024 * 1024
     # Security for every service at once (docs/security.md): TLS on every port with this certificate
@@ -68,7 +73,7 @@ class Standalone:
         data = Path(settings.data_dir)
         data.mkdir(parents=True, exist_ok=True)
         self.registry = CollectorRegistry()
-        self.http = HttpEndpoint(self.registry, settings.host, settings.metrics_port) \
+        self.http = HttpEndpoint(self.registry, settings.host, settings.metrics_port, access=settings) \
             if settings.metrics_port >= 0 else None
         # Not ready until every service started (the broker, proxy and worker are made in start()).
         self.health = ServiceHealth("standalone")
@@ -119,6 +124,8 @@ class Standalone:
             storage_nodes=[self.storage.address], entry_cache_max_bytes=self.settings.entry_cache_max_bytes,
             # One storage node: every ledger is 1/1/1 (a cluster's brokers default to 3/2/2).
             ensemble_size=1, write_quorum=1, ack_quorum=1, metrics_port=-1, **self.security,
+            # Only ever turned off here: on, the broker's own setting (its HERALD_BROKER_ variable) decides.
+            metrics_topic_level=None if self.settings.metrics_topic_level else False,
         ))
         self.broker = BrokerServer(broker_settings, self.store, registry=self.registry)
         self._watch(self.broker.health)
@@ -131,10 +138,16 @@ class Standalone:
             self._watch(self.proxy.health)
             await self.proxy.start()
         if self.settings.dlq_worker:
+            # The worker is a client of the others: it trusts their CA and, as the services do when
+            # they dial each other, presents the standalone's certificate (which
+            # tls_require_client_cert asks of every client).
+            mutual = bool(self.settings.tls_cert_file and self.settings.tls_ca_file)
             dlq_settings = load_settings(DlqWorkerSettings, "dlq-worker", overrides=dict(
                 service_url=self.service_url, metrics_port=-1, worker_name="standalone",
                 auth_token_file=self.security.get("auth_token_file", ""),
-                tls_trust_certs_file=self.settings.tls_ca_file))
+                tls_trust_certs_file=self.settings.tls_ca_file,
+                tls_cert_file=self.settings.tls_cert_file if mutual else None,
+                tls_key_file=self.settings.tls_key_file if mutual else None))
             self.dlq = DlqWorker(dlq_settings, registry=self.registry)
             self._watch(self.dlq.health)
             await self.dlq.start()
@@ -148,8 +161,8 @@ class Standalone:
             "proxy": f"{self.scheme}://{self.proxy.address}" if self.proxy else "-",
             "storage": self.storage.address,
             "dlq-worker": "running" if self.dlq else "-",
-            "metrics": f"http://{self.http.address}/metrics" if self.http else "-",
-            "health": f"http://{self.http.address}/healthz, /readyz" if self.http else "-",
+            "metrics": f"{self.http.url}/metrics" if self.http else "-",
+            "health": f"{self.http.url}/healthz, /readyz" if self.http else "-",
             "metadata": f"sqlite://{Path(self.settings.data_dir).resolve() / 'metadata.db'}",
         }
 

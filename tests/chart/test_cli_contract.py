@@ -26,7 +26,7 @@ from herald_operator.settings import OperatorSettings
 from herald_operator.settings import load_settings as load_operator_settings
 
 from tests.chart.render import CHART, PRODUCTION_VALUES, SECURE_VALUES, Manifest, containers, render, workloads
-from tests.chart.test_security import OWN_SECRET_RENDER
+from tests.chart.test_security import OWN_SECRET_RENDER, PROTECTED_RENDER
 
 SETTINGS: dict[str, type[Any]] = {
     "lookup": LookupSettings, "broker": BrokerSettings, "storage": StorageSettings, "proxy": ProxySettings,
@@ -61,12 +61,13 @@ UNUSED = {
 
 
 def _secure_renders() -> list[list[Manifest]]:
-    """TLS from cert-manager with HS256 and authorization; a TLS Secret with RS256 and an audience
-    (both with empty `settings` maps, so that every variable they set is the chart's)."""
-    return [render(SECURE_VALUES), render(sets=OWN_SECRET_RENDER)]
+    """TLS from cert-manager with HS256 and authorization; a TLS Secret with RS256 and an audience;
+    the first with mutual TLS and protected metrics (all with empty `settings` maps, so that every
+    variable they set is the chart's)."""
+    return [render(SECURE_VALUES), render(sets=OWN_SECRET_RENDER), render(SECURE_VALUES, sets=PROTECTED_RENDER)]
 
 
-@pytest.fixture(scope="module", params=["default", "production", "settings", "secure", "own-secret"])
+@pytest.fixture(scope="module", params=["default", "production", "settings", "secure", "own-secret", "protected"])
 def rendered(request: pytest.FixtureRequest) -> list[Manifest]:
     if request.param == "default":
         return render()
@@ -76,6 +77,8 @@ def rendered(request: pytest.FixtureRequest) -> list[Manifest]:
         return render(PRODUCTION_VALUES, SECURE_VALUES)
     if request.param == "own-secret":
         return render(sets=OWN_SECRET_RENDER)
+    if request.param == "protected":
+        return render(PRODUCTION_VALUES, SECURE_VALUES, sets=PROTECTED_RENDER)
     return render(sets=SETTINGS_RENDER)
 
 

@@ -2,7 +2,8 @@
 authorization; and a render with a TLS Secret of one's own and RS256): every Herald pod mounts what
 it needs read-only, each service gets the settings docs/security.md names for it, service URLs become
 herald+ssl://, probes stay on plain HTTP, the Certificate names every Service, and incomplete security
-values are refused."""
+values are refused. With mutual TLS the dlq-worker and the operator present the certificate; with
+metricsEndpoint every /metrics asks for a token over HTTPS and the monitors send it."""
 
 from __future__ import annotations
 
@@ -16,12 +17,18 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from herald.broker.settings import BrokerSettings
+from herald.client import AuthenticationToken
+from herald.client.admin import AdminClient
 from herald.common.config import load_settings
+from herald.common.metrics_access import MetricsAccess
 from herald.common.security import ServiceSecurity
 from herald.common.tokens import create_token, new_secret_key
+from herald.dlq.settings import DlqWorkerSettings
+from herald.dlq.worker import DlqWorker
 from herald.lookup.settings import LookupSettings
 from herald.proxy.settings import ProxySettings
 from herald.storage.settings import StorageSettings
+from herald_operator.settings import load_settings as load_operator_settings
 
 from tests.chart.render import (
     NAMESPACE,
@@ -38,7 +45,12 @@ from tests.chart.render import (
     render_failure,
     workloads,
 )
+from tests.chart.test_chart import FOREIGN_KINDS, validate
 
+# Mutual TLS with every component on, and /metrics behind a bearer token over HTTPS (on the secure values).
+PROTECTED_RENDER = ("tls.requireClientCert=true", "metricsEndpoint.tokenSecret=herald-metrics-token",
+                    "metricsEndpoint.tls=true")
+METRICS_SERVERS = ("lookup", "broker", "storage", "proxy", "dlq-worker")
 # TLS from a Secret of one's own, RS256, an audience; authorization off.
 OWN_SECRET_RENDER = (
     "tls.enabled=true", "tls.secretName=herald-certs", "auth.enabled=true", "auth.publicKeySecret=herald-jwt-public",
@@ -244,6 +256,77 @@ def test_mutual_tls_is_required_when_asked() -> None:
             assert _env(workload)[_prefix(component) + "TLS_REQUIRE_CLIENT_CERT"] == "true"
 
 
+@pytest.fixture(scope="module")
+def protected_manifests() -> list[Manifest]:
+    return render(PRODUCTION_VALUES, SECURE_VALUES, sets=PROTECTED_RENDER)
+
+
+def test_the_protected_render_is_valid_for_the_pinned_kubernetes_version(protected_manifests: list[Manifest]) -> None:
+    for manifest in protected_manifests:
+        if manifest["kind"] not in FOREIGN_KINDS:
+            validate(manifest)
+
+
+def test_with_mutual_tls_the_dlq_worker_and_the_operator_present_the_certificate(
+    protected_manifests: list[Manifest],
+) -> None:
+    by_component = _herald_workloads(protected_manifests)
+    for component in SERVERS:
+        assert _env(by_component[component])[_prefix(component) + "TLS_REQUIRE_CLIENT_CERT"] == "true"
+    for component in CLIENTS:
+        workload = by_component[component]
+        env = _env(workload)
+        assert env[_prefix(component) + "TLS_CERT_FILE"] == "/etc/herald/tls/tls.crt", component
+        assert env[_prefix(component) + "TLS_KEY_FILE"] == "/etc/herald/tls/tls.key", component
+        assert env[_prefix(component) + "AUTH_TOKEN_FILE"] == "/etc/herald/token/token", component  # still its role
+        mount = _mounts(workload)["/etc/herald/tls"]
+        assert mount["readOnly"] is True
+        assert "items" not in _secret_volumes(workload)[mount["name"]], f"{component} needs tls.key too"
+
+
+def test_with_metrics_protected_every_endpoint_asks_for_the_token_over_https(
+    protected_manifests: list[Manifest],
+) -> None:
+    by_component = _herald_workloads(protected_manifests)
+    for component in METRICS_SERVERS:
+        workload = by_component[component]
+        env = _env(workload)
+        prefix = _prefix(component) + "METRICS_"
+        assert env[prefix + "AUTH_TOKEN_FILE"] == "/etc/herald/metrics-token/token", component
+        assert env[prefix + "TLS_CERT_FILE"] == "/etc/herald/tls/tls.crt", component
+        assert env[prefix + "TLS_KEY_FILE"] == "/etc/herald/tls/tls.key", component
+        mount = _mounts(workload)["/etc/herald/metrics-token"]
+        assert mount["readOnly"] is True and "subPath" not in mount, "a subPath would miss a rotated token"
+        assert _secret_volumes(workload)[mount["name"]] == {
+            "secretName": "herald-metrics-token", "items": [{"key": "token", "path": "token"}], "defaultMode": 0o440}
+        container = _container(workload)
+        for probe in ("startupProbe", "livenessProbe", "readinessProbe"):  # the kubelet sends no token
+            assert container[probe]["httpGet"]["scheme"] == "HTTPS", (component, probe)
+    operator = by_component["operator"]  # it serves no metrics
+    assert not [name for name in _env(operator) if "METRICS" in name]
+    assert "/etc/herald/metrics-token" not in _mounts(operator)
+
+
+def test_with_metrics_protected_the_monitors_send_the_token_over_https(protected_manifests: list[Manifest]) -> None:
+    monitors = [m for m in protected_manifests if m["kind"] in ("ServiceMonitor", "PodMonitor")]
+    assert {component_of(m) for m in monitors} == set(METRICS_SERVERS)
+    server_name = _env(_herald_workloads(protected_manifests)["broker"])["HERALD_BROKER_TLS_SERVER_NAME"]
+    for monitor in monitors:
+        spec = monitor["spec"]
+        for endpoint in spec["endpoints"] if monitor["kind"] == "ServiceMonitor" else spec["podMetricsEndpoints"]:
+            assert endpoint["authorization"] == {
+                "type": "Bearer", "credentials": {"name": "herald-metrics-token", "key": "token"}}
+            assert endpoint["scheme"] == "https"
+            assert endpoint["tlsConfig"] == {"ca": {"secret": {"name": "herald-tls", "key": "ca.crt"}},
+                                             "serverName": server_name}
+
+
+def test_metrics_stay_open_and_plain_unless_asked(secure_manifests: list[Manifest]) -> None:
+    for component, workload in _herald_workloads(secure_manifests).items():
+        assert not [name for name in _env(workload) if "METRICS_" in name and "PORT" not in name], component
+        assert "/etc/herald/metrics-token" not in _mounts(workload), component
+
+
 SECURE = (SECURE_VALUES,)
 
 
@@ -251,8 +334,8 @@ SECURE = (SECURE_VALUES,)
     ((), ("tls.enabled=true",), "set tls.secretName"),
     ((), ("tls.certManager.enabled=true",), "tls.certManager.enabled needs tls.enabled"),
     ((), ("tls.enabled=true", "tls.certManager.enabled=true"), "set tls.certManager.issuerRef.name"),
-    ((), ("tls.enabled=true", "tls.secretName=c", "tls.requireClientCert=true"),
-     "the dlq-worker and the operator present no client certificate"),
+    ((), ("metricsEndpoint.tls=true",), "metricsEndpoint.tls serves /metrics with the TLS certificate: it needs "
+                                        "tls.enabled"),
     ((), ("auth.enabled=true",), "set one of auth.secretKeySecret"),
     (SECURE, ("auth.publicKeySecret=p",), "set one of auth.secretKeySecret"),
     (SECURE, ("auth.tokens.brokerSecret=",), "set auth.tokens.brokerSecret"),
@@ -262,7 +345,7 @@ SECURE = (SECURE_VALUES,)
     (SECURE, ("auth.brokerRoles=null",), "auth.brokerRoles, auth.proxyRoles and auth.dlqWorkerRoles"),
     (SECURE, ("tls.certManager.issuerRef.kind=Cluster",), "tls/certManager/issuerRef/kind"),
     (SECURE, ("auth.superuserRoles={a\\,b}",), "auth/superuserRoles/0"),
-], ids=["tls-without-secret", "cert-manager-without-tls", "cert-manager-without-issuer", "mtls-with-clients",
+], ids=["tls-without-secret", "cert-manager-without-tls", "cert-manager-without-issuer", "metrics-tls-without-tls",
         "auth-without-key", "auth-with-two-keys", "auth-without-broker-token", "auth-without-operator-token",
         "authorization-without-auth", "authorization-without-superuser", "authorization-without-broker-roles",
         "unknown-issuer-kind", "role-with-a-comma"])
@@ -335,3 +418,34 @@ def test_the_security_files_and_settings_make_a_working_service_security(
         assert security.server_credentials is not None and security.interceptors, component
         assert security.dialer.tls, component
         assert (security.token is not None) == (component in ("broker", "proxy")), component
+
+
+def test_the_protected_render_s_files_and_settings_make_working_endpoints_and_clients(
+        protected_manifests: list[Manifest], tmp_path: Path) -> None:
+    """What each pod builds at start with mutual TLS and protected metrics: the metrics endpoint's
+    token check and HTTPS context, and the clients' certificate (unreadable files fail here)."""
+    (certificate,) = of_kind(protected_manifests, "Certificate")
+    _write_secrets(tmp_path, certificate["spec"]["dnsNames"])
+    (tmp_path / "metrics-token").mkdir()
+    (tmp_path / "metrics-token" / "token").write_text("scrape-me\n")
+    settings_classes: dict[str, type[Any]] = {
+        "lookup": LookupSettings, "broker": BrokerSettings, "storage": StorageSettings, "proxy": ProxySettings,
+        "dlq-worker": DlqWorkerSettings}
+    for component, workload in _herald_workloads(protected_manifests).items():
+        env = {name: value.replace("/etc/herald", str(tmp_path)) for name, value in _env(workload).items()}
+        if component == "operator":
+            operator = load_operator_settings(None, {"admin_url": LOOKUP_URL}, environ=env)
+            AdminClient(operator.admin_url, auth=AuthenticationToken.from_file(operator.auth_token_file),
+                        tls_trust_certs_file_path=operator.tls_trust_certs_file,
+                        tls_certificate_file_path=operator.tls_cert_file,
+                        tls_private_key_file_path=operator.tls_key_file)
+            continue
+        overrides = {"service_url": LOOKUP_URL} if component == "dlq-worker" else {}
+        settings = load_settings(settings_classes[component], component, environ=env, overrides=overrides)
+        access = MetricsAccess(settings)
+        assert access.token_required and access.ssl_context is not None, component
+        assert access.check("Bearer scrape-me") is None and access.check(None) is not None, component
+        if component == "dlq-worker":
+            DlqWorker(settings)  # its client and admin configuration, certificate included
+            assert (settings.tls_cert_file, settings.tls_key_file) == (
+                f"{tmp_path}/tls/tls.crt", f"{tmp_path}/tls/tls.key")

@@ -51,6 +51,7 @@ def test_every_client_command_takes_the_client_security_flags(command: tuple[str
     shown = _herald(*command, "--help")
     assert shown.returncode == 0, shown.stderr
     assert "--auth-token-file" in shown.stdout and "--tls-trust-certs-file" in shown.stdout
+    assert "--tls-cert-file" in shown.stdout and "--tls-key-file" in shown.stdout  # mutual TLS
 
 
 class LookupProcess:
@@ -171,3 +172,7 @@ def test_the_operator_flags_go_into_its_settings_over_the_environment(
     flagged = operator_settings(build_parser().parse_args(
         ["operator", "--auth-token-file", "/flag.token", "--tls-trust-certs-file", "/flag.pem"]))
     assert (flagged.auth_token_file, flagged.tls_trust_certs_file) == ("/flag.token", "/flag.pem")
+    monkeypatch.setenv("HERALD_OPERATOR_TLS_CERT_FILE", "/from/env.crt")
+    monkeypatch.setenv("HERALD_OPERATOR_TLS_KEY_FILE", "/from/env.key")
+    certified = operator_settings(build_parser().parse_args(["operator", "--tls-cert-file", "/flag.crt"]))
+    assert (certified.tls_cert_file, certified.tls_key_file) == ("/flag.crt", "/from/env.key")

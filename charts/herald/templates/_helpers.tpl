@@ -148,23 +148,33 @@ toString writes 536870912 as 5.36870912e+08, which int() refuses; integral numbe
 {{- toYaml .Values.containerSecurityContext }}
 {{- end }}
 
-{{/* Liveness (/healthz), readiness (/readyz) and start-up probes on the metrics port. */}}
+{{/* Liveness (/healthz), readiness (/readyz) and start-up probes on the metrics port (HTTPS with
+metricsEndpoint.tls: the kubelet does not check the certificate; the probes need no token). */}}
 {{- define "herald.probes" -}}
 {{- $probes := mergeOverwrite (deepCopy .root.Values.probes) (default dict .values.probes) }}
 startupProbe:
   httpGet:
     path: /healthz
     port: metrics
+    {{- if .root.Values.metricsEndpoint.tls }}
+    scheme: HTTPS
+    {{- end }}
   {{- toYaml $probes.startup | nindent 2 }}
 livenessProbe:
   httpGet:
     path: /healthz
     port: metrics
+    {{- if .root.Values.metricsEndpoint.tls }}
+    scheme: HTTPS
+    {{- end }}
   {{- toYaml $probes.liveness | nindent 2 }}
 readinessProbe:
   httpGet:
     path: /readyz
     port: metrics
+    {{- if .root.Values.metricsEndpoint.tls }}
+    scheme: HTTPS
+    {{- end }}
   {{- toYaml $probes.readiness | nindent 2 }}
 {{- end }}
 
@@ -308,12 +318,19 @@ authorization (.authorization: "all" for lookup and broker, "storage" for storag
 {{- end }}
 {{- end }}
 
-{{/* env of a client of Herald (dlq-worker, operator): the CA it trusts and its token. */}}
+{{/* env of a client of Herald (dlq-worker, operator): the CA it trusts, the certificate it presents
+where the services require one (tls.requireClientCert), and its token. */}}
 {{- define "herald.clientSecurityEnv" -}}
 {{- $prefix := printf "HERALD_%s_" (.section | upper | replace "-" "_") }}
 {{- if .root.Values.tls.enabled }}
 - name: {{ $prefix }}TLS_TRUST_CERTS_FILE
   value: /etc/herald/tls/ca.crt
+{{- if .root.Values.tls.requireClientCert }}
+- name: {{ $prefix }}TLS_CERT_FILE
+  value: /etc/herald/tls/tls.crt
+- name: {{ $prefix }}TLS_KEY_FILE
+  value: /etc/herald/tls/tls.key
+{{- end }}
 {{- end }}
 {{- if .root.Values.auth.enabled }}
 - name: {{ $prefix }}AUTH_TOKEN_FILE
@@ -321,12 +338,43 @@ authorization (.authorization: "all" for lookup and broker, "storage" for storag
 {{- end }}
 {{- end }}
 
+{{/*
+env of a process's metrics endpoint (metricsEndpoint: lookup, broker, storage, proxy, dlq-worker): the
+bearer token /metrics asks for, and HTTPS with the TLS certificate.
+*/}}
+{{- define "herald.metricsEnv" -}}
+{{- $prefix := printf "HERALD_%s_" (.section | upper | replace "-" "_") }}
+{{- $m := .root.Values.metricsEndpoint }}
+{{- if $m.tokenSecret }}
+- name: {{ $prefix }}METRICS_AUTH_TOKEN_FILE
+  value: /etc/herald/metrics-token/token
+{{- end }}
+{{- if $m.tls }}
+- name: {{ $prefix }}METRICS_TLS_CERT_FILE
+  value: /etc/herald/tls/tls.crt
+- name: {{ $prefix }}METRICS_TLS_KEY_FILE
+  value: /etc/herald/tls/tls.key
+{{- end }}
+{{- end }}
+
+{{/* Whether a pod gets the whole TLS Secret, key included: servers, and clients that present the
+certificate (tls.requireClientCert) or serve HTTPS metrics with it (.metrics); other clients only
+need ca.crt. */}}
+{{- define "herald.tlsKeyNeeded" -}}
+{{- if or .server .root.Values.tls.requireClientCert (and .metrics .root.Values.metricsEndpoint.tls) }}true{{ end }}
+{{- end }}
+
 {{/* volumeMounts for the security files (.server: the pod serves TLS and checks tokens; .token: it
-has a token of its own). */}}
+has a token of its own; .metrics: it serves /metrics, which may ask for a token). */}}
 {{- define "herald.securityVolumeMounts" -}}
 {{- if .root.Values.tls.enabled }}
 - name: tls
   mountPath: /etc/herald/tls
+  readOnly: true
+{{- end }}
+{{- if and .metrics .root.Values.metricsEndpoint.tokenSecret }}
+- name: metrics-token
+  mountPath: /etc/herald/metrics-token
   readOnly: true
 {{- end }}
 {{- if .root.Values.auth.enabled }}
@@ -343,7 +391,8 @@ has a token of its own). */}}
 {{- end }}
 {{- end }}
 
-{{/* The volumes behind herald.securityVolumeMounts; a client gets only the CA, never the key. */}}
+{{/* The volumes behind herald.securityVolumeMounts; a client gets only the CA unless it needs the key
+(herald.tlsKeyNeeded). */}}
 {{- define "herald.securityVolumes" -}}
 {{- $v := .root.Values }}
 {{- if $v.tls.enabled }}
@@ -351,11 +400,20 @@ has a token of its own). */}}
   secret:
     secretName: {{ include "herald.tlsSecretName" .root }}
     defaultMode: 0440
-    {{- if not .server }}
+    {{- if not (include "herald.tlsKeyNeeded" .) }}
     items:
       - key: ca.crt
         path: ca.crt
     {{- end }}
+{{- end }}
+{{- if and .metrics $v.metricsEndpoint.tokenSecret }}
+- name: metrics-token
+  secret:
+    secretName: {{ $v.metricsEndpoint.tokenSecret }}
+    items:
+      - key: token
+        path: token
+    defaultMode: 0440
 {{- end }}
 {{- if $v.auth.enabled }}
 {{- if .server }}

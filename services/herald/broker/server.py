@@ -558,6 +558,6 @@ class BrokerServer:
     def _serve_metrics(self) -> None:
         settings = self.settings
         self.http_endpoint = serve_endpoint("broker", self.metrics.registry, settings.metrics_host,
-                                            settings.metrics_port, self.health)
+                                            settings.metrics_port, self.health, access=settings)
 
 

@@ -7,13 +7,14 @@ from dataclasses import dataclass, field
 
 from herald.common.config import check_metrics_port, check_server_limits
 from herald.common.errors import InvalidArgumentError
+from herald.common.metrics_access import MetricsEndpointSettings
 from herald.common.security import SecuritySettings
 
 MIB = 1024 * 1024
 
 
 @dataclass
-class BrokerSettings(SecuritySettings):
+class BrokerSettings(SecuritySettings, MetricsEndpointSettings):
     # Where the broker listens and what it tells others to dial (empty: host:port as bound).
     host: str = "127.0.0.1"
     port: int = 0

@@ -29,7 +29,7 @@ import grpc.aio
 from herald.api.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, common_pb2, lookup_pb2, lookup_pb2_grpc
 from herald.client.config import InitialPosition, ServiceUrl
 from herald.common import tracing
-from herald.common.credentials import Authentication, AuthenticationTls, auth_interceptors, check_authentication
+from herald.common.credentials import Authentication, auth_interceptors, check_authentication, client_certificate
 from herald.common.errors import AlreadyClosedError, InvalidArgumentError, ServiceNotReadyError
 from herald.common.rpc import channel_options, error_from_rpc
 from herald.common.tls import Dialer
@@ -57,15 +57,21 @@ class AdminClient:
     """An admin session with one broker; use as an async context manager, or close() it."""
 
     def __init__(self, url: str = DEFAULT_ADMIN_URL, *, timeout: float = 30.0, auth: Authentication | None = None,
-                 tls_trust_certs_file_path: str | None = None) -> None:
+                 tls_trust_certs_file_path: str | None = None, tls_certificate_file_path: str | None = None,
+                 tls_private_key_file_path: str | None = None) -> None:
         """`url`: herald://host:port (lookup; herald+ssl:// for TLS) or a broker's host:port (TLS when
-        tls_trust_certs_file_path is given). `auth`: AuthenticationToken or AuthenticationTls."""
+        tls_trust_certs_file_path is given). `auth`: AuthenticationToken or AuthenticationTls.
+        tls_certificate_file_path / tls_private_key_file_path: a client certificate presented beside
+        a token, for clusters that require one (as ClientConfig's)."""
         check_authentication(auth)
         tls = url.startswith("herald+ssl://") or tls_trust_certs_file_path is not None
+        certificate = client_certificate(auth, tls_certificate_file_path, tls_private_key_file_path)
+        if certificate is not None and not tls:
+            raise InvalidArgumentError(
+                f"a client certificate needs TLS: give a herald+ssl:// URL or tls_trust_certs_file_path, not {url!r}")
         self._dialer = Dialer(
             ca_file=tls_trust_certs_file_path or "", tls=tls, interceptors=auth_interceptors(auth),
-            cert_file=auth.cert_file if isinstance(auth, AuthenticationTls) else "",
-            key_file=auth.key_file if isinstance(auth, AuthenticationTls) else "",
+            cert_file=certificate[0] if certificate else "", key_file=certificate[1] if certificate else "",
         )
         if not timeout > 0:
             raise InvalidArgumentError(f"timeout must be a positive number of seconds, got {timeout!r}")
@@ -363,9 +369,12 @@ class SyncAdminClient:
     """
 
     def __init__(self, url: str = DEFAULT_ADMIN_URL, *, timeout: float = 30.0, auth: Authentication | None = None,
-                 tls_trust_certs_file_path: str | None = None) -> None:
+                 tls_trust_certs_file_path: str | None = None, tls_certificate_file_path: str | None = None,
+                 tls_private_key_file_path: str | None = None) -> None:
         self._runner = asyncio.Runner()
-        self._client = AdminClient(url, timeout=timeout, auth=auth, tls_trust_certs_file_path=tls_trust_certs_file_path)
+        self._client = AdminClient(url, timeout=timeout, auth=auth, tls_trust_certs_file_path=tls_trust_certs_file_path,
+                                   tls_certificate_file_path=tls_certificate_file_path,
+                                   tls_private_key_file_path=tls_private_key_file_path)
 
     def __enter__(self) -> SyncAdminClient:
         return self

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from herald.api.v1 import broker_pb2, common_pb2
-from herald.common.credentials import AuthenticationTls, check_authentication
+from herald.common.credentials import AuthenticationTls, check_authentication, client_certificate
 from herald.common.errors import InvalidArgumentError
 from herald.common.message_id import MessageId
 
@@ -215,6 +215,9 @@ class ClientConfig:
     TLS (a `herald+ssl://` URL): tls_trust_certs_file_path is the CA bundle that signs the
     services' certificates (None: the system's); tls_allow_insecure_connection accepts any
     certificate; tls_validate_hostname checks that the certificate names the host dialled.
+    tls_certificate_file_path and tls_private_key_file_path: a client certificate presented beside
+    a token, for clusters that require one of every client (tls_require_client_cert); with
+    AuthenticationTls the certificate is the credential itself and these stay None.
     stats_interval: producers and consumers log their stats this often (0: never).
     """
 
@@ -227,9 +230,13 @@ class ClientConfig:
     tls_trust_certs_file_path: str | None = None
     tls_allow_insecure_connection: bool = False
     tls_validate_hostname: bool = False
+    tls_certificate_file_path: str | None = None
+    tls_private_key_file_path: str | None = None
     # AuthenticationToken / AuthenticationTls (herald.common.credentials); None: no credentials.
     auth: Any = None
     url: ServiceUrl = field(init=False, repr=False, compare=False)
+    # (certificate file, key file) presented in TLS handshakes, from auth or the two paths above.
+    client_certificate: tuple[str, str] | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "url", ServiceUrl.parse(self.service_url))
@@ -247,6 +254,11 @@ class ClientConfig:
         if isinstance(self.auth, AuthenticationTls) and not self.url.tls:
             raise InvalidArgumentError(
                 "AuthenticationTls needs a herald+ssl:// service URL: certificates travel in TLS")
+        certificate = client_certificate(self.auth, self.tls_certificate_file_path, self.tls_private_key_file_path)
+        if certificate is not None and not self.url.tls:
+            raise InvalidArgumentError(
+                "tls_certificate_file_path needs a herald+ssl:// service URL: certificates travel in TLS")
+        object.__setattr__(self, "client_certificate", certificate)
 
 
 # message_router(message, num_partitions) -> partition index; message is an OutgoingMessage.

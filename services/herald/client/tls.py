@@ -8,9 +8,12 @@ from ClientConfig's tls_* settings (Pulsar's meaning).
 - tls_validate_hostname: check that the certificate names the host dialled. Off (Pulsar's default),
   the channel is told to expect the name the certificate carries, so brokers may advertise plain
   addresses while their certificates name the cluster.
+- the client's own certificate (mutual TLS): AuthenticationTls's, or tls_certificate_file_path and
+  tls_private_key_file_path beside a token.
 
-The last two need the server's certificate before the channel is made; it is fetched once per
-address with an unverified handshake (ssl.get_server_certificate) on a worker thread.
+tls_allow_insecure_connection and tls_validate_hostname need the server's certificate before the
+channel is made; it is fetched once per address with an unverified handshake
+(ssl.get_server_certificate) on a worker thread.
 """
 
 from __future__ import annotations
@@ -24,7 +27,6 @@ from cryptography import x509
 from cryptography.x509.oid import NameOID
 
 from herald.client.config import ClientConfig
-from herald.common.credentials import AuthenticationTls
 from herald.common.errors import ConnectionError_, InvalidArgumentError
 from herald.common.tls import read_pem
 
@@ -50,9 +52,10 @@ async def secure_channel_settings(
         if not config.tls_validate_hostname:
             options.append(("grpc.ssl_target_name_override", certificate_name(presented)))
     key = chain = None
-    if isinstance(config.auth, AuthenticationTls):  # mutual TLS: the client's certificate
-        key = read_client_file(config.auth.key_file, "key")
-        chain = read_client_file(config.auth.cert_file, "certificate")
+    if config.client_certificate is not None:  # mutual TLS: the client's certificate
+        cert_file, key_file = config.client_certificate
+        key = read_client_file(key_file, "key")
+        chain = read_client_file(cert_file, "certificate")
     return grpc.ssl_channel_credentials(root_certificates=roots, private_key=key, certificate_chain=chain), options
 
 
@@ -60,7 +63,7 @@ def read_client_file(path: str, what: str) -> bytes:
     try:
         return Path(path).read_bytes()
     except OSError as exc:
-        raise InvalidArgumentError(f"AuthenticationTls {what} file {path!r} cannot be read: {exc.strerror}") from None
+        raise InvalidArgumentError(f"client {what} file {path!r} cannot be read: {exc.strerror}") from None
 
 
 async def _server_certificate(address: str, timeout: float) -> str:  # noqa: ASYNC109 - the handshake's socket timeout

@@ -113,6 +113,27 @@ def check_authentication(auth: object) -> Authentication | None:
     raise InvalidArgumentError(f"auth must be an AuthenticationToken or AuthenticationTls, got {auth!r}")
 
 
+def client_certificate(auth: Authentication | None, cert_file: str | None,
+                       key_file: str | None) -> tuple[str, str] | None:
+    """The certificate a client presents in its TLS handshakes, as (certificate file, key file):
+    AuthenticationTls's, or tls_certificate_file_path / tls_private_key_file_path given beside a
+    token (a cluster that requires a certificate of every client, while the token names the role);
+    None: none."""
+    for name, value in (("tls_certificate_file_path", cert_file), ("tls_private_key_file_path", key_file)):
+        if value is not None and (not isinstance(value, str) or not value):
+            raise InvalidArgumentError(f"{name} must be a file path, got {value!r}")
+    if (cert_file is None) != (key_file is None):
+        raise InvalidArgumentError(
+            "a client certificate needs both tls_certificate_file_path and tls_private_key_file_path")
+    if isinstance(auth, AuthenticationTls):
+        if cert_file is not None:
+            raise InvalidArgumentError(
+                "AuthenticationTls already names the client certificate: give tls_certificate_file_path and "
+                "tls_private_key_file_path only with a token or no auth")
+        return auth.cert_file, auth.key_file
+    return (cert_file, key_file) if cert_file is not None and key_file is not None else None
+
+
 def _with_metadata(details: grpc.aio.ClientCallDetails, pairs: MetadataPairs) -> grpc.aio.ClientCallDetails:
     extra = pairs()
     if not extra:

@@ -2,7 +2,8 @@
 event loop still runs) and /readyz (ready: every check of every service the endpoint watches
 passes), for scrapers and the chart's probes. Services in one process (standalone) share one
 endpoint. Metrics: every service defines its metrics (names prefixed `herald_`, counters ending
-`_total`, durations in seconds) on a registry; prometheus-client does the exposition."""
+`_total`, durations in seconds) on a registry; prometheus-client does the exposition. /metrics may
+ask for a bearer token and the port may serve HTTPS (herald.common.metrics_access)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import contextlib
 import json
 import logging
 import socket
+import ssl
 import threading
 import weakref
 from collections.abc import Callable, Iterable
@@ -30,6 +32,7 @@ from prometheus_client.exposition import ThreadingWSGIServer
 
 from herald.common.errors import InvalidArgumentError
 from herald.common.health import LoopHeartbeat, ServiceHealth
+from herald.common.metrics_access import UNAUTHORIZED, MetricsAccess, MetricsEndpointSettings
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +41,8 @@ log = logging.getLogger(__name__)
 disable_created_metrics()  # type: ignore[no-untyped-call]
 
 READY_WAIT_MARGIN = 1.0  # seconds /readyz waits for the checks beyond their own timeout
+# A peer that sends nothing (or stalls its TLS handshake) holds its request thread this long at most.
+REQUEST_TIMEOUT = 30.0
 
 # Registries already given the process's own figures (process_*, python_gc_*, python_info): a
 # registry served twice must not register them twice.
@@ -55,6 +60,15 @@ def add_process_metrics(registry: CollectorRegistry) -> None:
 
 
 class _QuietHandler(WSGIRequestHandler):
+    timeout = REQUEST_TIMEOUT
+
+    def setup(self) -> None:
+        super().setup()
+        # The TLS handshake happens here, on the request's own thread: done on accept, one peer
+        # that never finishes it would stall every scrape and probe behind it.
+        if isinstance(self.connection, ssl.SSLSocket):
+            self.connection.do_handshake()
+
     def log_message(self, format: str, *args: Any) -> None:
         """Probes every few seconds are not worth a log line."""
 
@@ -66,10 +80,13 @@ class HttpEndpoint:
     is idempotent."""
 
     def __init__(self, registry: CollectorRegistry, host: str = "127.0.0.1", port: int = 0, *,
-                 stall_timeout: float = 10.0, heartbeat_interval: float = 1.0) -> None:
+                 stall_timeout: float = 10.0, heartbeat_interval: float = 1.0,
+                 access: MetricsEndpointSettings | None = None) -> None:
         self.registry = registry
         self.host = host
         self.port = port
+        # A bearer token for /metrics and TLS on the port, as `access` says (default: neither).
+        self.access = MetricsAccess(access or MetricsEndpointSettings())
         self.heartbeat = LoopHeartbeat(heartbeat_interval, stall_timeout)
         self._watched: list[ServiceHealth] = []
         add_process_metrics(registry)
@@ -80,6 +97,15 @@ class HttpEndpoint:
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.access.ssl_context is not None else "http"
+
+    @property
+    def url(self) -> str:
+        """scheme://host:port, to which /metrics, /healthz and /readyz are added."""
+        return f"{self.scheme}://{self.address}"
 
     def watch(self, health: ServiceHealth) -> None:
         """Count `health`'s checks in /readyz (the process is ready when all its services are)."""
@@ -103,7 +129,14 @@ class HttpEndpoint:
         class Server(ThreadingWSGIServer):
             address_family = family
 
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                """A peer that failed its TLS handshake or went silent: its own business, not a traceback."""
+                log.debug("HTTP endpoint: request from %s failed", client_address, exc_info=True)
+
         server = make_server(host, self.port, self._app, Server, handler_class=_QuietHandler)
+        context = self.access.ssl_context
+        if context is not None:
+            server.socket = context.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
         self._thread = threading.Thread(target=server.serve_forever, name="http-endpoint", daemon=True)
         self._thread.start()
         self._server = server
@@ -111,7 +144,8 @@ class HttpEndpoint:
         # Started outside an event loop (a tool, a test): only the HTTP threads answer for liveness.
         with contextlib.suppress(RuntimeError):
             self.heartbeat.start(asyncio.get_running_loop())
-        log.info("metrics and health served on http://%s (/metrics, /healthz, /readyz)", self.address)
+        log.info("metrics and health served on %s (/metrics%s, /healthz, /readyz)", self.url,
+                 " with a bearer token" if self.access.token_required else "")
 
     def stop(self) -> None:
         server, thread = self._server, self._thread
@@ -132,7 +166,17 @@ class HttpEndpoint:
         elif path == "/readyz":
             ok, body = self.readiness()
         else:
-            return self._metrics_app(environ, start_response)  # type: ignore[no-any-return]
+            # Every other path is /metrics (as prometheus-client serves it): only the probes are open.
+            refusal = self.access.check(environ.get("HTTP_AUTHORIZATION"))
+            if refusal is None:
+                return self._metrics_app(environ, start_response)  # type: ignore[no-any-return]
+            text = (refusal.reason + "\n").encode()
+            headers = [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(text))),
+                       ("Cache-Control", "no-store")]
+            if refusal.status == UNAUTHORIZED:
+                headers.append(("WWW-Authenticate", 'Bearer realm="herald-metrics"'))
+            start_response(refusal.status, headers)
+            return [text]
         data = json.dumps(body).encode()
         start_response("200 OK" if ok else "503 Service Unavailable",
                        [("Content-Type", "application/json"), ("Content-Length", str(len(data))),
@@ -174,11 +218,11 @@ def _best_family(host: str, port: int) -> tuple[socket.AddressFamily, str]:
 
 
 def serve_endpoint(service: str, registry: CollectorRegistry, host: str, port: int,
-                   health: ServiceHealth) -> HttpEndpoint | None:
+                   health: ServiceHealth, access: MetricsEndpointSettings | None = None) -> HttpEndpoint | None:
     """A service process's endpoint, started and watching `health`; None when port is -1 (none)."""
     if port < 0:
         return None
-    endpoint = HttpEndpoint(registry, host, port)
+    endpoint = HttpEndpoint(registry, host, port, access=access)
     endpoint.watch(health)
     endpoint.start_or_explain(service)
     return endpoint

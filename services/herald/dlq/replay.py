@@ -60,15 +60,18 @@ class ReplayError(HeraldError):
 
 async def replay(
     service_url: str, dead_letter_topic: str, topic: str, limit: int | None = None, operation_timeout: float = 30.0,
-    *, auth: Any = None, tls_trust_certs_file_path: str | None = None,
+    *, auth: Any = None, tls_trust_certs_file_path: str | None = None, tls_certificate_file_path: str | None = None,
+    tls_private_key_file_path: str | None = None,
 ) -> Replayed:
     """Move messages of `dead_letter_topic` back to their REAL_TOPIC (`topic` for those without
-    one), at most `limit` taken (None: every one there). `auth` and `tls_trust_certs_file_path` as
-    for AsyncClient: both the consumer and the publisher use them."""
+    one), at most `limit` taken (None: every one there). `auth` and the tls_* paths as for
+    AsyncClient: both the consumer and the publisher use them."""
     if limit is not None and limit < 1:
         raise InvalidArgumentError(f"replay limit must be at least 1, got {limit}")
     fallback = str(TopicName.parse(topic))
-    security: dict[str, Any] = {"auth": auth, "tls_trust_certs_file_path": tls_trust_certs_file_path}
+    security: dict[str, Any] = {"auth": auth, "tls_trust_certs_file_path": tls_trust_certs_file_path,
+                                "tls_certificate_file_path": tls_certificate_file_path,
+                                "tls_private_key_file_path": tls_private_key_file_path}
     config = ClientConfig(service_url=service_url, operation_timeout=operation_timeout, stats_interval=0, **security)
     pool = ConnectionPool(config)
     publisher = IdempotentPublisher(pool, LookupService(pool, config), operation_timeout, partitions_ttl=60.0)

@@ -11,18 +11,20 @@ from typing import Any
 
 from herald.common.config import load_settings as _load
 from herald.common.errors import InvalidArgumentError
+from herald.common.metrics_access import MetricsEndpointSettings
 
 SECTION = "dlq-worker"  # the TOML table; variables are HERALD_DLQ_WORKER_<FIELD>
 
 
 @dataclass
-class DlqWorkerSettings:
+class DlqWorkerSettings(MetricsEndpointSettings):
     # The cluster: a service URL naming lookup (herald://host:port, herald+ssl:// for TLS). Brokers
     # are found through it (GetClusterInfo) and reached at the addresses lookup gives.
     service_url: str = "herald://127.0.0.1:6650"
     # Shown in logs (empty: host name and process id).
     worker_name: str = ""
-    # /metrics over HTTP: port 0 takes a free port (printed at start), -1 serves none.
+    # /metrics over HTTP: port 0 takes a free port (printed at start), -1 serves none (a bearer
+    # token and TLS on it: MetricsEndpointSettings).
     metrics_host: str = "127.0.0.1"
     metrics_port: int = 9105
     # Letters taken from each broker at once (flow permits): the moves in flight per broker.
@@ -45,9 +47,12 @@ class DlqWorkerSettings:
     initial_subscription: str = "herald-dlq-replay"
     # Security: the worker's token (a file holding a JWT, re-read when it changes; its role must be
     # in the brokers' dlq_worker_roles) and, for a herald+ssl:// service_url, the CA bundle that
-    # signs the services' certificates (empty: the system's).
+    # signs the services' certificates (empty: the system's). tls_cert_file / tls_key_file: the
+    # client certificate it presents, which services with tls_require_client_cert ask of it.
     auth_token_file: str = ""
     tls_trust_certs_file: str = ""
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
 
     def __post_init__(self) -> None:
         for name in ("flow_permits", "max_parked"):
@@ -65,6 +70,12 @@ class DlqWorkerSettings:
             raise InvalidArgumentError(
                 f"dlq-worker setting metrics_port must be a port, 0 (any free port) or -1 (none), "
                 f"got {self.metrics_port}")
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise InvalidArgumentError("dlq-worker settings tls_cert_file and tls_key_file go together: give both "
+                                       "(the client certificate and its key) or neither")
+        if self.tls_cert_file and not self.service_url.startswith("herald+ssl://"):
+            raise InvalidArgumentError(f"dlq-worker setting tls_cert_file needs a herald+ssl:// service_url, "
+                                       f"got {self.service_url!r}: certificates travel in TLS")
         if not self.worker_name:
             self.worker_name = f"{socket.gethostname()}-{os.getpid()}"
 

@@ -45,11 +45,13 @@ class DlqWorker:
         self._config = ClientConfig(service_url=settings.service_url, operation_timeout=settings.operation_timeout,
                                     connection_timeout=settings.connection_timeout, stats_interval=0,
                                     tls_trust_certs_file_path=settings.tls_trust_certs_file or None,
+                                    tls_certificate_file_path=settings.tls_cert_file or None,
+                                    tls_private_key_file_path=settings.tls_key_file or None,
                                     auth=AuthenticationToken.from_file(settings.auth_token_file)
                                     if settings.auth_token_file else None)
         self.health = ServiceHealth("dlq-worker")
         self.health.add_check("lookup", self._lookup_answers)
-        self._http = (HttpEndpoint(self.registry, settings.metrics_host, settings.metrics_port)
+        self._http = (HttpEndpoint(self.registry, settings.metrics_host, settings.metrics_port, access=settings)
                       if settings.metrics_port >= 0 else None)
         if self._http is not None:
             self._http.watch(self.health)
@@ -61,6 +63,11 @@ class DlqWorker:
     def metrics_address(self) -> str | None:
         """host:port of /metrics (and /healthz, /readyz) once started (None when not served)."""
         return self._http.address if self._http is not None else None
+
+    @property
+    def metrics_url(self) -> str | None:
+        """scheme://host:port of /metrics (and /healthz, /readyz) once started (None when not served)."""
+        return self._http.url if self._http is not None else None
 
     @property
     def brokers(self) -> list[str]:
@@ -79,7 +86,9 @@ class DlqWorker:
                                         partitions_ttl=settings.broker_refresh_interval)
         if settings.initial_subscription:
             self._admin = AdminClient(settings.service_url, timeout=settings.operation_timeout, auth=self._config.auth,
-                                      tls_trust_certs_file_path=self._config.tls_trust_certs_file_path)
+                                      tls_trust_certs_file_path=self._config.tls_trust_certs_file_path,
+                                      tls_certificate_file_path=self._config.tls_certificate_file_path,
+                                      tls_private_key_file_path=self._config.tls_private_key_file_path)
         mover = LetterMover(publisher, self.metrics, self._admin, settings.initial_subscription)
         failures = FailureMemory(settings.retry_delay, settings.retry_delay_max)
 
@@ -101,7 +110,7 @@ class DlqWorker:
             async with asyncio.timeout(PROBE_TIMEOUT):
                 channel = await pool.get(address)
         except (HeraldError, TimeoutError) as exc:
-            return f"lookup at {address} does not answer: {exc or 'no connection within the probe timeout'}"
+            return f"lookup at {address} does not answer: {str(exc) or 'no connection within the probe timeout'}"
         problem = await unreachable(channel, f"lookup at {address}")
         if problem is not None:
             pool.discard(address)

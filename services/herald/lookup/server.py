@@ -244,4 +244,4 @@ class LookupServer:
     def _serve_metrics(self) -> None:
         settings = self.settings
         self.http_endpoint = serve_endpoint("lookup", self.metrics.registry, settings.metrics_host,
-                                            settings.metrics_port, self.health)
+                                            settings.metrics_port, self.health, access=settings)

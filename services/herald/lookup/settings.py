@@ -5,13 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from herald.common.config import check_metrics_port, check_server_limits
+from herald.common.metrics_access import MetricsEndpointSettings
 from herald.common.security import SecuritySettings
 
 MIB = 1024 * 1024
 
 
 @dataclass
-class LookupSettings(SecuritySettings):
+class LookupSettings(SecuritySettings, MetricsEndpointSettings):
     metadata_url: str = "redis://127.0.0.1:6379/0"
     host: str = "127.0.0.1"
     port: int = 6650

@@ -280,7 +280,8 @@ class ProxyServer:
             tuple(BrokerHandlers(settings, gate, lookups, pool, forwarder, self.metrics).generic_handlers()))
         await self.health.add_to_server(server)
         if settings.metrics_port >= 0:
-            self.http_endpoint = HttpEndpoint(self.metrics.registry, settings.metrics_host, settings.metrics_port)
+            self.http_endpoint = HttpEndpoint(self.metrics.registry, settings.metrics_host, settings.metrics_port,
+                                              access=settings)
             self.http_endpoint.watch(self.health)
             self.http_endpoint.start()
         await server.start()

@@ -7,11 +7,12 @@ from dataclasses import dataclass
 
 from herald.common.config import check_server_limits
 from herald.common.errors import InvalidArgumentError
+from herald.common.metrics_access import MetricsEndpointSettings
 from herald.common.security import SecuritySettings
 
 
 @dataclass
-class ProxySettings(SecuritySettings):
+class ProxySettings(SecuritySettings, MetricsEndpointSettings):
     # Where the proxy listens, and the address it tells clients to dial for every topic (empty:
     # host:port as bound; set it behind a Service or when binding 0.0.0.0).
     host: str = "127.0.0.1"

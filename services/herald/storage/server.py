@@ -328,7 +328,7 @@ class StorageServer:
     def _serve_metrics(self) -> None:
         settings = self.settings
         self.http_endpoint = serve_endpoint("storage", self.metrics.registry, settings.metrics_host,
-                                            settings.metrics_port, self.health)
+                                            settings.metrics_port, self.health, access=settings)
 
     def _stop_metrics(self) -> None:
         if self.http_endpoint is not None:

@@ -5,13 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from herald.common.config import check_metrics_port, check_server_limits
+from herald.common.metrics_access import MetricsEndpointSettings
 from herald.common.security import SecuritySettings
 
 MIB = 1024 * 1024
 
 
 @dataclass
-class StorageSettings(SecuritySettings):
+class StorageSettings(SecuritySettings, MetricsEndpointSettings):
     # Where the journal, entry logs and index snapshot live (the node's PVC).
     data_dir: str = "data/storage"
     host: str = "127.0.0.1"
