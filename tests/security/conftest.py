@@ -126,18 +126,30 @@ def rsa_keys(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 ADMIN = "admin"
 
 
+def secure_process(data_dir: Path, pki: Pki, keys: Keys, *, dlq_worker: bool = False,
+                   authorization: bool = True) -> StandaloneProcess:
+    """`herald standalone` (not started) with TLS on every port, token authentication (HS256) and,
+    unless `authorization` is False, authorization with super-user `admin`."""
+    server = StandaloneProcess(data_dir, service_env(), dlq_worker=dlq_worker)
+    server.scheme = "herald+ssl"
+    server.extra_args = secure_args(pki, keys, authorization=authorization)
+    return server
+
+
+def secure_args(pki: Pki, keys: Keys, *, authorization: bool = True) -> list[str]:
+    return [
+        "--tls-cert-file", str(pki.server_cert), "--tls-key-file", str(pki.server_key),
+        "--tls-ca-file", str(pki.ca_cert),
+        "--authentication", "--token-secret-key-file", str(keys.secret_key),
+        *(["--authorization", "--superuser-roles", ADMIN] if authorization else []),
+    ]
+
+
 @pytest.fixture(scope="module")
 def secure_standalone(tmp_path_factory: pytest.TempPathFactory, pki: Pki, keys: Keys) -> Iterator[StandaloneProcess]:
     """`herald standalone` with TLS on every port, token authentication (HS256) and authorization
     with super-user `admin`."""
-    server = StandaloneProcess(tmp_path_factory.mktemp("secure") / "data", service_env())
-    server.scheme = "herald+ssl"
-    server.extra_args = [
-        "--tls-cert-file", str(pki.server_cert), "--tls-key-file", str(pki.server_key),
-        "--tls-ca-file", str(pki.ca_cert),
-        "--authentication", "--token-secret-key-file", str(keys.secret_key),
-        "--authorization", "--superuser-roles", ADMIN,
-    ]
+    server = secure_process(tmp_path_factory.mktemp("secure") / "data", pki, keys)
     server.start()
     try:
         yield server

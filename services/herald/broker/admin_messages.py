@@ -163,8 +163,11 @@ def dead_letter_policy_to_proto(stored: StoredDeadLetterPolicy | None) -> broker
                                        retry_letter_topic=stored.retry_letter_topic)
 
 
-def dead_letter_policy_from_proto(policy: broker_pb2.DeadLetterPolicy) -> StoredDeadLetterPolicy | None:
-    """None (remove the policy) for max_redeliver_count 0."""
+def dead_letter_policy_from_proto(
+    policy: broker_pb2.DeadLetterPolicy, role: str = "",
+) -> StoredDeadLetterPolicy | None:
+    """None (remove the policy) for max_redeliver_count 0; `role`: the admin's who sets it."""
     if policy.max_redeliver_count == 0:
         return None
-    return StoredDeadLetterPolicy(policy.max_redeliver_count, policy.dead_letter_topic, policy.retry_letter_topic)
+    return StoredDeadLetterPolicy(policy.max_redeliver_count, policy.dead_letter_topic, policy.retry_letter_topic,
+                                  role)

@@ -36,16 +36,26 @@ from herald.broker.policies import PolicyResolver
 from herald.broker.service import BrokerService
 from herald.broker.stats import sum_partitions
 from herald.common import errors
+from herald.common.authentication import current_role
 from herald.common.names import TopicName
 from herald.common.rpc import abort, error_from_rpc
 from herald.common.tls import PLAINTEXT, Dialer
 from herald.metadata.authorization import Permissions
+from herald.metadata.policies import Policies
 from herald.metadata.policies_proto import policies_from_proto, policies_to_proto
 from herald.metadata.resources import Resources, Tenant
 
 log = logging.getLogger(__name__)
 Context = grpc.aio.ServicerContext[Any, Any]
 T = TypeVar("T")
+
+
+def _unused(call: str, **fields: str) -> None:
+    """InvalidArgumentError when a request sets a field its call does not use: it would be
+    authorized as a resource the call never acts on (SetPoliciesRequest serves two calls)."""
+    for name, value in fields.items():
+        if value:
+            raise errors.InvalidArgumentError(f"{call}: leave {name} empty (it is {value!r})")
 
 
 def _tenant_to_proto(tenant: Tenant) -> admin_pb2.Tenant:
@@ -168,9 +178,12 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         return policies_to_proto(policies)
 
     async def SetNamespacePolicies(self, request: admin_pb2.SetPoliciesRequest, context: Context) -> admin_pb2.Policies:
-        policies = await self._answer(context, "SetNamespacePolicies", lambda: self.resources.set_namespace_policies(
-            request.namespace, policies_from_proto(request.policies), request.clear))
-        return policies_to_proto(policies)
+        async def set_policies() -> Policies:
+            _unused("SetNamespacePolicies acts on a namespace", topic=request.topic)
+            return await self.resources.set_namespace_policies(
+                request.namespace, policies_from_proto(request.policies), request.clear)
+
+        return policies_to_proto(await self._answer(context, "SetNamespacePolicies", set_policies))
 
     # ---- topics ----
 
@@ -267,9 +280,12 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         return policies_to_proto(policies)
 
     async def SetTopicPolicies(self, request: admin_pb2.SetPoliciesRequest, context: Context) -> admin_pb2.Policies:
-        policies = await self._answer(context, "SetTopicPolicies", lambda: self.resources.set_topic_policies(
-            request.topic, policies_from_proto(request.policies), request.clear))
-        return policies_to_proto(policies)
+        async def set_policies() -> Policies:
+            _unused("SetTopicPolicies acts on a topic", namespace=request.namespace)
+            return await self.resources.set_topic_policies(
+                request.topic, policies_from_proto(request.policies), request.clear)
+
+        return policies_to_proto(await self._answer(context, "SetTopicPolicies", set_policies))
 
     # ---- subscriptions ----
 
@@ -344,7 +360,10 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     async def SetSubscriptionDeadLetterPolicy(
         self, request: admin_pb2.SetSubscriptionDeadLetterPolicyRequest, context: Context,
     ) -> broker_pb2.DeadLetterPolicy:
-        stored = dead_letter_policy_from_proto(request.policy)
+        # Kept with the role of the admin who sets it: the dlq-worker moves its letters as that role
+        # (checked for produce on both topics by broker.authorization), none with authorization off.
+        role = (current_role() or "") if self.service.settings.authorization_enabled else ""
+        stored = dead_letter_policy_from_proto(request.policy, role)
 
         async def local(topic: str) -> broker_pb2.DeadLetterPolicy:
             await self.service.set_dead_letter_policy(topic, request.subscription, stored)

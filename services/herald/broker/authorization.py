@@ -4,38 +4,71 @@ servicers, which decide from their stream's first message).
 
 Admin calls (Pulsar's rules): tenants themselves and the broker list are the super-users';
 everything inside a tenant (its namespaces, policies, topics, subscriptions and grants) is also its
-admin roles'; a role with a grant on a namespace may list its topics; dlq-workers may make the
-initial subscription on a dead-letter topic. Pull and GetLastMessageId need consume; dead letters
-are the dlq-workers'."""
+admin roles'; a role with a grant on a namespace may list its topics, and a role that may consume on
+a topic may create a subscription there (Pulsar's SUBSCRIBE operation). A request is decided on
+EVERY resource it names, never on one picked from it: each tenant its topic, namespace or tenant
+fields name must let the role in, and the dead-letter and retry topics of a dead-letter policy need
+produce for the role, since its letters are moved on that role's authority
+(`check_dead_letter_topics`, also at subscribe). Pull and GetLastMessageId need consume; dead
+letters are the dlq-workers'."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from herald.broker.dead_letters import DeadLetterPolicy
 from herald.common.errors import AuthorizationError
 from herald.common.names import TopicName, parse_namespace
-from herald.metadata.authorization import CONSUME, Authorizer
+from herald.metadata.authorization import CONSUME, PRODUCE, Authorizer
 
 _SUPERUSER_CALLS = {
     "ListTenants": "list tenants", "CreateTenant": "create tenants", "UpdateTenant": "change tenants",
     "DeleteTenant": "delete tenants", "ListBrokers": "list brokers",
 }
-_DLQ_WORKER_CALLS = frozenset({"CreateSubscription"})
+# The fields of AdminService requests that name a resource, by what they name. Every one a request
+# sets is authorized (tests/unit/test_admin_authorization.py checks that no request has a field
+# naming a resource outside these).
+TENANT_FIELDS = ("tenant",)
+NAMESPACE_FIELDS = ("namespace",)
+TOPIC_FIELDS = ("topic",)
+# GetTenant's TenantRequest names its tenant `name` (the other calls on tenants are super-users').
+_TENANT_NAME_CALLS = frozenset({"GetTenant"})
 
 
-def tenant_of(method: str, request: Any) -> str:
-    """The tenant an admin request acts on."""
-    if method == "GetTenant":
-        return str(request.name)
-    if method == "ListNamespaces":
-        return str(request.tenant)
-    topic = getattr(request, "topic", "")
-    if topic:
-        return TopicName.parse(topic).tenant
-    namespace = getattr(request, "namespace", "")
-    if namespace:
-        return parse_namespace(namespace)[0]
-    raise AuthorizationError(f"admin call {method} names no tenant, namespace or topic: only super-users may make it")
+def tenants_named(method: str, request: Any) -> set[str]:
+    """Every tenant an admin request names, through any of its fields."""
+    tenants: set[str] = set()
+    if method in _TENANT_NAME_CALLS and request.name:
+        tenants.add(str(request.name))
+    for field in TENANT_FIELDS:
+        if getattr(request, field, ""):
+            tenants.add(str(getattr(request, field)))
+    for field in NAMESPACE_FIELDS:
+        if getattr(request, field, ""):
+            tenants.add(parse_namespace(getattr(request, field))[0])
+    for field in TOPIC_FIELDS:
+        if getattr(request, field, ""):
+            tenants.add(TopicName.parse(getattr(request, field)).tenant)
+    return tenants
+
+
+async def check_dead_letter_topics(authorizer: Authorizer, role: str | None, policy: DeadLetterPolicy) -> None:
+    """AuthorizationError unless `role` may produce on the policy's dead-letter and retry topics:
+    the dlq-worker publishes its letters there acting as that role, and the client its retries."""
+    for field, topic in (("dead_letter_topic", policy.dead_letter_topic),
+                         ("retry_letter_topic", policy.retry_letter_topic)):
+        if not await authorizer.allowed(role, topic, (PRODUCE,)):
+            raise AuthorizationError(
+                f"{field} of the dead-letter policy: role {role!r} may not produce on {topic}, and its dead "
+                f"letters would be published there on its authority: name a topic it may produce to, or ask an "
+                f"administrator for the produce permission there (a grant on the namespace covers both topics)")
+
+
+def _admin_dead_letter_policy(request: Any) -> DeadLetterPolicy | None:
+    """The policy a SetSubscriptionDeadLetterPolicy request sets, its topics' names resolved."""
+    policy = request.policy
+    return DeadLetterPolicy.for_subscription(request.topic, request.subscription, policy.max_redeliver_count,
+                                             policy.dead_letter_topic, policy.retry_letter_topic)
 
 
 class BrokerAuthorization:
@@ -58,10 +91,20 @@ class BrokerAuthorization:
         if what is not None:
             authorizer.check_superuser(role, what)
             return
-        if method in _DLQ_WORKER_CALLS and role is not None and role in authorizer.dlq_workers:
-            return
+        # Both requests name one resource only (tests/unit/test_admin_authorization.py).
         if method == "ListTopics" and role is not None:
             # Pulsar lets roles with a grant on the namespace list its topics too.
             await authorizer.check_namespace(role, request.namespace)
             return
-        await authorizer.check_tenant_admin(role, tenant_of(method, request))
+        if method == "CreateSubscription" and await authorizer.allowed(role, request.topic, (CONSUME,)):
+            return
+        tenants = tenants_named(method, request)
+        if not tenants:
+            raise AuthorizationError(
+                f"admin call {method} names no tenant, namespace or topic: only super-users may make it")
+        for tenant in sorted(tenants):
+            await authorizer.check_tenant_admin(role, tenant)
+        if method == "SetSubscriptionDeadLetterPolicy":
+            policy = _admin_dead_letter_policy(request)
+            if policy is not None:
+                await check_dead_letter_topics(authorizer, role, policy)

@@ -89,5 +89,5 @@ def _letter(letter: DeadLetter) -> deadletter_pb2.DeadLetter:
         letter_id=letter.letter_id, topic=letter.topic, subscription=letter.subscription,
         position=common_pb2.Position(ledger_id=letter.position.ledger_id, entry_id=letter.position.entry_id),
         data=letter.data, redelivery_count=letter.redelivery_count,
-        dead_letter_topic=letter.dead_letter_topic, retry_letter_topic=letter.retry_letter_topic,
+        dead_letter_topic=letter.dead_letter_topic, retry_letter_topic=letter.retry_letter_topic, role=letter.role,
     )

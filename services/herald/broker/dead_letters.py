@@ -33,16 +33,20 @@ DEFAULT_MAX_LETTERS = 100
 
 @dataclass(frozen=True, slots=True)
 class DeadLetterPolicy:
-    """A subscription's dead-letter policy (kept in memory: clients send it on every subscribe)."""
+    """A subscription's dead-letter policy (kept in memory: clients send it on every subscribe).
+    `role` is the one on whose authority its letters move (the subscriber's, or the admin's who
+    set it; "" with authorization off): the dlq-worker acts as that role, and the role was checked
+    for produce on both topics when the policy was given."""
 
     max_redeliver_count: int
     dead_letter_topic: str
     retry_letter_topic: str
+    role: str = ""
 
     @classmethod
     def for_subscription(
         cls, topic: str, subscription: str, max_redeliver_count: int,
-        dead_letter_topic: str = "", retry_letter_topic: str = "",
+        dead_letter_topic: str = "", retry_letter_topic: str = "", role: str = "",
     ) -> DeadLetterPolicy | None:
         """The policy a subscriber asked for, with Pulsar's default topic names
         (`<topic>-<subscription>-DLQ`, `<topic>-<subscription>-RETRY`; a partition's are its
@@ -59,6 +63,7 @@ class DeadLetterPolicy:
             max_redeliver_count,
             _policy_topic("dead_letter_topic", dead_letter_topic) or f"{base}-{subscription}-DLQ",
             _policy_topic("retry_letter_topic", retry_letter_topic) or f"{base}-{subscription}-RETRY",
+            role,
         )
 
 
@@ -70,7 +75,7 @@ class DeadLetterPolicy:
         if stored is None:
             return None
         return cls.for_subscription(topic, subscription, stored.max_redeliver_count,
-                                    stored.dead_letter_topic, stored.retry_letter_topic)
+                                    stored.dead_letter_topic, stored.retry_letter_topic, stored.role)
 
 
 def _policy_topic(field: str, name: str) -> str:
@@ -104,6 +109,7 @@ class DeadLetter:
     redelivery_count: int
     dead_letter_topic: str
     retry_letter_topic: str
+    role: str = ""  # the policy's: the worker moves the letter as this role
     worker: DeadLetterWorker | None = None  # the worker it is lent to, if any
 
     @property
@@ -229,7 +235,7 @@ class DeadLetterQueue:
         if position in letters:
             return False
         letter = DeadLetter(next(self._letter_ids), owner, position, data, redelivery_count,
-                            policy.dead_letter_topic, policy.retry_letter_topic)
+                            policy.dead_letter_topic, policy.retry_letter_topic, policy.role)
         letters[position] = letter
         self._waiting.append(letter)
         self.hand_out()

@@ -28,7 +28,7 @@ from herald.api.v1 import (
 )
 from herald.broker import tracing as broker_tracing
 from herald.broker.admin_server import AdminServicer
-from herald.broker.authorization import BrokerAuthorization
+from herald.broker.authorization import BrokerAuthorization, check_dead_letter_topics
 from herald.broker.consumer import ActiveConsumerChanged, Consumer, EndOfTopic
 from herald.broker.cursor import PublishTime, ResetTarget
 from herald.broker.dead_letter_server import DeadLetterServicer
@@ -191,16 +191,20 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                 "a Consume stream must start with Subscribe")))
             return
         sub = first.subscribe
+        role = current_role() if self.authorizer is not None else None
         try:
+            # The subscriber's letters move on its authority (the dlq-worker acts as its role).
             dead_letter_policy = DeadLetterPolicy.for_subscription(
                 sub.topic, sub.subscription, sub.dead_letter_policy.max_redeliver_count,
-                sub.dead_letter_policy.dead_letter_topic, sub.dead_letter_policy.retry_letter_topic)
+                sub.dead_letter_policy.dead_letter_topic, sub.dead_letter_policy.retry_letter_topic, role or "")
         except errors.HeraldError as error:
             await replies.write(_consume_error(error))
             return
         try:
             if self.authorizer is not None:  # once per stream, before the subscription is touched
-                await self.authorizer.check(current_role(), sub.topic, CONSUME)
+                await self.authorizer.check(role, sub.topic, CONSUME)
+                if dead_letter_policy is not None:
+                    await check_dead_letter_topics(self.authorizer, role, dead_letter_policy)
             with handshake_span(context, "herald.v1.BrokerService/Consume"):
                 consumer = await self.service.subscribe(
                     sub.topic, sub.subscription, _SUBSCRIPTION_TYPES[sub.type], _POSITIONS[sub.initial_position],

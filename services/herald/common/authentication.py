@@ -3,9 +3,11 @@ or stream's credentials once, when it starts — a JWT in `authorization: Bearer
 (herald.common.tokens), else with tls_client_auth the client certificate's common name — and makes
 the role the call acts for (`current_principal()`) known to the servicer that handles it.
 
-A proxy (or a broker forwarding an admin call) authenticates with its own role and names the
-client it acts for in `x-herald-original-principal`; that header is taken only from the roles
-given as `forwarder_roles`, and the principal is then the original one. Refusals are
+A proxy (or a broker forwarding an admin call, or a dlq-worker moving a subscriber's dead letter)
+authenticates with its own role and names the client it acts for in `x-herald-original-principal`;
+that header is taken only from the roles given as `forwarder_roles`, and the principal is then the
+original one. `acting_roles` (the dlq-workers') may name one too, but only on `acting_methods`
+(what moving a dead letter takes), so that their token is not every role's. Refusals are
 UNAUTHENTICATED (AuthenticationError) or, for a forbidden forwarding, PERMISSION_DENIED.
 grpc.health.v1 is left open: probes carry no credentials."""
 
@@ -74,7 +76,8 @@ class Authenticator:
     verified client certificate's common name is the role when no token is given."""
 
     def __init__(self, verifier: TokenVerifier | None, *, tls_client_auth: bool = False,
-                 forwarder_roles: Collection[str] = (), allowed_roles: Collection[str] | None = None) -> None:
+                 forwarder_roles: Collection[str] = (), allowed_roles: Collection[str] | None = None,
+                 acting_roles: Collection[str] = (), acting_methods: Collection[str] = ()) -> None:
         if verifier is None and not tls_client_auth:
             raise errors.InvalidArgumentError(
                 "authentication_enabled needs a way to authenticate: token_secret_key_file or "
@@ -82,10 +85,14 @@ class Authenticator:
         self._verifier = verifier
         self._tls_client_auth = tls_client_auth
         self._forwarders = frozenset(forwarder_roles)
+        self._acting_roles = frozenset(acting_roles)
+        self._acting_methods = frozenset(acting_methods)
         # None: any authenticated role gets in (authorization, if any, is the servicer's).
         self._allowed = None if allowed_roles is None else frozenset(allowed_roles)
 
-    def authenticate(self, metadata: Iterable[tuple[str, Any]], auth_context: Mapping[str, Any]) -> Principal:
+    def authenticate(self, metadata: Iterable[tuple[str, Any]], auth_context: Mapping[str, Any],
+                     method: str = "") -> Principal:
+        """The principal of a call to `method` (`/package.Service/Method`)."""
         token = None
         original = None
         for key, value in metadata:
@@ -105,10 +112,16 @@ class Authenticator:
             raise errors.AuthorizationError(f"role {role!r} may not use this service")
         if original is None or original == role:
             return Principal(role, role)
+        if role not in self._forwarders and role in self._acting_roles:
+            if method in self._acting_methods:
+                return Principal(str(original), role)
+            raise errors.AuthorizationError(
+                f"role {role!r} may act for another principal ({ORIGINAL_PRINCIPAL}) only to move dead letters "
+                f"(dlq_worker_roles), not in {method or 'this call'}")
         if role not in self._forwarders:
             raise errors.AuthorizationError(
-                f"role {role!r} may not act for another principal ({ORIGINAL_PRINCIPAL}): only the proxy "
-                "roles may (proxy_roles)")
+                f"role {role!r} may not act for another principal ({ORIGINAL_PRINCIPAL}): only the proxy and "
+                "broker roles may (proxy_roles, broker_roles; dlq_worker_roles to move dead letters)")
         return Principal(str(original), role)
 
     def _certificate_role(self, auth_context: Mapping[str, Any]) -> str:
@@ -137,11 +150,12 @@ class AuthenticationInterceptor(_Interceptor):
         method: str = handler_call_details.method  # type: ignore[attr-defined]
         if handler is None or method.startswith(_OPEN_METHODS):
             return handler
-        return _wrap(handler, self._enter)
+        return _wrap(handler, lambda context: self._enter(context, method))
 
-    async def _enter(self, context: Context) -> None:
+    async def _enter(self, context: Context, method: str) -> None:
         try:
-            principal = self._authenticator.authenticate(context.invocation_metadata() or (), context.auth_context())
+            principal = self._authenticator.authenticate(context.invocation_metadata() or (), context.auth_context(),
+                                                         method)
         except errors.HeraldError as error:
             await abort(context, error)
         _PRINCIPAL.set(principal)

@@ -12,11 +12,31 @@ from typing import Any
 
 import grpc
 
+from herald.api.v1 import admin_pb2, broker_pb2, lookup_pb2
 from herald.common.authentication import AuthenticationInterceptor, Authenticator, forwarded_principal
 from herald.common.credentials import AuthenticationToken, call_interceptors
 from herald.common.errors import InvalidArgumentError
 from herald.common.tls import Dialer, server_credentials
 from herald.common.tokens import TokenVerifier
+
+
+def _method(module: Any, service: str, method: str) -> str:
+    """A gRPC method's full name (`/herald.v1.Service/Method`); KeyError for one the contract lacks."""
+    described = module.DESCRIPTOR.services_by_name[service]
+    return f"/{described.full_name}/{described.methods_by_name[method].name}"
+
+
+# What a dlq-worker does acting for the role a dead letter moves for (herald.dlq.acting): find the
+# brokers, look the dead-letter topic up, publish to it, make its initial subscription. Only in
+# these may a dlq_worker_roles call name an original principal: a worker's token must not be
+# every role's.
+DLQ_WORKER_ACTING_METHODS = frozenset({
+    _method(lookup_pb2, "LookupService", "GetClusterInfo"),
+    _method(lookup_pb2, "LookupService", "LookupTopic"),
+    _method(lookup_pb2, "LookupService", "GetPartitionedTopicMetadata"),
+    _method(broker_pb2, "BrokerService", "Produce"),
+    _method(admin_pb2, "AdminService", "CreateSubscription"),
+})
 
 
 @dataclass
@@ -42,13 +62,16 @@ class SecuritySettings:
     # This service's own token (a file holding a JWT, re-read when it changes), sent on its calls
     # to other services when they authenticate.
     auth_token_file: str = ""
-    # Roles of proxies: the only ones whose calls may name another principal
-    # (x-herald-original-principal), which is then the one authorized.
+    # Roles of proxies: their calls may name another principal (x-herald-original-principal), which
+    # is then the one authorized (so may broker_roles' calls, and dlq_worker_roles' in the calls
+    # that move a dead letter).
     proxy_roles: list[str] = field(default_factory=list)
     # Authorization (broker, lookup, storage; herald.metadata.authorization): superuser_roles may do
     # everything; broker_roles are the brokers' own (register with lookup, use storage nodes,
     # forward admin calls for a principal); dlq_worker_roles take dead letters from brokers and
-    # publish them to their dead-letter topics. Other roles get what tenants' admin_roles and the
+    # publish them to their dead-letter topics acting for the role each letter names (the
+    # subscriber's: x-herald-original-principal, taken from them in DLQ_WORKER_ACTING_METHODS only),
+    # with no right of their own. Other roles get what tenants' admin_roles and the
     # produce / consume grants give them. With authentication on and authorization off, any
     # authenticated role may do anything.
     authorization_enabled: bool = False
@@ -83,7 +106,8 @@ class ServiceSecurity:
             authenticator = Authenticator(verifier, tls_client_auth=settings.tls_client_auth,
                                           forwarder_roles={*settings.proxy_roles, *settings.broker_roles,
                                                            *forwarder_roles},
-                                          allowed_roles=allowed_roles)
+                                          allowed_roles=allowed_roles, acting_roles=settings.dlq_worker_roles,
+                                          acting_methods=DLQ_WORKER_ACTING_METHODS)
             self.interceptors.append(AuthenticationInterceptor(authenticator))
         self.token = AuthenticationToken.from_file(settings.auth_token_file) if settings.auth_token_file else None
         self.dialer = self._dialer(forward_principal=False)

@@ -1,7 +1,11 @@
 """Moving one dead letter: make sure its dead-letter topic holds letters until they are replayed
 (the worker's initial subscription there), publish the letter under its own producer name, and
 say whether it moved. A letter found in the topic already (a move that crashed before it was
-reported, or a letter lent again after a lost report) counts as moved: dedup recognised it."""
+reported, or a letter lent again after a lost report) counts as moved: dedup recognised it.
+
+All of it acting as the letter's role (dlq.acting): the broker authorizes that role, not the
+worker's. The initial subscription is made only where that role may consume; where it may not, the
+letters are moved all the same, with no subscription holding them (logged)."""
 
 from __future__ import annotations
 
@@ -13,7 +17,8 @@ from collections import OrderedDict
 from herald.api.v1 import deadletter_pb2
 from herald.client.admin import AdminClient
 from herald.client.config import InitialPosition
-from herald.common.errors import AlreadyExistsError, HeraldError, NotAllowedError
+from herald.common.errors import AlreadyExistsError, AuthorizationError, HeraldError, NotAllowedError
+from herald.dlq.acting import acting_for
 from herald.dlq.letters import letter_producer_name, letter_publication
 from herald.dlq.metrics import DlqMetrics
 from herald.dlq.publisher import IdempotentPublisher
@@ -32,8 +37,9 @@ class LetterMover:
         self._metrics = metrics
         self._admin = admin
         self._initial_subscription = initial_subscription if admin is not None else ""
-        # Dead-letter topics whose initial subscription exists (or is being made).
-        self._held: OrderedDict[str, asyncio.Future[None]] = OrderedDict()
+        # (Dead-letter topic, role) whose initial subscription exists, is being made, or may not be
+        # made by that role: roles may differ in what they may do there.
+        self._held: OrderedDict[tuple[str, str], asyncio.Future[None]] = OrderedDict()
 
     async def move(self, letter: deadletter_pb2.DeadLetter) -> HeraldError | None:
         """Publish the letter to its dead-letter topic: None when it is there (now or before), else
@@ -43,8 +49,9 @@ class LetterMover:
         try:
             publication = letter_publication(letter)
             name = letter_producer_name(letter)
-            await self._hold(letter.dead_letter_topic)
-            published = await self._publisher.publish(letter.dead_letter_topic, name, publication)
+            with acting_for(letter.role):
+                await self._hold(letter.dead_letter_topic, letter.role)
+                published = await self._publisher.publish(letter.dead_letter_topic, name, publication)
         except HeraldError as exc:
             self._failed(letter, exc)
             return exc
@@ -70,24 +77,26 @@ class LetterMover:
         log.warning("dead letter %s of %s %s could not be moved to %s: %s", _at(letter), letter.topic,
                     letter.subscription, letter.dead_letter_topic, error)
 
-    async def _hold(self, topic: str) -> None:
-        """The initial subscription on `topic`, made once per topic (the first caller makes it, the
-        others wait; a failure is tried again by the next letter)."""
+    async def _hold(self, topic: str, role: str) -> None:
+        """The initial subscription on `topic`, made once per topic and role (the first caller makes
+        it, the others wait; a failure is tried again by the next letter). Called acting as `role`:
+        the future made here runs in this context."""
         if not self._initial_subscription:
             return
-        made = self._held.get(topic)
+        key = (topic, role)
+        made = self._held.get(key)
         if made is None:
-            made = self._held[topic] = asyncio.ensure_future(self._subscribe(topic))
+            made = self._held[key] = asyncio.ensure_future(self._subscribe(topic, role))
             while len(self._held) > _HELD_TOPICS:
                 self._held.popitem(last=False)
         try:
             await asyncio.shield(made)
         except BaseException:
-            if made.done() and (made.cancelled() or made.exception() is not None) and self._held.get(topic) is made:
-                del self._held[topic]
+            if made.done() and (made.cancelled() or made.exception() is not None) and self._held.get(key) is made:
+                del self._held[key]
             raise
 
-    async def _subscribe(self, topic: str) -> None:
+    async def _subscribe(self, topic: str, role: str) -> None:
         assert self._admin is not None
         try:
             await self._admin.create_subscription(topic, self._initial_subscription, InitialPosition.Earliest)
@@ -97,6 +106,12 @@ class LetterMover:
             pass
         except NotAllowedError as exc:  # a non-persistent dead-letter topic holds nothing anyway
             log.info("no subscription %s on %s: %s", self._initial_subscription, topic, exc)
+        except AuthorizationError as exc:
+            # Not the worker's to decide: the letters' role may not consume there. They are moved
+            # all the same; only retention keeps them until a replay.
+            log.warning("no subscription %s on dead-letter topic %s: role %r, whose letters go there, may not "
+                        "make one (%s); letters are moved there with no subscription holding them",
+                        self._initial_subscription, topic, role, exc)
 
 
 def _at(letter: deadletter_pb2.DeadLetter) -> str:

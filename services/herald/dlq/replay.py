@@ -6,7 +6,11 @@ subscription: a replayed message is never replayed again.
 A replay killed midway duplicates nothing: the messages of one dead-letter entry going to one
 topic are published under a producer name of their own with their batch indexes as sequence ids,
 so a message published but not yet acknowledged is recognised by the target's dedup next time.
-The subscription is Exclusive: a second replay of the same topic at the same time is refused."""
+The subscription is Exclusive: a second replay of the same topic at the same time is refused.
+
+Everything is published as the replaying role (its own token): a message whose REAL_TOPIC names a
+topic that role may not produce to (nor look up) is refused by lookup or the broker, published
+nowhere and left unacknowledged in the dead-letter topic, and the replay fails saying so."""
 
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ from herald.client.lookup import LookupService
 from herald.client.message import Message
 from herald.client.retry_letters import DELAY_TIME, REAL_TOPIC, RECONSUME_TIMES
 from herald.common.entry import Record
-from herald.common.errors import ConsumerBusyError, HeraldError, InvalidArgumentError
+from herald.common.errors import AuthorizationError, ConsumerBusyError, HeraldError, InvalidArgumentError
 from herald.common.names import TopicName
 from herald.dlq.letters import ORIGIN_PROPERTIES, producer_name
 from herald.dlq.peek import REPLAY_SUBSCRIPTION
@@ -52,7 +56,9 @@ class ReplayError(HeraldError):
     """A replay stopped by an error after replaying some messages."""
 
     def __init__(self, replayed: Replayed, error: HeraldError) -> None:
-        super().__init__(f"{error} (after {replayed.messages} messages were replayed; run the replay again to go on)")
+        then = ("it stays in the dead-letter topic: grant the role produce there, or replay with a role that has it"
+                if isinstance(error, AuthorizationError) else "run the replay again to go on")
+        super().__init__(f"{error} (after {replayed.messages} messages were replayed; {then})")
         self.replayed = replayed
         self.code = error.code
         self.retryable = error.retryable
@@ -125,7 +131,11 @@ async def _publish(
     async with slots:
         first = group[0].message_id
         name = producer_name("replay", group[0].topic, first.ledger_id, first.entry_id, target)
-        published = await publisher.publish(target, name, _publication(group))
+        try:
+            published = await publisher.publish(target, name, _publication(group))
+        except AuthorizationError as exc:
+            raise AuthorizationError(
+                f"cannot replay to {target} (the {REAL_TOPIC} of message {first}): {exc}") from None
     for message in group:
         consumer.acknowledge(message)
     replayed.messages += published.stored

@@ -43,12 +43,13 @@ class DlqWorkerSettings(MetricsEndpointSettings):
     max_parked: int = 10_000
     # Made on each dead-letter topic (at its earliest message) before the first letter is
     # published to it, so dead letters stay until `herald admin dlq replay` takes them (retention
-    # would remove messages no subscription holds). Empty: none is made.
+    # would remove messages no subscription holds). Empty: none is made. With authorization on it is
+    # made as the letters' role (dlq.acting), so only where that role may consume.
     initial_subscription: str = "herald-dlq-replay"
     # Security: the worker's token (a file holding a JWT, re-read when it changes; its role must be
-    # in the brokers' dlq_worker_roles) and, for a herald+ssl:// service_url, the CA bundle that
-    # signs the services' certificates (empty: the system's). tls_cert_file / tls_key_file: the
-    # client certificate it presents, which services with tls_require_client_cert ask of it.
+    # in the brokers' and lookup's dlq_worker_roles) and, for a herald+ssl:// service_url, the CA
+    # bundle that signs the services' certificates (empty: the system's). tls_cert_file /
+    # tls_key_file: the client certificate it presents, which services with tls_require_client_cert ask of it.
     auth_token_file: str = ""
     tls_trust_certs_file: str = ""
     tls_cert_file: str = ""

@@ -1,5 +1,6 @@
 """DlqWorker: the dlq-worker service. It follows lookup's list of live brokers, takes each broker's
-dead letters within flow permits, publishes every letter to its dead-letter topic exactly once and
+dead letters within flow permits, publishes every letter to its dead-letter topic exactly once,
+acting as the role the letter moves for (dlq.acting: the subscriber's, never a right of its own), and
 reports it moved (the broker then acknowledges it on its subscription); /metrics counts the work.
 
 Several workers may run side by side: a broker lends each letter to one worker at a time, and a
@@ -19,10 +20,10 @@ from herald.client.admin import AdminClient
 from herald.client.config import ClientConfig
 from herald.client.connection import ConnectionPool
 from herald.client.lookup import LookupService
-from herald.common.credentials import AuthenticationToken
 from herald.common.errors import HeraldError
 from herald.common.health import PROBE_TIMEOUT, ServiceHealth, unreachable
 from herald.common.http_endpoint import HttpEndpoint
+from herald.dlq.acting import ActingToken
 from herald.dlq.brokers import BrokerFleet, BrokerLetters, FailureMemory
 from herald.dlq.metrics import DlqMetrics
 from herald.dlq.mover import LetterMover
@@ -47,7 +48,8 @@ class DlqWorker:
                                     tls_trust_certs_file_path=settings.tls_trust_certs_file or None,
                                     tls_certificate_file_path=settings.tls_cert_file or None,
                                     tls_private_key_file_path=settings.tls_key_file or None,
-                                    auth=AuthenticationToken.from_file(settings.auth_token_file)
+                                    # Names the role each letter moves for (dlq.acting).
+                                    auth=ActingToken.from_file(settings.auth_token_file)
                                     if settings.auth_token_file else None)
         self.health = ServiceHealth("dlq-worker")
         self.health.add_check("lookup", self._lookup_answers)

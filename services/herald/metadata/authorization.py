@@ -161,8 +161,8 @@ class Authorizer:
         name = TopicName.parse(topic)
         if await self.is_tenant_admin(who, name.tenant):
             return True
-        if PRODUCE in actions and who in self.dlq_workers:
-            return True  # dead letters go to whichever topic a subscription's policy names
+        # No blanket right for dlq-workers: a worker acts as the role a letter moves for (the
+        # subscriber's, x-herald-original-principal), never with a right of its own.
         return bool(await self._granted(who, name) & set(actions))
 
     async def check(self, role: str | None, topic: str, action: str) -> None:

@@ -73,22 +73,25 @@ def partitioned_key(topic: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class StoredDeadLetterPolicy:
-    """A subscription's dead-letter policy as an admin set it ("" topics: the default names)."""
+    """A subscription's dead-letter policy as an admin set it ("" topics: the default names), with
+    the role of that admin: the dlq-worker moves its letters on that role's authority ("" with
+    authorization off, and in policies kept from before the role was recorded)."""
 
     max_redeliver_count: int
     dead_letter_topic: str = ""
     retry_letter_topic: str = ""
+    role: str = ""
 
     def to_bytes(self) -> bytes:
         return json.dumps({"max_redeliver_count": self.max_redeliver_count,
                            "dead_letter_topic": self.dead_letter_topic,
-                           "retry_letter_topic": self.retry_letter_topic}).encode()
+                           "retry_letter_topic": self.retry_letter_topic, "role": self.role}).encode()
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> StoredDeadLetterPolicy:
         doc = json.loads(raw)
         return cls(int(doc["max_redeliver_count"]), str(doc.get("dead_letter_topic", "")),
-                   str(doc.get("retry_letter_topic", "")))
+                   str(doc.get("retry_letter_topic", "")), str(doc.get("role", "")))
 
 
 def dead_letter_policy_key(topic: str, subscription: str) -> str:

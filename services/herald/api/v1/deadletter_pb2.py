@@ -26,7 +26,7 @@ _sym_db = _symbol_database.Default()
 from herald.api.v1 import common_pb2 as herald_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1aherald/v1/deadletter.proto\x12\therald.v1\x1a\x16herald/v1/common.proto\"\xa2\x01\n\x11\x44\x65\x61\x64LetterRequest\x12)\n\x04\x66low\x18\x01 \x01(\x0b\x32\x19.herald.v1.DeadLetterFlowH\x00\x12*\n\x05moved\x18\x02 \x01(\x0b\x32\x19.herald.v1.DeadLetterDoneH\x00\x12+\n\x06\x66\x61iled\x18\x03 \x01(\x0b\x32\x19.herald.v1.DeadLetterDoneH\x00\x42\t\n\x07\x63ommand\"!\n\x0e\x44\x65\x61\x64LetterFlow\x12\x0f\n\x07permits\x18\x01 \x01(\x05\"3\n\x0e\x44\x65\x61\x64LetterDone\x12\x11\n\tletter_id\x18\x01 \x01(\x03\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\xca\x01\n\nDeadLetter\x12\x11\n\tletter_id\x18\x01 \x01(\x03\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x14\n\x0csubscription\x18\x03 \x01(\t\x12%\n\x08position\x18\x04 \x01(\x0b\x32\x13.herald.v1.Position\x12\x0c\n\x04\x64\x61ta\x18\x05 \x01(\x0c\x12\x18\n\x10redelivery_count\x18\x06 \x01(\x05\x12\x19\n\x11\x64\x65\x61\x64_letter_topic\x18\x07 \x01(\t\x12\x1a\n\x12retry_letter_topic\x18\x08 \x01(\t\"9\n\x0f\x44\x65\x61\x64LetterBatch\x12&\n\x07letters\x18\x01 \x03(\x0b\x32\x15.herald.v1.DeadLetter\"o\n\x12\x44\x65\x61\x64LetterResponse\x12-\n\x07letters\x18\x01 \x01(\x0b\x32\x1a.herald.v1.DeadLetterBatchH\x00\x12!\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x10.herald.v1.ErrorH\x00\x42\x07\n\x05reply2_\n\x11\x44\x65\x61\x64LetterService\x12J\n\x07Letters\x12\x1c.herald.v1.DeadLetterRequest\x1a\x1d.herald.v1.DeadLetterResponse(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1aherald/v1/deadletter.proto\x12\therald.v1\x1a\x16herald/v1/common.proto\"\xa2\x01\n\x11\x44\x65\x61\x64LetterRequest\x12)\n\x04\x66low\x18\x01 \x01(\x0b\x32\x19.herald.v1.DeadLetterFlowH\x00\x12*\n\x05moved\x18\x02 \x01(\x0b\x32\x19.herald.v1.DeadLetterDoneH\x00\x12+\n\x06\x66\x61iled\x18\x03 \x01(\x0b\x32\x19.herald.v1.DeadLetterDoneH\x00\x42\t\n\x07\x63ommand\"!\n\x0e\x44\x65\x61\x64LetterFlow\x12\x0f\n\x07permits\x18\x01 \x01(\x05\"3\n\x0e\x44\x65\x61\x64LetterDone\x12\x11\n\tletter_id\x18\x01 \x01(\x03\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\xd8\x01\n\nDeadLetter\x12\x11\n\tletter_id\x18\x01 \x01(\x03\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x14\n\x0csubscription\x18\x03 \x01(\t\x12%\n\x08position\x18\x04 \x01(\x0b\x32\x13.herald.v1.Position\x12\x0c\n\x04\x64\x61ta\x18\x05 \x01(\x0c\x12\x18\n\x10redelivery_count\x18\x06 \x01(\x05\x12\x19\n\x11\x64\x65\x61\x64_letter_topic\x18\x07 \x01(\t\x12\x1a\n\x12retry_letter_topic\x18\x08 \x01(\t\x12\x0c\n\x04role\x18\t \x01(\t\"9\n\x0f\x44\x65\x61\x64LetterBatch\x12&\n\x07letters\x18\x01 \x03(\x0b\x32\x15.herald.v1.DeadLetter\"o\n\x12\x44\x65\x61\x64LetterResponse\x12-\n\x07letters\x18\x01 \x01(\x0b\x32\x1a.herald.v1.DeadLetterBatchH\x00\x12!\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x10.herald.v1.ErrorH\x00\x42\x07\n\x05reply2_\n\x11\x44\x65\x61\x64LetterService\x12J\n\x07Letters\x12\x1c.herald.v1.DeadLetterRequest\x1a\x1d.herald.v1.DeadLetterResponse(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,11 +40,11 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DEADLETTERDONE']._serialized_start=265
   _globals['_DEADLETTERDONE']._serialized_end=316
   _globals['_DEADLETTER']._serialized_start=319
-  _globals['_DEADLETTER']._serialized_end=521
-  _globals['_DEADLETTERBATCH']._serialized_start=523
-  _globals['_DEADLETTERBATCH']._serialized_end=580
-  _globals['_DEADLETTERRESPONSE']._serialized_start=582
-  _globals['_DEADLETTERRESPONSE']._serialized_end=693
-  _globals['_DEADLETTERSERVICE']._serialized_start=695
-  _globals['_DEADLETTERSERVICE']._serialized_end=790
+  _globals['_DEADLETTER']._serialized_end=535
+  _globals['_DEADLETTERBATCH']._serialized_start=537
+  _globals['_DEADLETTERBATCH']._serialized_end=594
+  _globals['_DEADLETTERRESPONSE']._serialized_start=596
+  _globals['_DEADLETTERRESPONSE']._serialized_end=707
+  _globals['_DEADLETTERSERVICE']._serialized_start=709
+  _globals['_DEADLETTERSERVICE']._serialized_end=804
 # @@protoc_insertion_point(module_scope)

@@ -114,6 +114,7 @@ class DeadLetter(_message.Message):
     REDELIVERY_COUNT_FIELD_NUMBER: _builtins.int
     DEAD_LETTER_TOPIC_FIELD_NUMBER: _builtins.int
     RETRY_LETTER_TOPIC_FIELD_NUMBER: _builtins.int
+    ROLE_FIELD_NUMBER: _builtins.int
     letter_id: _builtins.int
     """unique on this broker while the letter is outstanding"""
     topic: _builtins.str
@@ -123,6 +124,13 @@ class DeadLetter(_message.Message):
     redelivery_count: _builtins.int
     dead_letter_topic: _builtins.str
     retry_letter_topic: _builtins.str
+    role: _builtins.str
+    """The role on whose authority the letter moves: the subscriber's, or that of the admin who set
+    the subscription's policy. The worker acts as it (x-herald-original-principal) for the
+    letter's lookups, publish and initial subscription, so it may write no more than that role.
+    Empty: authorization is off, or a policy kept from before roles were recorded (the worker
+    then acts as itself).
+    """
     @_builtins.property
     def position(self) -> _common_pb2.Position: ...
     def __init__(
@@ -136,10 +144,11 @@ class DeadLetter(_message.Message):
         redelivery_count: _builtins.int = ...,
         dead_letter_topic: _builtins.str = ...,
         retry_letter_topic: _builtins.str = ...,
+        role: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["position", b"position"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "dead_letter_topic", b"dead_letter_topic", "letter_id", b"letter_id", "position", b"position", "redelivery_count", b"redelivery_count", "retry_letter_topic", b"retry_letter_topic", "subscription", b"subscription", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "dead_letter_topic", b"dead_letter_topic", "letter_id", b"letter_id", "position", b"position", "redelivery_count", b"redelivery_count", "retry_letter_topic", b"retry_letter_topic", "role", b"role", "subscription", b"subscription", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
