@@ -126,11 +126,11 @@ def rsa_keys(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 ADMIN = "admin"
 
 
-@pytest.fixture(scope="module")
-def secure_standalone(tmp_path_factory: pytest.TempPathFactory, pki: Pki, keys: Keys) -> Iterator[StandaloneProcess]:
-    """`herald standalone` with TLS on every port, token authentication (HS256) and authorization
-    with super-user `admin`."""
-    server = StandaloneProcess(tmp_path_factory.mktemp("secure") / "data", service_env())
+def secure_process(data_dir: Path, pki: Pki, keys: Keys, env: dict[str, str] | None = None,
+                   dlq_worker: bool = False) -> StandaloneProcess:
+    """`herald standalone` (to be started) with TLS on every port, token authentication (HS256) and
+    authorization with super-user `admin`; `env` adds settings (HERALD_BROKER_..., HERALD_PROXY_...)."""
+    server = StandaloneProcess(data_dir, {**service_env(), **(env or {})}, dlq_worker=dlq_worker)
     server.scheme = "herald+ssl"
     server.extra_args = [
         "--tls-cert-file", str(pki.server_cert), "--tls-key-file", str(pki.server_key),
@@ -138,6 +138,14 @@ def secure_standalone(tmp_path_factory: pytest.TempPathFactory, pki: Pki, keys: 
         "--authentication", "--token-secret-key-file", str(keys.secret_key),
         "--authorization", "--superuser-roles", ADMIN,
     ]
+    return server
+
+
+@pytest.fixture(scope="module")
+def secure_standalone(tmp_path_factory: pytest.TempPathFactory, pki: Pki, keys: Keys) -> Iterator[StandaloneProcess]:
+    """`herald standalone` with TLS on every port, token authentication (HS256) and authorization
+    with super-user `admin`."""
+    server = secure_process(tmp_path_factory.mktemp("secure") / "data", pki, keys)
     server.start()
     try:
         yield server
