@@ -43,6 +43,7 @@ from herald.common.rpc import error_from_rpc
 
 from tests.conftest import StandaloneProcess
 from tests.security.conftest import ADMIN, Keys, Pki, secure_process
+from tests.wire import values_of
 
 T = TypeVar("T")
 MIB = 1024 * 1024
@@ -205,8 +206,9 @@ async def test_unauthenticated_calls_within_the_receive_limits_are_refused_befor
     grown = peak_rss(pid) - before
     print(f"48 unauthenticated calls under the receive limits: peak RSS grew by {grown / MIB:.1f} MiB")
     assert codes == [grpc.StatusCode.UNAUTHENTICATED] * 48
-    # What arrived within HTTP/2 flow control before the refusal, and the connections: not the bodies.
-    assert grown < 100 * MIB, f"peak RSS grew by {grown / MIB:.0f} MiB: request bodies were read"
+    # What arrived within HTTP/2 flow control before the refusal (about a MiB a connection), and the
+    # connections themselves: not the bodies (read, they take the 296 MiB and more).
+    assert grown < 120 * MIB, f"peak RSS grew by {grown / MIB:.0f} MiB: request bodies were read"
 
 
 async def test_a_request_past_its_methods_limit_is_refused_before_it_is_parsed_and_data_is_not_limited(
@@ -321,13 +323,14 @@ async def test_a_connection_holds_at_most_max_streams_per_connection_and_the_nex
         third = asyncio.create_task(subscribed(channel, topic, auth))
         producer = await herald.create_producer(topic, batching_enabled=False)  # a connection of its own
         await producer.send(b"one")
-        # The two streams work on while the third waits for a place (in the client's gRPC).
-        assert [await delivered(call) for call in (first, second)] != []
+        # The two streams work on while the third waits for a place (in the client's gRPC): after
+        # their round trip, which began after the third was opened, it has had no answer.
+        assert [values_of(await delivered(call)) for call in (first, second)] == [[b"one"], [b"one"]]
         assert not third.done(), "a third stream was served on a connection capped at 2"
         first.cancel()
         third_call = await asyncio.wait_for(third, DEADLINE)  # in once the first ended
         await producer.send(b"two")
-        assert len([await delivered(call) for call in (second, third_call)]) == 2
+        assert [values_of(await delivered(call)) for call in (second, third_call)] == [[b"two"]] * 2
         second.cancel()
         third_call.cancel()
 

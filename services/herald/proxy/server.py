@@ -41,7 +41,8 @@ ADMIN_SERVICE = "herald.v1.AdminService"
 
 
 class Gate:
-    """Admits calls: none while draining, none from a new connection past max_connections."""
+    """Admits calls (inside the handlers: after authentication): none while draining, none that
+    would make a connection live past max_connections or max_connections_per_address."""
 
     def __init__(self, limiter: ConnectionLimiter, drain: Drain) -> None:
         self.limiter = limiter
