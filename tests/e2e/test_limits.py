@@ -1,10 +1,10 @@
 """Limits against real `herald standalone` processes: each over-the-limit client gets a clear error
 (retryable or final, as the limit is) and everyone else is served on.
 
-- connections per client address (broker, lookup and proxy `max_connections_per_address`): a call
-  on one connection more from the same address is refused with RESOURCE_EXHAUSTED naming the
-  limit; calls on counted connections go on; a closed connection stops counting after the idle
-  timeout;
+- connections per client address (broker, lookup and proxy `max_connections_per_address`): with as
+  many live connections (a call in progress on each) as the limit, a call on one connection more
+  from the same address is refused with RESOURCE_EXHAUSTED naming the limit; calls on the live
+  connections go on; a connection stops counting as soon as its last call ends;
 - gRPC max receive size (`grpc_max_receive_message_bytes` of every server): a bigger request gets
   RESOURCE_EXHAUSTED (MessageTooLargeError in the client) and the same connection serves the next;
 - pending sends per producer stream (broker `max_pending_sends`): flow control, every send arrives;
@@ -75,8 +75,9 @@ def own_connection(port: int) -> grpc.aio.Channel:
 
 @pytest.fixture(scope="module")
 def connection_limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneProcess]:
-    """Broker at 2 connections per address, lookup at 4 (the broker and the proxy hold one each
-    already), proxy at 2; connections idle for a second stop counting."""
+    """Broker and proxy at 2 live connections per address, lookup at 4 (the broker's heartbeats and
+    the proxy's lookups come from the same address, a call at a time); connections idle for a
+    second are closed."""
     with running_standalone(
         tmp_path_factory.mktemp("connections") / "data", max_connections_per_address=2, connection_idle_timeout=1,
         extra_env={"HERALD_LOOKUP_MAX_CONNECTIONS_PER_ADDRESS": "4", "HERALD_LOOKUP_CONNECTION_IDLE_TIMEOUT": "1",
@@ -95,38 +96,61 @@ async def cluster_info(channel: grpc.aio.Channel) -> int:
     return len(reply.brokers)
 
 
+Held = grpc.aio.StreamStreamCall | grpc.aio.StreamUnaryCall  # type: ignore[type-arg]
+
+
+async def consuming(channel: grpc.aio.Channel, topic: str = "held-connections") -> Held:
+    """A call in progress on the connection: a Consume stream, subscribed (to `topic`, looked up)."""
+    call = broker_pb2_grpc.BrokerServiceStub(channel).Consume()
+    await call.write(broker_pb2.ConsumeRequest(subscribe=broker_pb2.Subscribe(
+        topic=topic, subscription=unique("held"), type=broker_pb2.SHARED)))
+    reply = await asyncio.wait_for(call.read(), DEADLINE)
+    assert reply.HasField("subscribed"), reply
+    return call
+
+
+async def awaiting_its_request(channel: grpc.aio.Channel) -> Held:
+    """A call in progress on the connection: a lookup whose request is not sent yet (its
+    connection counts from admission, before the request is read)."""
+    return channel.stream_unary(  # type: ignore[no-any-return]
+        "/herald.v1.LookupService/GetClusterInfo", request_serializer=lookup_pb2.ClusterInfoRequest.SerializeToString,
+        response_deserializer=lookup_pb2.ClusterInfoResponse.FromString)()
+
+
 async def check_connection_limit(port: int, limit: int, service: str,
-                                 call: Callable[[grpc.aio.Channel], Awaitable[object]]) -> None:
-    """Connections are admitted up to the limit (some may be counted already), the next is refused
-    naming the limit, counted ones keep working, and once one closes and its idle timeout passes
-    the refused one gets in."""
-    admitted: list[grpc.aio.Channel] = []
-    refused: grpc.aio.Channel | None = None
+                                 call: Callable[[grpc.aio.Channel], Awaitable[object]],
+                                 hold: Callable[[grpc.aio.Channel], Awaitable[Held]]) -> None:
+    """`limit` connections holding a call in progress are live: a call on one connection more is
+    refused naming the limit, calls on the live ones (multiplexed) are served, and once one live
+    connection's call ends (the connection stays open) the refused connection gets in."""
+    held: list[tuple[grpc.aio.Channel, Held]] = []
+    refused = own_connection(port)
     try:
-        for _ in range(limit + 1):
+        for _ in range(limit):
             channel = own_connection(port)
+            held.append((channel, await hold(channel)))
+
+        async def refusal() -> TooManyRequestsError | None:
             try:
-                await call(channel)
+                await call(refused)
             except grpc.aio.AioRpcError as exc:
                 assert exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, exc
                 assert f"{service} has reached its limit of {limit} connections from client address ipv4:127.0.0.1 " \
                        "(max_connections_per_address)" in (exc.details() or "")
                 error = error_from_rpc(exc)
                 assert isinstance(error, TooManyRequestsError) and error.retryable
-                refused = channel
-                break
-            admitted.append(channel)
-        assert refused is not None, f"{limit + 1} connections from one address were all admitted"
-        assert admitted, "no connection was admitted"
-        for channel in admitted:  # every counted connection is still served
+                return error
+            return None  # a held call not admitted yet
+
+        await eventually(refusal, f"a call on connection {limit + 1} from one address refused")
+        for channel, _ in held:  # every live connection is still served
             await call(channel)
         with pytest.raises(grpc.aio.AioRpcError) as again:  # a retry on the refused one: still over
             await call(refused)
         assert again.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-        await admitted.pop().close()
+        held.pop()[1].cancel()  # its connection stays open, with no call in progress
 
         async def gets_in() -> bool | None:
-            assert refused is not None
             try:
                 await call(refused)
             except grpc.aio.AioRpcError as exc:
@@ -134,29 +158,34 @@ async def check_connection_limit(port: int, limit: int, service: str,
                 return None
             return True
 
-        await eventually(gets_in, "the refused connection admitted after another closed")
+        await eventually(gets_in, "the refused connection admitted once a live one's call ended")
     finally:
-        for channel in [*admitted, *([refused] if refused else [])]:
+        for channel, call_in_progress in held:
+            call_in_progress.cancel()
             await channel.close()
+        await refused.close()
 
 
-async def test_a_brokers_connections_from_one_address_are_limited_and_released_on_close(
+async def test_a_brokers_live_connections_from_one_address_are_limited_and_released_when_their_calls_end(
     connection_limited: StandaloneProcess,
 ) -> None:
-    await check_connection_limit(connection_limited.broker_port, 2, "broker", list_tenants)
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{connection_limited.port}") as lookup:
+        await lookup_pb2_grpc.LookupServiceStub(lookup).LookupTopic(
+            lookup_pb2.LookupTopicRequest(topic="held-connections"), timeout=10)  # owned by the broker
+    await check_connection_limit(connection_limited.broker_port, 2, "broker", list_tenants, consuming)
 
 
-async def test_lookups_connections_from_one_address_are_limited_and_released_on_close(
+async def test_lookups_live_connections_from_one_address_are_limited_and_released_when_their_calls_end(
     connection_limited: StandaloneProcess,
 ) -> None:
-    await check_connection_limit(connection_limited.port, 4, "lookup", cluster_info)
+    await check_connection_limit(connection_limited.port, 4, "lookup", cluster_info, awaiting_its_request)
 
 
-async def test_a_proxys_connections_from_one_address_are_limited_and_released_on_close(
+async def test_a_proxys_live_connections_from_one_address_are_limited_and_released_when_their_calls_end(
     connection_limited: StandaloneProcess,
 ) -> None:
     await check_connection_limit(connection_limited.proxy_port, 2, f"proxy 127.0.0.1:{connection_limited.proxy_port}",
-                                 cluster_info)
+                                 cluster_info, consuming)
 
 
 async def test_calls_multiplexed_on_one_connection_count_once(connection_limited: StandaloneProcess) -> None:
@@ -172,12 +201,13 @@ async def test_calls_multiplexed_on_one_connection_count_once(connection_limited
 
 @pytest.fixture(scope="module")
 def small_requests(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneProcess]:
-    """Every server of the standalone takes requests of at most 256 KiB; the broker keeps at most 2
-    sends of a producer stream without receipts."""
+    """Every server of the standalone takes requests of at most 256 KiB (and the broker messages of
+    at most 128 KiB, which it checks fit); the broker keeps at most 2 sends of a producer stream
+    without receipts."""
     services = ("LOOKUP", "PROXY", "STORAGE")
     with running_standalone(
         tmp_path_factory.mktemp("small") / "data", grpc_max_receive_message_bytes=SMALL_GRPC_LIMIT,
-        max_pending_sends=2,
+        max_message_size=SMALL_GRPC_LIMIT // 2, max_pending_sends=2,
         extra_env={f"HERALD_{service}_GRPC_MAX_RECEIVE_MESSAGE_BYTES": str(SMALL_GRPC_LIMIT) for service in services},
     ) as server:
         yield server

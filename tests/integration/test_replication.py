@@ -357,6 +357,18 @@ async def test_3_2_2_stores_each_entry_on_exactly_its_two_nodes_and_reads_surviv
         await until_reachable(client, node.address)
 
 
+async def test_adds_queued_together_leave_in_messages_a_node_takes(cluster: Cluster) -> None:
+    """Adds queued while the stream is busy leave together, but in messages of at most 8 MiB: a
+    node takes requests of 16 MiB (grpc_max_receive_message_bytes), and 40 MiB of adds at once
+    all succeed."""
+    await cluster.add_nodes(1)
+    client = cluster.client(add_timeout=DEADLINE)
+    handle = await client.create_ledger(1, 1, 1)
+    datas = [payload(i, 1024 * 1024) for i in range(40)]
+    assert await add_all(handle, datas) == list(range(40))
+    assert await read_all(handle, 39) == datas
+
+
 async def test_reads_of_a_striped_ledger_take_runs_of_entries_per_node(cluster: Cluster) -> None:
     await cluster.add_nodes(3)
     client = cluster.client()

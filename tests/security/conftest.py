@@ -126,11 +126,12 @@ def rsa_keys(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 ADMIN = "admin"
 
 
-def secure_process(data_dir: Path, pki: Pki, keys: Keys, *, dlq_worker: bool = False,
-                   authorization: bool = True) -> StandaloneProcess:
+def secure_process(data_dir: Path, pki: Pki, keys: Keys, env: dict[str, str] | None = None, *,
+                   dlq_worker: bool = False, authorization: bool = True) -> StandaloneProcess:
     """`herald standalone` (not started) with TLS on every port, token authentication (HS256) and,
-    unless `authorization` is False, authorization with super-user `admin`."""
-    server = StandaloneProcess(data_dir, service_env(), dlq_worker=dlq_worker)
+    unless `authorization` is False, authorization with super-user `admin`; `env` adds settings
+    (HERALD_BROKER_..., HERALD_PROXY_...)."""
+    server = StandaloneProcess(data_dir, {**service_env(), **(env or {})}, dlq_worker=dlq_worker)
     server.scheme = "herald+ssl"
     server.extra_args = secure_args(pki, keys, authorization=authorization)
     return server

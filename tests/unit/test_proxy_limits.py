@@ -42,22 +42,26 @@ def test_a_new_peer_over_the_limit_is_refused_with_the_limit_named_and_known_pee
     assert value(metrics, "herald_proxy_rejected_connections_total") == 1
 
 
-def test_a_peer_stops_counting_once_idle_for_the_idle_timeout_and_not_while_it_has_calls() -> None:
+def test_a_peer_counts_while_it_has_calls_and_is_one_connection_across_them() -> None:
     limits, metrics, clock = limiter(1, idle=10.0)
     limits.enter("a")
     limits.enter("a")
     limits.leave("a")
-    clock.now += 60
-    limits.expire_idle()
-    assert limits.connections == 1  # one call still in progress
-    limits.leave("a")
-    clock.now += 9.9
-    with pytest.raises(TooManyRequestsError):
+    with pytest.raises(TooManyRequestsError):  # one call of a's still in progress
         limits.enter("b")
-    clock.now += 0.1
-    limits.enter("b")  # a's connection went idle past the timeout: b takes its place
+    limits.leave("a")
+    assert value(metrics, "herald_proxy_active_connections") == 0
+    limits.enter("b")  # a has no call in progress: b takes its place at once
+    limits.leave("b")
+    limits.enter("b")  # b's next call: the same connection, not a new one
     assert limits.connections == 1
     assert value(metrics, "herald_proxy_active_connections") == 1
+    assert value(metrics, "herald_proxy_connections_total") == 2
+    clock.now += 10
+    limits.expire_idle()  # a, idle for the timeout, is forgotten: its next call opens a connection again
+    limits.leave("b")
+    limits.enter("a")
+    assert value(metrics, "herald_proxy_connections_total") == 3
 
 
 def test_no_limit_counts_but_refuses_nothing() -> None:

@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import grpc
@@ -46,6 +46,7 @@ from herald.common.authentication import AuthorizationInterceptor, current_role
 from herald.common.connections import connection_limits
 from herald.common.health import ServiceHealth
 from herald.common.http_endpoint import HttpEndpoint, serve_endpoint
+from herald.common.properties import check_properties
 from herald.common.rpc import EOF, abort, server_options
 from herald.common.rpc_tracing import handshake_span, server_interceptors
 from herald.common.security import ServiceSecurity
@@ -57,6 +58,10 @@ from herald.storage.client import StorageClient
 
 log = logging.getLogger(__name__)
 Context = grpc.aio.ServicerContext[Any, Any]
+# The methods whose requests carry message data (a producer's sends): limited by
+# grpc_max_receive_message_bytes only; every other request by the per-method limit (1 MiB).
+BULK_METHODS = ("/herald.v1.BrokerService/Produce",)
+
 _SUBSCRIPTION_TYPES = {
     broker_pb2.EXCLUSIVE: SubscriptionType.EXCLUSIVE,
     broker_pb2.SHARED: SubscriptionType.SHARED,
@@ -84,6 +89,12 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         self.service = service
         self.authorizer = authorizer  # None: authorization off
 
+    def _check_properties(self, properties: Mapping[str, str], owner: str) -> None:
+        """Kept in memory while the producer / consumer is connected: refused past the limits."""
+        settings = self.service.settings
+        check_properties(properties, owner, max_count=settings.max_properties,
+                         max_bytes=settings.max_properties_bytes)
+
     async def Produce(  # type: ignore[override]
         self, request_iterator: AsyncIterator[broker_pb2.ProduceRequest], context: Context
     ) -> None:
@@ -96,6 +107,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         try:
             if self.authorizer is not None:  # once per stream, before the producer exists
                 await self.authorizer.check(current_role(), first.register.topic, PRODUCE)
+            self._check_properties(first.register.properties, "a producer's")
             with handshake_span(context, "herald.v1.BrokerService/Produce"):
                 producer, last_sequence_id = await self.service.create_producer(
                     first.register.topic, first.register.producer_name or None, dict(first.register.properties),
@@ -205,6 +217,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                 await self.authorizer.check(role, sub.topic, CONSUME)
                 if dead_letter_policy is not None:
                     await check_dead_letter_topics(self.authorizer, role, dead_letter_policy)
+            self._check_properties(sub.properties, "a consumer's")
             with handshake_span(context, "herald.v1.BrokerService/Consume"):
                 consumer = await self.service.subscribe(
                     sub.topic, sub.subscription, _SUBSCRIPTION_TYPES[sub.type], _POSITIONS[sub.initial_position],
@@ -480,9 +493,13 @@ class BrokerServer:
             return
         limits, idle_options = connection_limits(
             "broker", self.settings.max_connections_per_address, self.settings.connection_idle_timeout)
-        server = grpc.aio.server(options=[*server_options(self.settings.grpc_max_receive_message_bytes), *idle_options],
-                                 interceptors=[*limits, *self.security.interceptors, *server_interceptors(),
-                                               *self._authorizing()])
+        # Authentication first: nothing of a call is read, and it takes no place among its address's
+        # connections, before it is authenticated (herald.common.authentication, .connections).
+        server = grpc.aio.server(
+            options=[*server_options(self.settings.grpc_max_receive_message_bytes,
+                                     self.settings.max_streams_per_connection), *idle_options],
+            interceptors=[*self.security.interceptors, *limits, *server_interceptors(BULK_METHODS),
+                          *self._authorizing()])
         self.port = add_port(server, f"{self.settings.host}:{self.settings.port}", self.security.server_credentials)
         broker_id = self.settings.broker_id or self.address
         ownership = BrokerOwnership(self.store, broker_id, self.address, self.settings.unload_exclusion_seconds)

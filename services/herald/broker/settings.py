@@ -8,9 +8,14 @@ from dataclasses import dataclass, field
 from herald.common.config import check_metrics_port, check_server_limits
 from herald.common.errors import InvalidArgumentError
 from herald.common.metrics_access import MetricsEndpointSettings
+from herald.common.properties import DEFAULT_MAX_PROPERTIES, DEFAULT_MAX_PROPERTIES_BYTES
+from herald.common.rpc import DATA_SERVER_MAX_RECEIVE_BYTES, DEFAULT_MAX_STREAMS_PER_CONNECTION
 from herald.common.security import SecuritySettings
 
 MIB = 1024 * 1024
+# A producer's send carries an entry up to max_message_size plus its header and framing
+# (producer.ENTRY_FRAMING_ALLOWANCE), inside a SendEntry request with its own fields.
+SEND_FRAMING_ALLOWANCE = 64 * 1024
 
 
 @dataclass
@@ -26,12 +31,20 @@ class BrokerSettings(SecuritySettings, MetricsEndpointSettings):
     broker_id: str = ""
     lookup_address: str = ""
     storage_nodes: list[str] = field(default_factory=list)
-    # Requests larger than this are refused by gRPC with RESOURCE_EXHAUSTED (the server keeps serving).
-    grpc_max_receive_message_bytes: int = 64 * MIB
+    # Requests larger than this are refused by gRPC with RESOURCE_EXHAUSTED (the server keeps serving),
+    # from their length prefix, before they are read: a max_message_size message and its framing
+    # fit (raise both together). Requests of methods other than Produce are refused past 1 MiB.
+    grpc_max_receive_message_bytes: int = DATA_SERVER_MAX_RECEIVE_BYTES
+    # Streams (producers, consumers, calls in progress) one client connection holds at once
+    # (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS): past it a client's new stream waits in the client
+    # until one ends. With grpc_max_receive_message_bytes it bounds the request bytes a connection
+    # has in flight.
+    max_streams_per_connection: int = DEFAULT_MAX_STREAMS_PER_CONNECTION
     # Client connections (one TCP connection each, whatever its calls) from one client address: past
     # max_connections_per_address (0: no limit) a new connection's calls are refused with
-    # RESOURCE_EXHAUSTED. While it is on, a connection with no call for connection_idle_timeout
-    # seconds is closed and stops counting.
+    # RESOURCE_EXHAUSTED. Only live, authenticated connections count: one with a call in progress
+    # that passed authentication. While it is on, a connection with no call for
+    # connection_idle_timeout seconds is closed.
     max_connections_per_address: int = 0
     connection_idle_timeout: float = 300.0
 
@@ -105,6 +118,12 @@ class BrokerSettings(SecuritySettings, MetricsEndpointSettings):
     # Topics per namespace (0: unlimited; a partitioned topic counts its partitions), overridable
     # by the namespace's max_topics policy: creating one more, auto-creation included, is refused.
     max_topics_per_namespace: int = 0
+    # Properties a producer registers with (RegisterProducer.properties) or a consumer subscribes
+    # with (Subscribe.properties): the broker keeps them while it is connected, for stats. More than
+    # max_properties pairs, or more than max_properties_bytes of keys and values (UTF-8), and the
+    # registration or subscription is refused (InvalidArgumentError). Pulsar has no such limit.
+    max_properties: int = DEFAULT_MAX_PROPERTIES
+    max_properties_bytes: int = DEFAULT_MAX_PROPERTIES_BYTES
 
     # Unloading a topic keeps lookup from giving it back to this broker for this long (when another
     # broker is live), so that an unload moves the topic.
@@ -142,6 +161,17 @@ class BrokerSettings(SecuritySettings, MetricsEndpointSettings):
         check_server_limits(self)
         if self.max_pending_sends < 1:
             raise InvalidArgumentError(f"max_pending_sends must be at least 1, got {self.max_pending_sends}")
+        if self.max_properties < 0 or self.max_properties_bytes < 0:
+            raise InvalidArgumentError(
+                f"max_properties and max_properties_bytes must be 0 (none allowed) or more, got "
+                f"{self.max_properties} and {self.max_properties_bytes}")
+        needed = self.max_message_size + SEND_FRAMING_ALLOWANCE
+        if self.grpc_max_receive_message_bytes < needed:
+            raise InvalidArgumentError(
+                f"grpc_max_receive_message_bytes ({self.grpc_max_receive_message_bytes}) is too small for "
+                f"max_message_size ({self.max_message_size}): a producer's send of one message that size takes "
+                f"up to {needed} bytes; raise grpc_max_receive_message_bytes (and the proxy's and storage "
+                "nodes' with it)")
 
     @property
     def address(self) -> str:

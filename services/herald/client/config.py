@@ -15,6 +15,7 @@ from herald.api.v1 import broker_pb2, common_pb2
 from herald.common.credentials import AuthenticationTls, check_authentication, client_certificate
 from herald.common.errors import InvalidArgumentError
 from herald.common.message_id import MessageId
+from herald.common.properties import check_properties
 
 if TYPE_CHECKING:
     from herald.client.interceptors import ConsumerInterceptor, ProducerInterceptor
@@ -139,12 +140,14 @@ def _enum(name: str, value: object, kind: type[enum.Enum]) -> None:
         raise InvalidArgumentError(f"{name} must be a {kind.__name__} ({choices}), got {value!r}")
 
 
-def _properties(name: str, value: Mapping[str, str] | None) -> dict[str, str]:
+def _properties(name: str, value: Mapping[str, str] | None, owner: str) -> dict[str, str]:
     if value is None:
         return {}
     if not isinstance(value, Mapping) or not all(isinstance(k, str) and isinstance(v, str)
                                                  for k, v in value.items()):
         raise InvalidArgumentError(f"{name} must map strings to strings, got {value!r}")
+    # The broker keeps them in memory and refuses too many (its default limits, checked here first).
+    check_properties(value, owner)
     return dict(value)
 
 
@@ -329,7 +332,7 @@ class ProducerConfig:
         elif self.message_routing_mode is PartitionsRoutingMode.CustomPartition:
             raise InvalidArgumentError("message_routing_mode CustomPartition needs a message_router")
         _enum("hashing_scheme", self.hashing_scheme, HashingScheme)
-        object.__setattr__(self, "properties", _properties("properties", self.properties))
+        object.__setattr__(self, "properties", _properties("properties", self.properties, "a producer's"))
         object.__setattr__(self, "interceptors", _sequence("interceptors", self.interceptors))
         _bool("auto_update_partitions", self.auto_update_partitions)
         _positive("auto_update_partitions_interval", self.auto_update_partitions_interval)
@@ -404,7 +407,7 @@ class ConsumerConfig:
         _bool("retry_enable", self.retry_enable)
         _bool("read_compacted", self.read_compacted)
         _callable("message_listener", self.message_listener)
-        object.__setattr__(self, "properties", _properties("properties", self.properties))
+        object.__setattr__(self, "properties", _properties("properties", self.properties, "a consumer's"))
         object.__setattr__(self, "interceptors", _sequence("interceptors", self.interceptors))
         _positive("pattern_auto_discovery_period", self.pattern_auto_discovery_period)
         _bool("auto_update_partitions", self.auto_update_partitions)

@@ -1,7 +1,8 @@
 """Server-side authentication, the same for every service: an interceptor that checks each call's
-or stream's credentials once, when it starts — a JWT in `authorization: Bearer <token>`
-(herald.common.tokens), else with tls_client_auth the client certificate's common name — and makes
-the role the call acts for (`current_principal()`) known to the servicer that handles it.
+or stream's credentials once, when it starts and before its request is read — a JWT in
+`authorization: Bearer <token>` (herald.common.tokens), else with tls_client_auth the client
+certificate's common name — and makes the role the call acts for (`current_principal()`) known to
+the servicer that handles it.
 
 A proxy (or a broker forwarding an admin call, or a dlq-worker moving a subscriber's dead letter)
 authenticates with its own role and names the client it acts for in `x-herald-original-principal`;
@@ -13,7 +14,9 @@ grpc.health.v1 is left open: probes carry no credentials."""
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
+import functools
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
@@ -23,11 +26,11 @@ import grpc
 import grpc.aio
 
 from herald.common import errors
+from herald.common.admission import OPEN_METHODS, admitting
 from herald.common.rpc import abort, handler_behavior
 from herald.common.tokens import TokenVerifier
 
 ORIGINAL_PRINCIPAL = "x-herald-original-principal"
-_OPEN_METHODS = ("/grpc.health.v1.Health/",)
 _BEARER = "bearer "
 
 if TYPE_CHECKING:
@@ -137,7 +140,9 @@ class Authenticator:
 
 
 class AuthenticationInterceptor(_Interceptor):
-    """Wraps every handler (but health's) so the call is authenticated before it runs, once."""
+    """Wraps every handler (but health's) so the call is authenticated before it runs, once, from
+    its metadata and TLS client certificate: before anything of its request is read
+    (herald.common.admission). Put it first in the server's interceptors."""
 
     def __init__(self, authenticator: Authenticator) -> None:
         self._authenticator = authenticator
@@ -148,17 +153,19 @@ class AuthenticationInterceptor(_Interceptor):
     ) -> grpc.RpcMethodHandler[Any, Any]:
         handler = await continuation(handler_call_details)
         method: str = handler_call_details.method  # type: ignore[attr-defined]
-        if handler is None or method.startswith(_OPEN_METHODS):
+        if handler is None or method.startswith(OPEN_METHODS):
             return handler
-        return _wrap(handler, lambda context: self._enter(context, method))
+        return admitting(handler, functools.partial(self._authenticated, method=method), method)
 
-    async def _enter(self, context: Context, method: str) -> None:
+    @contextlib.asynccontextmanager
+    async def _authenticated(self, context: Context, *, method: str) -> AsyncIterator[None]:
         try:
             principal = self._authenticator.authenticate(context.invocation_metadata() or (), context.auth_context(),
                                                          method)
         except errors.HeraldError as error:
             await abort(context, error)
         _PRINCIPAL.set(principal)
+        yield
 
 
 def _wrap(handler: grpc.RpcMethodHandler[Any, Any],

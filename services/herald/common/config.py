@@ -99,10 +99,14 @@ def check_metrics_port(port: int) -> None:
 
 def check_server_limits(settings: Any) -> None:
     """The limits every gRPC server's settings share, where it has them: grpc_max_receive_message_bytes
-    (positive), max_connections_per_address (0: no limit), connection_idle_timeout (seconds)."""
+    (positive), max_streams_per_connection (positive), max_connections_per_address (0: no limit),
+    connection_idle_timeout (seconds)."""
     size = getattr(settings, "grpc_max_receive_message_bytes", 1)
     if size < 1:
         raise InvalidArgumentError(f"grpc_max_receive_message_bytes must be a positive number of bytes, got {size}")
+    streams = getattr(settings, "max_streams_per_connection", 1)
+    if streams < 1:
+        raise InvalidArgumentError(f"max_streams_per_connection must be a positive number, got {streams}")
     per_address = getattr(settings, "max_connections_per_address", 0)
     if per_address < 0:
         raise InvalidArgumentError(

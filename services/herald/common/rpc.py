@@ -20,8 +20,19 @@ from herald.common import errors
 
 # What a stream's read() returns once the peer has finished writing.
 EOF: object = grpc.aio.EOF  # type: ignore[attr-defined]
-# Large enough for a 5 MiB message plus batch and framing overhead.
-MAX_GRPC_MESSAGE_BYTES = 64 * 1024 * 1024
+MIB = 1024 * 1024
+# What clients and services accept in what they receive from a server (replies: a consumer's
+# EntryBatch of several entries, a storage read chunk): servers are trusted more than clients.
+MAX_GRPC_MESSAGE_BYTES = 64 * MIB
+# What the client-facing servers (broker, proxy) take per request by default: a 5 MiB message
+# (max_message_size) with its entry header, SendEntry framing and room to spare. gRPC refuses a
+# bigger request from its length prefix, before buffering it.
+DATA_SERVER_MAX_RECEIVE_BYTES = 8 * MIB
+# HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS of every server by default: streams (a producer, a
+# consumer, a call in progress) one connection may hold at once; past it a client's new stream
+# waits in the client for one to end. Herald's client puts every producer and consumer of a
+# broker on one connection, so it is far above what an application opens.
+DEFAULT_MAX_STREAMS_PER_CONNECTION = 4096
 
 _STATUS_BY_CODE: dict[int, grpc.StatusCode] = {
     common_pb2.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
@@ -57,12 +68,16 @@ def channel_options(keepalive_seconds: float = 30.0) -> list[tuple[str, int]]:
     ]
 
 
-def server_options(max_receive_message_bytes: int = MAX_GRPC_MESSAGE_BYTES) -> list[tuple[str, int]]:
+def server_options(max_receive_message_bytes: int,
+                   max_streams_per_connection: int = DEFAULT_MAX_STREAMS_PER_CONNECTION) -> list[tuple[str, int]]:
     """A server's options; a request larger than `max_receive_message_bytes` is refused by gRPC
-    with RESOURCE_EXHAUSTED (the connection and every other call go on)."""
+    with RESOURCE_EXHAUSTED (the connection and every other call go on). A connection holds at most
+    `max_streams_per_connection` streams at once (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS): with the
+    receive limit, that bounds the request bytes one connection can have in flight."""
     return [
         ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_BYTES),
         ("grpc.max_receive_message_length", max_receive_message_bytes),
+        ("grpc.max_concurrent_streams", max_streams_per_connection),
         ("grpc.keepalive_permit_without_calls", 1),
         # Clients may ping every second to notice a dead or paused broker quickly; allow it.
         ("grpc.http2.min_recv_ping_interval_without_data_ms", 1000),

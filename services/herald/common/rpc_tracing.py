@@ -7,7 +7,7 @@ without a trace context get no span, so heartbeats and probes do not make traces
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Collection, Iterator
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -15,7 +15,7 @@ import grpc.aio
 from opentelemetry import trace
 
 from herald.common import tracing
-from herald.common.rpc_decoding import DecodingInterceptor
+from herald.common.rpc_decoding import CONTROL_REQUEST_MAX_BYTES, DecodingInterceptor
 
 _COMPONENT = "herald.rpc"
 
@@ -26,11 +26,13 @@ else:  # generic only in the stubs
 
 
 
-def server_interceptors() -> list[_Interceptor]:
+def server_interceptors(bulk_methods: Collection[str] = (),
+                        max_request_bytes: int = CONTROL_REQUEST_MAX_BYTES) -> list[_Interceptor]:
     """The interceptors a server is made with, last in its list: the tracing one while tracing is
     on (decided when the server is made), and the one decoding requests at the edge (malformed
-    bytes get INVALID_ARGUMENT, herald.common.rpc_decoding)."""
-    return [*([TracingInterceptor()] if tracing.ENABLED else []), DecodingInterceptor()]
+    bytes get INVALID_ARGUMENT; requests of methods other than `bulk_methods` larger than
+    `max_request_bytes` are refused: herald.common.rpc_decoding)."""
+    return [*([TracingInterceptor()] if tracing.ENABLED else []), DecodingInterceptor(bulk_methods, max_request_bytes)]
 
 
 class TracingInterceptor(_Interceptor):

@@ -32,6 +32,10 @@ from herald.metadata.resources import Resources, get_partitions
 from herald.metadata.store import MetadataStore
 
 log = logging.getLogger(__name__)
+# A broker's heartbeat names every topic it owns: limited by grpc_max_receive_message_bytes only.
+# Every other request of lookup's is a name or two, refused past 64 KiB.
+BULK_METHODS = ("/herald.v1.LookupService/Heartbeat",)
+LOOKUP_REQUEST_MAX_BYTES = 64 * 1024
 _DOMAINS = {
     lookup_pb2.ALL_DOMAINS: None, lookup_pb2.PERSISTENT: "persistent", lookup_pb2.NON_PERSISTENT: "non-persistent",
 }
@@ -218,9 +222,13 @@ class LookupServer:
         await self.servicer.resources.ensure_default_namespace()
         limits, idle_options = connection_limits(
             "lookup", self.settings.max_connections_per_address, self.settings.connection_idle_timeout)
-        server = grpc.aio.server(options=[*server_options(self.settings.grpc_max_receive_message_bytes), *idle_options],
-                                 interceptors=[*limits, *self.security.interceptors, *server_interceptors(),
-                                               *self._authorizing()])
+        # Authentication first: nothing of a call is read, and it takes no place among its address's
+        # connections, before it is authenticated (herald.common.authentication, .connections).
+        server = grpc.aio.server(
+            options=[*server_options(self.settings.grpc_max_receive_message_bytes,
+                                     self.settings.max_streams_per_connection), *idle_options],
+            interceptors=[*self.security.interceptors, *limits,
+                          *server_interceptors(BULK_METHODS, LOOKUP_REQUEST_MAX_BYTES), *self._authorizing()])
         lookup_pb2_grpc.add_LookupServiceServicer_to_server(self.servicer, server)
         await self.health.add_to_server(server)
         self.port = add_port(server, f"{self.settings.host}:{self.settings.port}", self.security.server_credentials)

@@ -1,7 +1,7 @@
 """The proxy's client connection limits (max_connections in all, max_connections_per_address per
-client address), counted as every server counts them (herald.common.connections: a connection is
-a client peer from its first call until idle for the idle timeout; the server closes connections
-idle that long, grpc.max_connection_idle_ms, so both views agree), with the proxy's metrics."""
+client address), counted as every server counts them (herald.common.connections: only live,
+authenticated connections, a client peer while it has a call in progress; the Gate admits calls
+inside the handlers, after authentication), with the proxy's metrics."""
 
 from __future__ import annotations
 
@@ -34,10 +34,9 @@ class ConnectionLimiter(ConnectionTracker):
 
     def _opened(self) -> None:
         self._metrics.connections.inc()
+
+    def _live_changed(self) -> None:
         self._metrics.active_connections.set(self.connections)
 
     def _refused(self) -> None:
         self._metrics.rejected_connections.inc()
-
-    def _expired(self) -> None:
-        self._metrics.active_connections.set(self.connections)

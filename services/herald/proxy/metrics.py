@@ -16,13 +16,14 @@ class ProxyMetrics:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
         self.active_connections = Gauge(
-            "herald_proxy_active_connections", "Client connections (peers) with a call in progress or recently used.",
+            "herald_proxy_active_connections", "Authenticated client connections (peers) with a call in progress.",
             registry=r)
         self.connections = Counter(
             "herald_proxy_connections_total", "Client connections (peers) accepted.", registry=r)
         self.rejected_connections = Counter(
             "herald_proxy_rejected_connections_total",
-            "Calls refused because they came on a new connection while the proxy was at max_connections.",
+            "Calls refused because their connection would have been one live connection more than "
+            "max_connections or max_connections_per_address allow.",
             registry=r)
         self.active_streams = Gauge(
             "herald_proxy_active_streams", "Produce and consume streams being relayed.", ["kind"], registry=r)

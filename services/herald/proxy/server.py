@@ -41,7 +41,8 @@ ADMIN_SERVICE = "herald.v1.AdminService"
 
 
 class Gate:
-    """Admits calls: none while draining, none from a new connection past max_connections."""
+    """Admits calls (inside the handlers: after authentication): none while draining, none that
+    would make a connection live past max_connections or max_connections_per_address."""
 
     def __init__(self, limiter: ConnectionLimiter, drain: Drain) -> None:
         self.limiter = limiter
@@ -260,9 +261,12 @@ class ProxyServer:
             return
         settings = self.settings
         idle_ms = int(settings.connection_idle_timeout * 1000)
-        server = grpc.aio.server(options=[*server_options(settings.grpc_max_receive_message_bytes),
-                                          ("grpc.max_connection_idle_ms", idle_ms)],
-                                 interceptors=[*self.security.interceptors, DecodingInterceptor()])
+        # Authentication first: nothing of a call is read before it is authenticated; the Gate
+        # counts connections inside the handlers, after it.
+        server = grpc.aio.server(
+            options=[*server_options(settings.grpc_max_receive_message_bytes, settings.max_streams_per_connection),
+                     ("grpc.max_connection_idle_ms", idle_ms)],
+            interceptors=[*self.security.interceptors, DecodingInterceptor((f"/{BROKER_SERVICE}/Produce",))])
         self.port = add_port(server, f"{settings.host}:{settings.port}", self.security.server_credentials)
         if settings.host in ("0.0.0.0", "::", "[::]") and not settings.advertised_address:
             log.warning("proxy bound to %s with no advertised_address: clients are told to dial %s",

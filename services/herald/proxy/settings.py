@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from herald.common.config import check_server_limits
 from herald.common.errors import InvalidArgumentError
 from herald.common.metrics_access import MetricsEndpointSettings
+from herald.common.rpc import DATA_SERVER_MAX_RECEIVE_BYTES, DEFAULT_MAX_STREAMS_PER_CONNECTION
 from herald.common.security import SecuritySettings
 
 
@@ -23,14 +24,22 @@ class ProxySettings(SecuritySettings, MetricsEndpointSettings):
 
     # Client connections: a connection is one client peer (one TCP connection). Over
     # max_connections (0: no limit) a new connection's calls are refused with RESOURCE_EXHAUSTED.
-    # A connection with no call in progress for connection_idle_timeout seconds is closed by the
-    # proxy and stops counting.
+    # Only live, authenticated connections count: one with a call in progress that passed
+    # authentication. A connection with no call in progress for connection_idle_timeout seconds is
+    # closed by the proxy.
     max_connections: int = 0
     connection_idle_timeout: float = 300.0
     # The same per client address (0: no limit): clients sharing an address share it.
     max_connections_per_address: int = 0
-    # Requests larger than this are refused by gRPC with RESOURCE_EXHAUSTED (the proxy keeps serving).
-    grpc_max_receive_message_bytes: int = 64 * 1024 * 1024
+    # Requests larger than this are refused by gRPC with RESOURCE_EXHAUSTED (the proxy keeps serving),
+    # from their length prefix, before they are read: a broker's max_message_size message and its
+    # framing fit (raise both together). Requests of methods other than Produce are refused past 1 MiB.
+    grpc_max_receive_message_bytes: int = DATA_SERVER_MAX_RECEIVE_BYTES
+    # Streams (producers, consumers, calls in progress) one client connection holds at once
+    # (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS): past it a client's new stream waits in the client
+    # until one ends. The proxy's own connections to a broker carry all its clients' streams to it:
+    # keep their number per connection (see connections_per_broker) under the broker's limit.
+    max_streams_per_connection: int = DEFAULT_MAX_STREAMS_PER_CONNECTION
 
     # On SIGTERM (stop): new calls are refused, produce streams take no new sends and end once
     # their receipts are back, consume streams end at once; whatever is still open after

@@ -34,6 +34,12 @@ log = logging.getLogger(__name__)
 # A restarted node is dialled again within this long (gRPC's default backoff grows to 2 minutes).
 _RECONNECT_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 200), ("grpc.max_reconnect_backoff_ms", 2000)]
 
+# The adds of one AddBatchRequest take at most this many bytes (one bigger entry goes alone): the
+# storage nodes' grpc_max_receive_message_bytes (16 MiB) takes it with room to spare.
+ADD_BATCH_MAX_BYTES = 8 * 1024 * 1024
+# An AddRequest's fields and framing, but its data and trace context.
+_ADD_FRAMING_BYTES = 64
+
 # Errors that say the node itself is unwell (rather than the request being wrong).
 NODE_FAILURES = (errors.ConnectionError_, errors.HeraldTimeoutError, errors.ServiceNotReadyError,
                  errors.PersistenceError)
@@ -64,6 +70,17 @@ class _AddStream:
             self._timer = self._loop.call_at(deadline, self._check_deadlines)
         self._wake.set()
         return future
+
+    def _take_batch(self) -> list[storage_pb2.AddRequest]:
+        """The oldest adds queued, up to ADD_BATCH_MAX_BYTES (at least one, whatever its size)."""
+        outbox, size, count = self._outbox, 0, 0
+        for add in outbox:
+            size += len(add.data) + _ADD_FRAMING_BYTES + len(add.traceparent)
+            if count and size > ADD_BATCH_MAX_BYTES:
+                break
+            count += 1
+        batch, self._outbox = outbox[:count], outbox[count:]
+        return batch
 
     def _check_deadlines(self) -> None:
         self._timer = None
@@ -96,11 +113,11 @@ class _AddStream:
             while not reader.done():
                 await self._wake.wait()
                 self._wake.clear()
-                # Everything queued while the previous message was being written goes out as one
-                # message: a gRPC stream moves a few thousand messages a second, not tens of thousands.
-                batch, self._outbox = self._outbox, []
-                if batch:
-                    await call.write(storage_pb2.AddBatchRequest(adds=batch))
+                # Everything queued while the previous message was being written goes out together
+                # (a gRPC stream moves a few thousand messages a second, not tens of thousands), in
+                # messages of at most ADD_BATCH_MAX_BYTES: under the node's receive limit.
+                while self._outbox:
+                    await call.write(storage_pb2.AddBatchRequest(adds=self._take_batch()))
             await reader
         except grpc.aio.AioRpcError as exc:
             failure = error_from_rpc(exc, f"add to storage node {address}")

@@ -41,6 +41,9 @@ from herald.storage.metrics import StorageMetrics
 from herald.storage.settings import StorageSettings
 
 log = logging.getLogger(__name__)
+# The add streams carry entries: limited by grpc_max_receive_message_bytes only; every other
+# request (reads, fences, deletes) by the per-method limit (1 MiB).
+BULK_METHODS = ("/herald.v1.StorageService/AddEntries", "/herald.v1.StorageService/AddEntryBatches")
 
 if TYPE_CHECKING:
     _Context = grpc.aio.ServicerContext[Any, Any]
@@ -291,8 +294,10 @@ class StorageServer:
         try:
             self.metrics.watch(self.store, self.settings.data_dir, asyncio.get_running_loop())
             self._serve_metrics()
-            server = grpc.aio.server(options=server_options(self.settings.grpc_max_receive_message_bytes),
-                                     interceptors=[*self.security.interceptors, *server_interceptors()])
+            server = grpc.aio.server(
+                options=server_options(self.settings.grpc_max_receive_message_bytes,
+                                       self.settings.max_streams_per_connection),
+                interceptors=[*self.security.interceptors, *server_interceptors(BULK_METHODS)])
             storage_pb2_grpc.add_StorageServiceServicer_to_server(StorageServicer(self.store, self.settings),
                                                                   server)
             await self.health.add_to_server(server)

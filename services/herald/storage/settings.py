@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from herald.common.config import check_metrics_port, check_server_limits
 from herald.common.metrics_access import MetricsEndpointSettings
+from herald.common.rpc import DEFAULT_MAX_STREAMS_PER_CONNECTION
 from herald.common.security import SecuritySettings
 
 MIB = 1024 * 1024
@@ -40,8 +41,16 @@ class StorageSettings(SecuritySettings, MetricsEndpointSettings):
     max_entry_id_gap: int = 1_000_000
     # Seconds that stop() lets running RPCs finish before cancelling them.
     stop_grace: float = 5.0
-    # Requests larger than this are refused by gRPC with RESOURCE_EXHAUSTED (the server keeps serving).
-    grpc_max_receive_message_bytes: int = 64 * MIB
+    # Requests larger than this are refused by gRPC with RESOURCE_EXHAUSTED (the server keeps serving),
+    # from their length prefix, before they are read. A broker packs adds into messages of at most
+    # 8 MiB (one bigger entry goes alone: keep this above the brokers' max_message_size plus
+    # framing); requests of methods other than the add streams are refused past 1 MiB.
+    grpc_max_receive_message_bytes: int = 16 * MIB
+    # Streams (producers, consumers, calls in progress) one client connection holds at once
+    # (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS): past it a client's new stream waits in the client
+    # until one ends. With grpc_max_receive_message_bytes it bounds the request bytes a connection
+    # has in flight.
+    max_streams_per_connection: int = DEFAULT_MAX_STREAMS_PER_CONNECTION
     # Prometheus /metrics (herald.storage.metrics): 0 picks a free port, -1 serves none (an
     # embedding process serves the registry itself).
     metrics_host: str = "127.0.0.1"
