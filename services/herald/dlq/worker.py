@@ -80,7 +80,8 @@ class DlqWorker:
         if settings.initial_subscription:
             self._admin = AdminClient(settings.service_url, timeout=settings.operation_timeout, auth=self._config.auth,
                                       tls_trust_certs_file_path=self._config.tls_trust_certs_file_path)
-        mover = LetterMover(publisher, self.metrics, self._admin, settings.initial_subscription)
+        mover = LetterMover(publisher, self.metrics, self._admin, settings.initial_subscription,
+                            settings.max_message_size)
         failures = FailureMemory(settings.retry_delay, settings.retry_delay_max)
 
         def broker_letters(address: str) -> BrokerLetters:
