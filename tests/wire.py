@@ -249,8 +249,11 @@ class WireError(Exception):
 class WireClient:
     """Channels to a standalone's (or a cluster's) lookup and to topic owners."""
 
-    def __init__(self, lookup_port: int, host: str = "127.0.0.1") -> None:
+    def __init__(self, lookup_port: int, host: str = "127.0.0.1",
+                 credentials: grpc.ChannelCredentials | None = None) -> None:
+        """`credentials`: TLS (and a token, composed in) for every channel; None: plaintext."""
         self.lookup_address = f"{host}:{lookup_port}"
+        self._credentials = credentials
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._streams: list[_Stream] = []
 
@@ -265,7 +268,8 @@ class WireClient:
 
     def channel(self, address: str) -> grpc.aio.Channel:
         if address not in self._channels:
-            self._channels[address] = grpc.aio.insecure_channel(address)
+            self._channels[address] = (grpc.aio.insecure_channel(address) if self._credentials is None
+                                       else grpc.aio.secure_channel(address, self._credentials))
         return self._channels[address]
 
     @property

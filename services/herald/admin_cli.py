@@ -32,7 +32,7 @@ from herald.admin_security import (
 )
 from herald.api.v1 import admin_pb2, common_pb2
 from herald.client.admin import AdminClient
-from herald.client.config import InitialPosition
+from herald.client.config import DEFAULT_MAX_MESSAGE_SIZE, InitialPosition
 from herald.common.entry import decode_entry, iter_records
 from herald.common.errors import ConnectionError_, HeraldError, InvalidArgumentError
 from herald.dlq.letters import ORIGIN_PROPERTIES
@@ -771,7 +771,8 @@ async def dlq_peek(admin: AdminClient, args: argparse.Namespace) -> Any:
     topic = _dlq_topic(args)
     async with AsyncClient(_service_url(args), operation_timeout=args.timeout, stats_interval=0,
                            **client_security(args)) as client:
-        messages = [_dead_message(message) for message in await peek(client, admin, topic, args.count)]
+        messages = [_dead_message(message)
+                    for message in await peek(client, admin, topic, args.count, args.max_message_size)]
     if args.json:
         return {"dead_letter_topic": topic, "messages": messages}
     if not messages:
@@ -969,6 +970,9 @@ def add_admin_parser(commands: Any) -> None:
         if name == "peek":
             sub.add_argument("--count", "-n", type=positive, default=10, metavar="N",
                              help="how many messages (default 10)")
+            sub.add_argument("--max-message-size", type=positive, default=DEFAULT_MAX_MESSAGE_SIZE, metavar="BYTES",
+                             help="the largest message shown decompressed (default 5 MiB): a dead letter that would "
+                                  "decompress to more is left out with a warning")
         else:
             sub.add_argument("--limit", "-n", type=positive, default=None, metavar="N",
                              help="replay at most N messages (default: all)")

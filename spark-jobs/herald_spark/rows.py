@@ -8,7 +8,8 @@ from collections.abc import Iterable
 import pyarrow as pa  # type: ignore[import-untyped]
 from herald.api.v1 import broker_pb2
 from herald.client.compression import decompress
-from herald.common.entry import decode_entry, iter_records
+from herald.client.config import DEFAULT_MAX_MESSAGE_SIZE
+from herald.common.entry import ENTRY_FRAMING_ALLOWANCE, decode_entry, iter_records
 from herald.common.errors import InvalidArgumentError
 from herald.common.message_id import MessageId
 from pyspark.sql.types import (
@@ -34,6 +35,9 @@ SCHEMA = StructType([
 ])
 
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
+# The most an entry's payload may decompress to here (a bomb is refused, never inflated): a message
+# of the brokers' default max message size and its framing.
+MAX_PAYLOAD = DEFAULT_MAX_MESSAGE_SIZE + ENTRY_FRAMING_ALLOWANCE
 ARROW_SCHEMA = pa.schema([
     pa.field("key", pa.string()),
     pa.field("value", pa.binary()),
@@ -77,7 +81,7 @@ class Columns:
                 "the herald Spark source reads whole messages only (produce with chunking off, or read it with "
                 "the client)")
         if metadata.compression:
-            payload = memoryview(decompress(metadata.compression, payload, metadata.uncompressed_size))
+            payload = memoryview(decompress(metadata.compression, payload, metadata.uncompressed_size, MAX_PAYLOAD))
         low = first.batch_index if first is not None and (first.ledger_id, first.entry_id) == (
             entry.ledger_id, entry.entry_id) else -1
         high = end.batch_index if end is not None and (end.ledger_id, end.entry_id) == (

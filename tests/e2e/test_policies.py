@@ -471,7 +471,7 @@ async def test_the_namespaces_max_message_size_is_reported_and_enforced(
     # The topic's own limit overrides the namespace's.
     big, registered = await wire.register(overridden)
     assert registered.max_message_size == 4 * limit
-    receipt_of(await big.send_entry(too_large, 100))
+    receipt_of(await big.send_entry(make_entry(big.name, 100, b"x" * (limit + FRAMING_ALLOWANCE + 1)), 100))
 
     # The client learns the limit at registration: it refuses a larger message itself, and never
     # batches messages into an entry the broker would refuse.

@@ -108,7 +108,7 @@ def entry(producer: str, sequence_id: int, payload: bytes = b"hello", num_messag
     meta = EntryMetadata(producer_name=producer, sequence_id=sequence_id,
                          highest_sequence_id=sequence_id + num_messages - 1, num_messages=num_messages,
                          encryption_keys=list(encryption_keys))
-    return encode_entry(meta, payload)
+    return encode_entry(meta, payload.ljust(5 * num_messages, b"."))  # room for that many (5-byte) records
 
 
 async def publish_all(service: BrokerService, producer_name: str, first: int, count: int,
@@ -192,6 +192,29 @@ async def test_permits_count_messages_and_a_batch_may_overshoot(cluster: Cluster
     assert seqs([first, second]) == [0, 10] and consumer.permits == -9
     consumer.flow(19)
     assert seqs(await receive(consumer, 1)) == [20]
+
+
+async def test_a_stored_entry_claiming_more_messages_than_it_holds_takes_only_the_permits_it_can_hold(
+    cluster: Cluster,
+) -> None:
+    # Stored before brokers checked num_messages (publish refuses it now): it claims 2^31 - 1
+    # messages in a payload of one. Counted as claimed, it drove the consumer's permits to about
+    # -2^31 for good and nothing was dispatched after it.
+    service = await cluster.broker()
+    consumer = await service.subscribe(TOPIC, "s", EXCLUSIVE, EARLIEST)
+    consumer.flow(10)
+    producer, _ = await service.create_producer(TOPIC, "p")
+    topic = producer.topic
+    assert isinstance(topic, PersistentTopic)
+    await topic.ledger.add_entry(encode_entry(EntryMetadata(
+        producer_name="p", sequence_id=0, highest_sequence_id=0, num_messages=2**31 - 1), b"hello"))
+    topic.subscriptions["s"].notify()  # as a publish does
+    (lying,) = await receive(consumer, 1)
+    assert consumer.permits == 9
+    assert consumer.pending[Position(lying.ledger_id, lying.entry_id)] == 1
+    await topic.publish(producer, 1, 1, 1, entry("p", 1))
+    assert seqs([lying, *await receive(consumer, 1)]) == [0, 1]
+    assert consumer.permits == 8
 
 
 # ---- deduplication ----

@@ -47,11 +47,12 @@ LATEST = InitialPosition.LATEST
 CURSOR_KEY = "/cursors/public/default/persistent/orders/"
 
 
-def timed_entry(sequence_id: int, publish_time: int, num_messages: int = 1, batched: bool = False) -> bytes:
-    metadata = EntryMetadata(producer_name="p", sequence_id=sequence_id,
+def timed_entry(sequence_id: int, publish_time: int, num_messages: int = 1, batched: bool = False,
+                producer: str = "p") -> bytes:
+    metadata = EntryMetadata(producer_name=producer, sequence_id=sequence_id,
                              highest_sequence_id=sequence_id + num_messages - 1, num_messages=num_messages,
                              publish_time=publish_time, batched=batched)
-    return encode_entry(metadata, b"x" * 10)
+    return encode_entry(metadata, b"x" * max(10, 5 * num_messages))  # room for that many (5-byte) records
 
 
 async def publish(service: BrokerService, count: int, first: int = 0, publish_times: list[int] | None = None,
@@ -61,7 +62,8 @@ async def publish(service: BrokerService, count: int, first: int = 0, publish_ti
     producer, _ = await service.create_producer(topic, f"p{first}")
     now = int(time.time() * 1000)
     times = publish_times or [now] * count
-    futures = [producer.topic.publish(producer, seq, seq, 1, timed_entry(seq, times[seq - first]))
+    futures = [producer.topic.publish(producer, seq, seq, 1, timed_entry(seq, times[seq - first],
+                                                                         producer=producer.name))
                for seq in range(first, first + count)]
     positions = [Position(*receipt) for receipt in await asyncio.gather(*futures)]
     await service.close_producer(producer)

@@ -271,7 +271,7 @@ async def test_key_shared_sends_one_key_to_one_consumer(cluster: Cluster) -> Non
         "a": [(32768, 65535)], "b": [(0, 32767)]}
     await second.close()
     await producer.topic.publish(producer, 100, 100, 1, encode_entry(EntryMetadata(
-        producer_name="p", sequence_id=100, highest_sequence_id=100, num_messages=1, partition_key="k"), b""))
+        producer_name="p", sequence_id=100, highest_sequence_id=100, num_messages=1, partition_key="k"), b"k" * 5))
     assert seqs(await nothing_buffered(first)) == [100]  # the whole range is the first one's again
 
 

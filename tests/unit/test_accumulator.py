@@ -337,7 +337,7 @@ async def test_closed_batch_payload_is_compressed_once_and_decompresses_to_its_r
     metadata, payload = decode_entry(op.entry)
     assert metadata.compression == codec
     assert len(payload) < metadata.uncompressed_size == op.size
-    records = list(iter_records(decompress(codec, payload, metadata.uncompressed_size)))
+    records = list(iter_records(decompress(codec, payload, metadata.uncompressed_size, metadata.uncompressed_size)))
     assert [r.value for r in records] == values
 
 

@@ -125,16 +125,21 @@ async def test_a_compressed_message_is_chunked_after_compression(codec: int) -> 
     metas, payload = reassemble([op.entry for op in emitted])
     assert len(metas) > 1
     assert {(m.compression, m.total_chunk_size) for m in metas} == {(codec, len(payload))}
-    (record,) = iter_records(decompress(codec, payload, metas[0].uncompressed_size))
+    (record,) = iter_records(decompress(codec, payload, metas[0].uncompressed_size, metas[0].uncompressed_size))
     assert record.value == value
 
 
-async def test_compression_that_makes_a_message_fit_spares_the_chunks() -> None:
+async def test_compression_that_makes_a_message_fit_sends_it_as_one_chunk() -> None:
+    # Larger than the limit before compression: an unchunked entry may not declare that much
+    # uncompressed (consumers bound decompression by the max message size), a chunk may.
     emitted: list[PendingOp] = []
     acc = make(emitted, chunk_limit=1024, compression=common_pb2.ZSTD)
     send(acc, b"a" * 50_000)
     (op,) = emitted
-    assert decode_entry(op.entry)[0].num_chunks == 0
+    metadata = decode_entry(op.entry)[0]
+    assert (metadata.num_chunks, metadata.uncompressed_size, op.settles) == (1, 50_005, 1)
+    send(acc, b"a" * 1000)  # within the limit: no chunk
+    assert decode_entry(emitted[1].entry)[0].num_chunks == 0
 
 
 async def test_a_message_that_cannot_be_chunked_goes_whole_for_the_broker_to_refuse() -> None:

@@ -38,7 +38,8 @@ def letter(data: bytes, topic: str = TOPIC, ledger: int = 12, entry_id: int = 3)
 
 def unpack(send: object) -> tuple[common_pb2.EntryMetadata, list[Record]]:
     metadata, payload = decode_entry(send.entry)  # type: ignore[attr-defined]
-    return metadata, list(iter_records(decompress(metadata.compression, payload, metadata.uncompressed_size)))
+    return metadata, list(iter_records(decompress(metadata.compression, payload, metadata.uncompressed_size,
+                                                  metadata.uncompressed_size)))
 
 
 # ---- a letter as it is published ----

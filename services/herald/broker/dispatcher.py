@@ -31,7 +31,7 @@ from herald.broker.delayed_delivery import DelayedDeliveryTracker
 from herald.broker.managed_ledger import Position
 from herald.broker.settings import BrokerSettings
 from herald.common import tracing
-from herald.common.entry import EntryMetadata, read_metadata
+from herald.common.entry import EntryMetadata, decode_entry, permits_of
 from herald.common.errors import ConsumerBusyError, HeraldError
 from herald.common.names import TopicName
 from herald.common.tasks import wait_event
@@ -42,14 +42,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def num_messages(data: bytes) -> int:
-    """Messages in an entry (what permits count); an entry whose metadata cannot be read counts 1."""
-    try:
-        return max(1, read_metadata(data, verify=False).num_messages)
-    except HeraldError:
-        return 1
-
-
 def now_ms() -> int:
     """Wall-clock unix milliseconds: deliver-at times are producers' wall-clock times."""
     return int(time.time() * 1000)
@@ -58,12 +50,13 @@ def now_ms() -> int:
 class ReadEntry:
     """An entry read for dispatch; its metadata is parsed once, when first needed."""
 
-    __slots__ = ("_metadata", "_parsed", "data", "position")
+    __slots__ = ("_metadata", "_parsed", "_payload_size", "data", "position")
 
     def __init__(self, position: Position, data: bytes) -> None:
         self.position = position
         self.data = data
         self._metadata: EntryMetadata | None = None
+        self._payload_size = 0
         self._parsed = False
 
     @property
@@ -73,15 +66,18 @@ class ReadEntry:
         if not self._parsed:
             self._parsed = True
             try:
-                self._metadata = read_metadata(self.data, verify=False)
+                self._metadata, payload = decode_entry(self.data, verify=False)
+                self._payload_size = len(payload)
             except HeraldError:
                 self._metadata = None
         return self._metadata
 
     @property
     def num_messages(self) -> int:
+        """The permits it takes: its num_messages within what it can hold (permits_of), so that a
+        stored entry whose metadata lies cannot drive a consumer's permits far negative."""
         metadata = self.metadata
-        return max(1, metadata.num_messages) if metadata is not None else 1
+        return permits_of(metadata, self._payload_size) if metadata is not None else 1
 
     @property
     def deliver_at(self) -> int:

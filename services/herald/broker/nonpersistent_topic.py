@@ -35,7 +35,7 @@ from herald.broker.settings import BrokerSettings
 from herald.broker.stats import ConsumerStats, ProducerStats, SubscriptionStats, TopicStats
 from herald.broker.subscription import SubscriptionType, validate_priority_level
 from herald.broker.topic import PRODUCER_NAME_COUNTER
-from herald.common.entry import EntryMetadata, read_metadata
+from herald.common.entry import EntryMetadata
 from herald.common.errors import (
     BadVersionError,
     ConsumerBusyError,
@@ -317,12 +317,12 @@ class NonPersistentTopic:
         (-1, -1), also when the entry was dropped over the pending limit, or the check's error."""
         future: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
         try:
-            producer.check(entry, encryption_required=self.encryption_required,
-                           max_message_size=self.max_message_size)
+            metadata = producer.check(entry, num_messages, encryption_required=self.encryption_required,
+                                      max_message_size=self.max_message_size)
         except HeraldError as exc:
             future.set_exception(exc)
             return future
-        messages = max(1, num_messages)
+        messages = num_messages  # checked: at least 1, and what the entry's metadata says
         if len(self.pending) >= self.settings.non_persistent_max_pending:
             self.msg_dropped_counter += messages
         else:
@@ -331,13 +331,11 @@ class NonPersistentTopic:
             self.bytes_in_counter += len(entry)
             self.entries_in_counter += 1
             if self.subscriptions:
-                self._dispatch(entry)
+                self._dispatch(entry, metadata, messages)
         future.set_result(NO_POSITION)
         return future
 
-    def _dispatch(self, entry: bytes) -> None:
-        metadata = read_metadata(entry, verify=False)  # the producer check verified the checksum
-        messages = max(1, metadata.num_messages)
+    def _dispatch(self, entry: bytes, metadata: EntryMetadata, messages: int) -> None:
         position = Position(NON_PERSISTENT_LEDGER_ID, next(self._entry_ids))
         deliveries = 0
         for subscription in self.subscriptions.values():

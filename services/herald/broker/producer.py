@@ -6,16 +6,26 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from herald.common.entry import entry_checksum_ok, read_metadata
-from herald.common.errors import ChecksumError, MessageTooLargeError, MetadataError, PersistenceError
+from herald.common.entry import (
+    ENTRY_FRAMING_ALLOWANCE,
+    MIN_RECORD_SIZE,
+    EntryMetadata,
+    decode_entry,
+    entry_checksum_ok,
+    records_capacity,
+)
+from herald.common.errors import (
+    ChecksumError,
+    InvalidArgumentError,
+    MessageTooLargeError,
+    MetadataError,
+    PersistenceError,
+)
 
 if TYPE_CHECKING:
     from herald.broker.nonpersistent_topic import NonPersistentTopic
     from herald.broker.topic import PersistentTopic
 
-
-# The limit is on the message; its entry adds a header, metadata and record framing on top.
-ENTRY_FRAMING_ALLOWANCE = 10 * 1024
 
 class Producer:
     def __init__(self, topic: PersistentTopic | NonPersistentTopic, name: str, producer_id: int) -> None:
@@ -29,19 +39,60 @@ class Producer:
         self.properties: dict[str, str] = {}  # the application's, for stats
         self._closed_event = asyncio.Event()
 
-    def check(self, entry: bytes, *, encryption_required: bool, max_message_size: int) -> None:
-        """The publish checks, in Pulsar's order; each failure says what to do."""
+    def check(
+        self, entry: bytes, num_messages: int, *, encryption_required: bool, max_message_size: int,
+    ) -> EntryMetadata:
+        """The publish checks, in Pulsar's order, then those of the entry's metadata that
+        consumers rely on; returns the metadata (parsed once). Each failure says what to do."""
         if self.closed:
             raise PersistenceError("Producer is closed")
         if not entry_checksum_ok(entry):
             raise ChecksumError("Checksum failed on the broker")
-        if encryption_required and not read_metadata(entry, verify=False).encryption_keys:
+        metadata, payload = decode_entry(entry, verify=False)  # just verified
+        if encryption_required and not metadata.encryption_keys:
             raise MetadataError("Messages must be encrypted")
         if len(entry) > max_message_size + ENTRY_FRAMING_ALLOWANCE:
             raise MessageTooLargeError(
                 f"entry of {len(entry)} bytes is larger than the maximum message size of "
                 f"{max_message_size} bytes: send smaller messages or smaller batches"
             )
+        self._check_metadata(metadata, len(payload), num_messages, max_message_size)
+        return metadata
+
+    def _check_metadata(
+        self, metadata: EntryMetadata, payload_size: int, num_messages: int, max_message_size: int,
+    ) -> None:
+        """What consumers size their work by must be true: the producer's name, how many messages
+        the entry holds, what its payload decompresses to (consumers bound decompression by it).
+        The broker does not decompress: a count is checked against what the declared size can hold."""
+        if metadata.producer_name != self.name:
+            raise InvalidArgumentError(
+                f"entry metadata names producer {metadata.producer_name!r}, but it was sent by producer "
+                f"{self.name!r}: an entry carries the name its producer registered with")
+        claimed = metadata.num_messages
+        if claimed < 1:
+            raise InvalidArgumentError(
+                f"entry metadata says num_messages={claimed}: an entry holds one message or more")
+        if claimed != num_messages:
+            raise InvalidArgumentError(
+                f"the send says num_messages={num_messages}, but the entry's metadata says {claimed}: "
+                "they must agree")
+        if metadata.num_chunks > 0:
+            if claimed != 1:
+                raise InvalidArgumentError(
+                    f"entry metadata says num_messages={claimed} for a chunk: a chunk is part of one message")
+        elif metadata.compression and metadata.uncompressed_size > max_message_size + ENTRY_FRAMING_ALLOWANCE:
+            raise MessageTooLargeError(
+                f"entry metadata says its payload decompresses to {metadata.uncompressed_size} bytes, more than "
+                f"the maximum message size of {max_message_size} bytes: send smaller messages or smaller batches")
+        capacity = records_capacity(metadata, payload_size)
+        if claimed > capacity:
+            what, size = (("uncompressed_size", metadata.uncompressed_size) if metadata.compression
+                          else ("total_chunk_size", metadata.total_chunk_size) if metadata.num_chunks > 0
+                          else ("payload", payload_size))
+            raise InvalidArgumentError(
+                f"entry metadata says num_messages={claimed}, but its {what} of {size} bytes holds at most "
+                f"{capacity} (a message takes {MIN_RECORD_SIZE} bytes at least)")
 
     def record(self, num_messages: int, size: int) -> None:
         self.msg_in_counter += num_messages

@@ -197,7 +197,7 @@ class PersistentTopic:
         received = time.perf_counter()
         try:
             self._check_not_terminated()
-            producer.check(entry, encryption_required=self.encryption_required,
+            producer.check(entry, num_messages, encryption_required=self.encryption_required,
                            max_message_size=self.max_message_size)
             admitted = self.backlog_quota.admit(len(entry))
         except HeraldError as exc:

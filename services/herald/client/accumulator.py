@@ -146,8 +146,9 @@ class BatchAccumulator:
     `emit` receives each closed batch as a PendingOp. With `batched` false every message is closed
     at once into an entry of its own (batch index -1 in its id). `compression` is a
     common_pb2.CompressionType; `chunk_limit` (0: off) is the largest entry allowed, above which a
-    message is split into chunks. `assign` (for KeyBasedAccumulator) gives a closing batch its
-    sequence ids instead of numbering messages as they come.
+    message is split into chunks (as it is when its payload is larger before compression).
+    `assign` (for KeyBasedAccumulator) gives a closing batch its sequence ids instead of numbering
+    messages as they come.
     """
 
     __slots__ = (
@@ -305,7 +306,11 @@ class BatchAccumulator:
         self._waiters = []
         self.count = 0
         self._keyed = self._ordered = 0
-        if self.chunk_limit and HEADER_SIZE + metadata.ByteSize() + len(data) > self.chunk_limit:
+        # A message too large for one entry, or larger than the max message size before compression
+        # (the broker refuses an unchunked entry declaring more: consumers bound decompression by it),
+        # goes as chunks; one that compresses into a single entry then goes as one chunk.
+        if self.chunk_limit and (size > self.chunk_limit
+                                 or HEADER_SIZE + metadata.ByteSize() + len(data) > self.chunk_limit):
             self._emit_chunks(metadata, data, waiters, size, span)
             return
         op = PendingOp(first, highest, count, encode_entry(metadata, data), self.batched, waiters, self._started, size)

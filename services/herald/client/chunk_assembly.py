@@ -9,7 +9,8 @@ Incomplete messages are bounded (Pulsar's rules): past max_pending the oldest is
 chunks acknowledged when auto_ack_oldest is set and otherwise left unacknowledged so that the
 broker delivers them again; one incomplete for longer than expire_after is dropped and its chunks
 acknowledged (the rest will not come); a chunk out of order drops its message, and is itself
-acknowledged when published longer ago than expire_after. Pure bookkeeping with the clock passed
+acknowledged when published longer ago than expire_after. Each chunk of a message announcing more
+than max_size bytes is refused, so nothing of it is kept. Pure bookkeeping with the clock passed
 in: what to acknowledge or leave is collected for the consumer to act on."""
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import logging
 from dataclasses import dataclass, field
 
 from herald.api.v1 import common_pb2
-from herald.common.errors import InvalidArgumentError
+from herald.client.chunking import MAX_CHUNKED_SIZE
+from herald.common.errors import InvalidArgumentError, MessageTooLargeError
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +53,10 @@ class Assembled:
 class ChunkAssembler:
     """Incomplete chunked messages by uuid, oldest first."""
 
-    def __init__(self, max_pending: int, auto_ack_oldest: bool, expire_after: float) -> None:
+    def __init__(self, max_pending: int, auto_ack_oldest: bool, expire_after: float,
+                 max_size: int = MAX_CHUNKED_SIZE) -> None:
         self._max_pending = max_pending
+        self._max_size = max_size
         self._auto_ack_oldest = auto_ack_oldest
         self._expire_after = expire_after
         self._partial: dict[str, _Partial] = {}  # insertion order: the oldest first
@@ -71,12 +75,17 @@ class ChunkAssembler:
     ) -> Assembled | None:
         """Take one chunk; the whole message once this was its last chunk. `now` is the clock the
         expiry is measured on, `now_ms` wall-clock unix milliseconds (to age a stray chunk by its
-        publish time). InvalidArgumentError for chunk metadata that makes no sense."""
+        publish time). InvalidArgumentError for chunk metadata that makes no sense,
+        MessageTooLargeError for a message announcing more than max_size bytes."""
         uuid, chunk_id, num_chunks = metadata.uuid, metadata.chunk_id, metadata.num_chunks
         if not uuid or not 0 <= chunk_id < num_chunks or metadata.total_chunk_size < 0:
             raise InvalidArgumentError(
                 f"bad chunk metadata: uuid {uuid!r}, chunk {chunk_id} of {num_chunks}, "
                 f"total size {metadata.total_chunk_size}")
+        if metadata.total_chunk_size > self._max_size:
+            raise MessageTooLargeError(
+                f"chunked message {uuid} announces {metadata.total_chunk_size} bytes, more than the "
+                f"{self._max_size} taken here: raise the consumer's max_chunked_message_size to receive it")
         if chunk_id == 0:
             stale = self._partial.pop(uuid, None)
             if stale is not None:  # delivered again from its first chunk: start over

@@ -20,7 +20,7 @@ from herald.client.compression import decompress
 from herald.client.config import ConsumerConfig
 from herald.client.message import EntryInfo, Message
 from herald.client.unacked_tracker import UnackedTracker
-from herald.common.entry import iter_records
+from herald.common.entry import ENTRY_FRAMING_ALLOWANCE, iter_records
 from herald.common.errors import InvalidArgumentError
 
 Position = tuple[int, int]
@@ -39,9 +39,11 @@ class ChunkedMessages:
         self._tracker = tracker
         self._acks = acks
         self._unacked = unacked
+        # A chunked message's payload is its one record: the value and its framing.
+        self._max_size = config.max_chunked_message_size + ENTRY_FRAMING_ALLOWANCE
         self._assembler = ChunkAssembler(config.max_pending_chunked_message,
                                          config.auto_ack_oldest_chunked_message_on_queue_full,
-                                         config.expire_time_of_incomplete_chunked_message)
+                                         config.expire_time_of_incomplete_chunked_message, self._max_size)
         self._loop = asyncio.get_running_loop()
         self._timer: asyncio.TimerHandle | None = None
         # Last chunk's position -> every chunk's, for each message made whole and not yet acked.
@@ -54,18 +56,18 @@ class ChunkedMessages:
 
     def unpack(
         self, delivered: broker_pb2.DeliveredEntry, metadata: common_pb2.EntryMetadata, payload: memoryview,
-    ) -> tuple[list[Message[Any]], int]:
+    ) -> list[Message[Any]]:
         """One chunk: nothing to queue until its message's last chunk (each chunk's permit goes
-        back at once, as in Pulsar; the 1 returned), then the whole message. Raises for a chunk or
-        a message that cannot be read (the consumer drops the entry as corrupt)."""
+        back at once, as in Pulsar), then the whole message. Raises for a chunk or a message that
+        cannot be read, or is larger than max_chunked_message_size (the consumer drops the entry)."""
         position = (delivered.ledger_id, delivered.entry_id)
         assembled = self._assembler.add(position, metadata, payload, self._loop.time(), int(time.time() * 1000))
         self._settle()
         if assembled is None:
-            return [], 1
+            return []
         data = assembled.payload
         if metadata.compression:
-            data = decompress(metadata.compression, data, metadata.uncompressed_size)
+            data = decompress(metadata.compression, data, metadata.uncompressed_size, self._max_size)
         records = list(iter_records(data))
         if len(records) != 1:
             raise InvalidArgumentError(f"chunked message {metadata.uuid} holds {len(records)} records, not one")
@@ -75,7 +77,7 @@ class ChunkedMessages:
         if len(assembled.positions) > 1:
             self.whole[position] = assembled.positions
         return [Message(value, key, properties or None, event_time,
-                        assembled.first_sequence_id if sequence_id is None else sequence_id, -1, info)], 0
+                        assembled.first_sequence_id if sequence_id is None else sequence_id, -1, info)]
 
     def forget_incomplete(self) -> None:
         """The broker delivers every chunk not acknowledged again (a reconnect, a seek, a

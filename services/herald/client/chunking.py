@@ -1,6 +1,9 @@
 """The producer's side of chunking: a message whose entry would be larger than the topic's max
 message size (chunking_enabled, batching off) travels as several consecutive entries, each small
 enough for the broker, that the consumer puts back together (its reassembly is another module's).
+So does one larger than the max message size before compression, even when it compresses into
+one entry (it is then a chunked message of one chunk): the broker refuses an unchunked entry
+declaring more, since consumers bound what they decompress by the max message size.
 
 What the chunks of one message carry, in EntryMetadata (proto/herald/v1/common.proto):
 - uuid `<producer name>-<sequence id of the first chunk>` (as Pulsar), the same in every chunk;

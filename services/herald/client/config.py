@@ -24,6 +24,9 @@ SCHEMES = ("herald", "herald+ssl")
 KIB = 1024
 MIB = 1024 * 1024
 DEFAULT_MAX_MESSAGE_SIZE = 5 * MIB
+# The largest chunked message a consumer puts back together unless told otherwise (a producer may
+# send up to 2 GiB - 1).
+DEFAULT_MAX_CHUNKED_MESSAGE_SIZE = 128 * MIB
 MIN_ACK_TIMEOUT = 10.0  # seconds (Pulsar: an ack timeout, when on, is at least 10 s)
 
 
@@ -355,6 +358,11 @@ class ConsumerConfig:
     auto_update_partitions_interval; a pattern consumer lists its namespace again every
     pattern_auto_discovery_period. retry_enable (Shared and Key_Shared subscriptions) makes the
     consumer read the retry letter topic too, for reconsume_later.
+
+    max_message_size bounds what an entry may decompress to (plus framing: keys, properties), and
+    max_chunked_message_size the whole of a chunked message: an entry claiming more, or inflating
+    past what it claims (a decompression bomb), is dropped with an error, never inflated. Raise
+    them to the topic's max_message_size (and the largest chunked message sent) when larger.
     """
 
     subscription_name: str
@@ -383,6 +391,8 @@ class ConsumerConfig:
     max_pending_chunked_message: int = 10
     auto_ack_oldest_chunked_message_on_queue_full: bool = False
     expire_time_of_incomplete_chunked_message: float = 60.0
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+    max_chunked_message_size: int = DEFAULT_MAX_CHUNKED_MESSAGE_SIZE
 
     def __post_init__(self) -> None:
         _enum("consumer_type", self.consumer_type, ConsumerType)
@@ -418,12 +428,15 @@ class ConsumerConfig:
         _positive_int("max_pending_chunked_message", self.max_pending_chunked_message)
         _bool("auto_ack_oldest_chunked_message_on_queue_full", self.auto_ack_oldest_chunked_message_on_queue_full)
         _positive("expire_time_of_incomplete_chunked_message", self.expire_time_of_incomplete_chunked_message)
+        _positive_int("max_message_size", self.max_message_size)
+        _positive_int("max_chunked_message_size", self.max_chunked_message_size)
 
 
 @dataclass(frozen=True, slots=True)
 class ReaderConfig:
     """One reader's settings: where it starts (a MessageId, MessageId.earliest or .latest) and
-    whether that message itself is read."""
+    whether that message itself is read; max_message_size and max_chunked_message_size as a
+    consumer's."""
 
     start_message_id: MessageId
     start_message_id_inclusive: bool = False
@@ -431,6 +444,8 @@ class ReaderConfig:
     receiver_queue_size: int = 1000
     reader_listener: MessageListener | None = None
     read_compacted: bool = False
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+    max_chunked_message_size: int = DEFAULT_MAX_CHUNKED_MESSAGE_SIZE
 
     def __post_init__(self) -> None:
         if not isinstance(self.start_message_id, MessageId):
@@ -443,3 +458,5 @@ class ReaderConfig:
         _positive_int("receiver_queue_size", self.receiver_queue_size)
         _callable("reader_listener", self.reader_listener)
         _bool("read_compacted", self.read_compacted)
+        _positive_int("max_message_size", self.max_message_size)
+        _positive_int("max_chunked_message_size", self.max_chunked_message_size)

@@ -77,7 +77,8 @@ class AsyncReader(Generic[T]):
         consumer_config = ConsumerConfig(
             f"reader-{uuid.uuid4().hex[:10]}", consumer_type=ConsumerType.Exclusive,
             initial_position=InitialPosition.Latest, consumer_name=config.reader_name,
-            receiver_queue_size=config.receiver_queue_size, read_compacted=config.read_compacted)
+            receiver_queue_size=config.receiver_queue_size, read_compacted=config.read_compacted,
+            max_message_size=config.max_message_size, max_chunked_message_size=config.max_chunked_message_size)
         self._consumer: _ReaderConsumer[T] = _ReaderConsumer(self, topic, consumer_config, client_config, pool,
                                                              lookup, schema)
         # Where reading starts (until a message is returned): a MessageId (the edges included) and

@@ -40,7 +40,7 @@ from herald.client.stats import ConsumerStats
 from herald.client.stream import CLOSED, CLOSING, OPEN, BrokerStream
 from herald.client.unacked_tracker import UnackedTracker
 from herald.common import tracing
-from herald.common.entry import decode_entry, iter_records
+from herald.common.entry import ENTRY_FRAMING_ALLOWANCE, decode_entry, entry_permits, iter_records, permits_of
 from herald.common.errors import (
     ConnectionError_,
     ConsumerClosedError,
@@ -112,6 +112,8 @@ class TopicConsumer(
         self._received = self._received_bytes = self._nacks = self._reconnects = 0
         self.corrupt_entries = 0
         self._last_stats: tuple[ConsumerStats, float] | None = None
+        # The most an entry's payload may decompress to: a message of max_message_size and its framing.
+        self._max_payload = config.max_message_size + ENTRY_FRAMING_ALLOWANCE
 
     # ---- what it is ------------------------------------------------------------------------
 
@@ -325,8 +327,10 @@ class TopicConsumer(
             try:
                 batch = self._unpack(delivered)
             except Exception as exc:
-                # Not delivered: it would only fail again. The broker's permits for it are lost.
+                # Not delivered: it would only fail again. Its permits go back, so that entries
+                # dropped so cannot stall the subscription.
                 self.corrupt_entries += 1
+                skipped += entry_permits(delivered.data)
                 log.error("consumer %s on %s: dropped corrupt entry %d:%d: %s", self._name, self._topic,
                           delivered.ledger_id, delivered.entry_id, exc)
                 continue
@@ -335,7 +339,9 @@ class TopicConsumer(
         self._received += len(messages)
         self._received_bytes += size
         self._queue.extend(messages)
-        self._permits += skipped  # already acked here, or chunks: the broker may send others in their place
+        # Permits the broker counted but nothing queued will give back (acked here already, chunks,
+        # what an entry's metadata claims beyond its records; negative: it holds more than claimed).
+        self._permits += skipped
         if self._waiters or self._batch_waiters:
             self._delivered()
         if self._permits >= self._flow_threshold:
@@ -343,14 +349,20 @@ class TopicConsumer(
 
     def _unpack(self, delivered: broker_pb2.DeliveredEntry) -> tuple[list[Message[T]], int]:
         """An entry's messages, less those this consumer already acked (in a redelivered batch),
-        and how many of its messages will not be queued."""
+        and the permits to give back now: what the broker took for the entry less what is queued
+        (each queued message gives its own back once taken). Everything is sized by the records
+        the entry holds, never by the count its metadata claims."""
         metadata, payload = decode_entry(delivered.data)
+        permits = permits_of(metadata, len(payload))
         if metadata.num_chunks:
-            return self._chunks.unpack(delivered, metadata, payload)
+            whole = self._chunks.unpack(delivered, metadata, payload)
+            return whole, permits - len(whole)
         if metadata.compression:
-            payload = memoryview(decompress(metadata.compression, payload, metadata.uncompressed_size))
+            payload = memoryview(decompress(metadata.compression, payload, metadata.uncompressed_size,
+                                            self._max_payload))
+        records = list(iter_records(payload))
+        count = len(records)
         ledger_id, entry_id = delivered.ledger_id, delivered.entry_id
-        count = metadata.num_messages
         info = EntryInfo(self._topic, ledger_id, entry_id, self._partition, metadata.producer_name,
                          metadata.publish_time, delivered.redelivery_count, count, self._decode)
         if self._traced:
@@ -359,20 +371,17 @@ class TopicConsumer(
         messages: list[Message[T]] = []
         append = messages.append
         if not metadata.batched:
-            for value, key, event_time, sequence_id, properties in iter_records(payload):
+            for value, key, event_time, sequence_id, properties in records:
                 append(Message(value, key, properties or None, event_time,
                                first_sequence_id if sequence_id is None else sequence_id, -1, info))
-            return messages, 0
+            return messages, permits - count
         unacked = self._tracker.track(ledger_id, entry_id, count)
         full = unacked == (1 << count) - 1
-        skipped = 0
-        for index, (value, key, event_time, sequence_id, properties) in enumerate(iter_records(payload)):
+        for index, (value, key, event_time, sequence_id, properties) in enumerate(records):
             if full or (unacked >> index) & 1:
                 append(Message(value, key, properties or None, event_time,
                                first_sequence_id + index if sequence_id is None else sequence_id, index, info))
-            else:
-                skipped += 1
-        return messages, skipped
+        return messages, permits - len(messages)
 
     def _rewound(self, position: Position, pending: list[Message[T]]) -> int:
         """The broker went back to `position` (a redelivery): drop what is held from there on, as

@@ -9,6 +9,11 @@ unchanged by broker and storage, and unpacked by the consumer.
 
 The checksum covers everything after itself. Records are packed with struct, never one protobuf
 object per message: this is the client's hot path.
+
+A record takes MIN_RECORD_SIZE bytes at least, which bounds how many messages an entry can hold
+(`records_capacity`): the broker refuses an entry whose num_messages says more, and both broker and
+consumer count an entry's flow permits with `permits_of`, so that a stored entry whose metadata lies
+cannot drive a subscription's permits far negative.
 """
 
 from __future__ import annotations
@@ -17,9 +22,11 @@ import struct
 from collections.abc import Iterator
 from typing import NamedTuple
 
+from google.protobuf.message import DecodeError
+
 from herald.api.v1 import common_pb2
 from herald.common.checksum import crc32c
-from herald.common.errors import ChecksumError, InvalidArgumentError
+from herald.common.errors import ChecksumError, HeraldError, InvalidArgumentError
 
 MAGIC = 0x0E0C
 _HEADER = struct.Struct(">HII")
@@ -36,6 +43,10 @@ FLAG_PROPERTIES = 8
 _U16 = struct.Struct("<H")
 _U32 = struct.Struct("<I")
 _I64 = struct.Struct("<q")
+MIN_RECORD_SIZE = RECORD_HEADER.size  # a record with an empty value and no flags
+# The max message size limits the message; its entry adds a header, metadata and record framing
+# (keys, properties) on top, and so may its uncompressed payload.
+ENTRY_FRAMING_ALLOWANCE = 10 * 1024
 
 EntryMetadata = common_pb2.EntryMetadata
 
@@ -52,7 +63,8 @@ def read_metadata(entry: bytes, verify: bool = True) -> common_pb2.EntryMetadata
 
 
 def decode_entry(entry: bytes, verify: bool = True) -> tuple[common_pb2.EntryMetadata, memoryview]:
-    """Split an entry into its metadata and payload; a corrupt entry raises ChecksumError."""
+    """Split an entry into its metadata and payload; a corrupt entry raises ChecksumError, metadata
+    that does not parse InvalidArgumentError."""
     return _split(entry, verify)
 
 
@@ -68,8 +80,42 @@ def _split(entry: bytes, verify: bool) -> tuple[common_pb2.EntryMetadata, memory
     if end > len(entry):
         raise ChecksumError("entry metadata runs past the end of the entry")
     metadata = common_pb2.EntryMetadata()
-    metadata.ParseFromString(memoryview(entry)[HEADER_SIZE:end])  # type: ignore[arg-type]  # upb takes buffers
+    try:
+        metadata.ParseFromString(memoryview(entry)[HEADER_SIZE:end])  # type: ignore[arg-type]  # upb takes buffers
+    except DecodeError as exc:
+        raise InvalidArgumentError(f"entry metadata does not parse: {exc}") from None
     return metadata, memoryview(entry)[end:]
+
+
+def records_capacity(metadata: common_pb2.EntryMetadata, payload_size: int) -> int:
+    """The most records the entry's payload can hold, MIN_RECORD_SIZE bytes each at least: its
+    uncompressed size says how large it is when compressed, total_chunk_size for a chunk (whose
+    payload is a slice of its message's), else its `payload_size`."""
+    if metadata.compression:
+        size = metadata.uncompressed_size
+    elif metadata.num_chunks > 0:
+        size = metadata.total_chunk_size
+    else:
+        size = payload_size
+    return max(0, size) // MIN_RECORD_SIZE
+
+
+def permits_of(metadata: common_pb2.EntryMetadata, payload_size: int) -> int:
+    """The flow permits an entry takes, reckoned alike by the broker that delivers it and the
+    consumer that gives back what it did not queue: its num_messages, but at least 1 and at most
+    what its payload can hold; a chunk takes 1."""
+    if metadata.num_chunks > 0:
+        return 1
+    return max(1, min(metadata.num_messages, records_capacity(metadata, payload_size)))
+
+
+def entry_permits(entry: bytes) -> int:
+    """permits_of an entry as stored (its checksum unchecked); 1 when its metadata cannot be read."""
+    try:
+        metadata, payload = _split(entry, False)
+    except HeraldError:
+        return 1
+    return permits_of(metadata, len(payload))
 
 
 def entry_checksum_ok(entry: bytes) -> bool:

@@ -6,11 +6,13 @@ crash is recognised by the dead-letter topic's dedup."""
 from __future__ import annotations
 
 import hashlib
+import logging
 
 from herald.api.v1 import deadletter_pb2
 from herald.client.compression import decompress
+from herald.client.config import DEFAULT_MAX_MESSAGE_SIZE
 from herald.client.retry_letters import ORIGIN_MESSAGE_ID, REAL_TOPIC
-from herald.common.entry import Record, decode_entry, iter_records
+from herald.common.entry import ENTRY_FRAMING_ALLOWANCE, Record, decode_entry, iter_records
 from herald.common.errors import HeraldError
 from herald.common.message_id import MessageId
 from herald.common.names import TopicName
@@ -23,6 +25,8 @@ REDELIVERY_COUNT = "REDELIVERY_COUNT"
 REASON = "REASON"
 ORIGIN_PROPERTIES = (REAL_TOPIC, ORIGIN_MESSAGE_ID, SUBSCRIPTION, REDELIVERY_COUNT, REASON)
 MAX_REDELIVERIES_REACHED = "max redeliveries reached"
+
+log = logging.getLogger(__name__)
 
 
 def producer_name(*parts: object) -> str:
@@ -40,15 +44,20 @@ def letter_producer_name(letter: deadletter_pb2.DeadLetter) -> str:
     return producer_name(*letter_key(letter))
 
 
-def letter_publication(letter: deadletter_pb2.DeadLetter) -> Publication:
+def letter_publication(letter: deadletter_pb2.DeadLetter, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+                       ) -> Publication:
     """The letter's messages with their origin properties; an entry whose messages cannot be
-    unpacked (a chunk, an encrypted or malformed payload) goes as it is (`opaque`)."""
+    unpacked (a chunk, an encrypted or malformed payload, one that would decompress past
+    `max_message_size` and its framing or past what it declares) goes as it is (`opaque`)."""
     metadata, payload = decode_entry(letter.data, verify=False)  # storage verified it on the way
     if metadata.num_chunks > 0 or metadata.encryption_keys:
         return Publication(opaque=(metadata, bytes(payload)))
     try:
-        records = list(iter_records(decompress(metadata.compression, payload, metadata.uncompressed_size)))
-    except HeraldError:
+        records = list(iter_records(decompress(metadata.compression, payload, metadata.uncompressed_size,
+                                               max_message_size + ENTRY_FRAMING_ALLOWANCE)))
+    except HeraldError as exc:
+        log.warning("dead letter %d:%d of %s %s: its messages cannot be unpacked (%s); it is moved as it is",
+                    letter.position.ledger_id, letter.position.entry_id, letter.topic, letter.subscription, exc)
         return Publication(opaque=(metadata, bytes(payload)))
     partition = TopicName.parse(letter.topic).partition_index
     origin = {

@@ -16,7 +16,7 @@ from collections import OrderedDict
 
 from herald.api.v1 import deadletter_pb2
 from herald.client.admin import AdminClient
-from herald.client.config import InitialPosition
+from herald.client.config import DEFAULT_MAX_MESSAGE_SIZE, InitialPosition
 from herald.common.errors import AlreadyExistsError, AuthorizationError, HeraldError, NotAllowedError
 from herald.dlq.acting import acting_for
 from herald.dlq.letters import letter_producer_name, letter_publication
@@ -31,9 +31,10 @@ _HELD_TOPICS = 10_000
 class LetterMover:
     def __init__(
         self, publisher: IdempotentPublisher, metrics: DlqMetrics, admin: AdminClient | None = None,
-        initial_subscription: str = "",
+        initial_subscription: str = "", max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
     ) -> None:
         self._publisher = publisher
+        self._max_message_size = max_message_size
         self._metrics = metrics
         self._admin = admin
         self._initial_subscription = initial_subscription if admin is not None else ""
@@ -47,7 +48,7 @@ class LetterMover:
         started = time.monotonic()
         self._metrics.moves_in_flight.inc()
         try:
-            publication = letter_publication(letter)
+            publication = letter_publication(letter, self._max_message_size)
             name = letter_producer_name(letter)
             with acting_for(letter.role):
                 await self._hold(letter.dead_letter_topic, letter.role)

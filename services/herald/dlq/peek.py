@@ -4,12 +4,14 @@ no replay subscription exists there, the topic's messages from the earliest (a r
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 from herald.client import AsyncClient
 from herald.client.admin import AdminClient
 from herald.client.compression import decompress
-from herald.common.entry import decode_entry, iter_records
+from herald.client.config import DEFAULT_MAX_MESSAGE_SIZE
+from herald.common.entry import ENTRY_FRAMING_ALLOWANCE, decode_entry, iter_records
 from herald.common.errors import HeraldError
 from herald.common.message_id import MessageId
 from herald.common.names import TopicName
@@ -17,6 +19,8 @@ from herald.common.names import TopicName
 # The durable subscription `herald admin dlq replay` moves dead letters through; the dlq-worker
 # makes it (at the earliest message) on each dead-letter topic it publishes to.
 REPLAY_SUBSCRIPTION = "herald-dlq-replay"
+
+log = logging.getLogger(__name__)
 
 
 def dead_letter_topic(topic: str, subscription: str) -> str:
@@ -41,28 +45,35 @@ async def topic_exists(admin: AdminClient, topic: str) -> bool:
     return str(name) in await admin.list_topics(name.namespace_name)
 
 
-async def peek(client: AsyncClient, admin: AdminClient, topic: str, count: int) -> list[DeadMessage]:
-    """Up to `count` messages of the dead-letter topic, oldest first, changing nothing."""
+async def peek(
+    client: AsyncClient, admin: AdminClient, topic: str, count: int, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+) -> list[DeadMessage]:
+    """Up to `count` messages of the dead-letter topic, oldest first, changing nothing. An entry
+    whose messages cannot be shown (a chunk, an encrypted entry, one that would decompress past
+    `max_message_size` and its framing or past what it declares) is left out with a warning."""
     if not await topic_exists(admin, topic):
         return []
     if REPLAY_SUBSCRIPTION in await admin.list_subscriptions(topic):
-        return await _peek_subscription(admin, topic, count)
+        return await _peek_subscription(admin, topic, count, max_message_size)
     found: list[DeadMessage] = []
     for partition in await client.get_partitions_for_topic(topic):
-        found += await _read(client, partition, count - len(found))
+        found += await _read(client, partition, count - len(found), max_message_size)
         if len(found) >= count:
             break
     return found
 
 
-async def _peek_subscription(admin: AdminClient, topic: str, count: int) -> list[DeadMessage]:
+async def _peek_subscription(admin: AdminClient, topic: str, count: int, max_message_size: int) -> list[DeadMessage]:
     found: list[DeadMessage] = []
     for entry in await admin.peek_messages(topic, REPLAY_SUBSCRIPTION, count):
         try:
             metadata, payload = decode_entry(bytes(entry.data))
-            records = list(iter_records(decompress(metadata.compression, payload, metadata.uncompressed_size)))
-        except HeraldError:
-            continue  # not a batch of messages (a chunk, an encrypted entry): nothing to show
+            records = list(iter_records(decompress(metadata.compression, payload, metadata.uncompressed_size,
+                                                   max_message_size + ENTRY_FRAMING_ALLOWANCE)))
+        except HeraldError as exc:
+            # Not a batch of messages this can show (a chunk, an encrypted entry, a bomb).
+            log.warning("dead letter entry %d:%d of %s is not shown: %s", entry.ledger_id, entry.entry_id, topic, exc)
+            continue
         for index, record in enumerate(records):
             found.append(DeadMessage(
                 MessageId(entry.ledger_id, entry.entry_id, -1, index if metadata.batched else -1),
@@ -70,9 +81,9 @@ async def _peek_subscription(admin: AdminClient, topic: str, count: int) -> list
     return found[:count]
 
 
-async def _read(client: AsyncClient, topic: str, count: int) -> list[DeadMessage]:
+async def _read(client: AsyncClient, topic: str, count: int, max_message_size: int) -> list[DeadMessage]:
     found: list[DeadMessage] = []
-    reader = await client.create_reader(topic, MessageId.earliest)
+    reader = await client.create_reader(topic, MessageId.earliest, max_message_size=max_message_size)
     try:
         while len(found) < count and await reader.has_message_available():
             message = await reader.read_next(timeout=client.config.operation_timeout)

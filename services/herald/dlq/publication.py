@@ -16,7 +16,15 @@ from dataclasses import dataclass, field
 
 from herald.api.v1 import broker_pb2, common_pb2
 from herald.client.compression import compress
-from herald.common.entry import HEADER_SIZE, RECORD_HEADER, EntryMetadata, Record, encode_entry, pack_record
+from herald.common.entry import (
+    HEADER_SIZE,
+    RECORD_HEADER,
+    EntryMetadata,
+    Record,
+    encode_entry,
+    pack_record,
+    permits_of,
+)
 from herald.common.errors import MessageTooLargeError
 
 # Room left for the metadata's varints and the header when sizing an entry against the limit.
@@ -52,6 +60,8 @@ def entries_after(
         moved = EntryMetadata()
         moved.CopyFrom(metadata)
         moved.producer_name = producer_name
+        # What the entry can hold, not what an entry stored before brokers checked it may claim.
+        moved.num_messages = permits_of(metadata, len(payload))
         moved.sequence_id = 0
         moved.highest_sequence_id = max(0, metadata.highest_sequence_id - metadata.sequence_id)
         moved.publish_time = _now_ms()

@@ -46,6 +46,10 @@ class DlqWorkerSettings(MetricsEndpointSettings):
     # would remove messages no subscription holds). Empty: none is made. With authorization on it is
     # made as the letters' role (dlq.acting), so only where that role may consume.
     initial_subscription: str = "herald-dlq-replay"
+    # The largest message a letter's entry may decompress to (with its framing) for the worker to
+    # unpack it; one that claims more, or inflates past its claim (a decompression bomb), is moved
+    # as it is, never inflated. Raise it to the largest max_message_size of the topics served.
+    max_message_size: int = 5 * 1024 * 1024
     # Security: the worker's token (a file holding a JWT, re-read when it changes; its role must be
     # in the brokers' and lookup's dlq_worker_roles) and, for a herald+ssl:// service_url, the CA
     # bundle that signs the services' certificates (empty: the system's). tls_cert_file /
@@ -56,7 +60,7 @@ class DlqWorkerSettings(MetricsEndpointSettings):
     tls_key_file: str = ""
 
     def __post_init__(self) -> None:
-        for name in ("flow_permits", "max_parked"):
+        for name in ("flow_permits", "max_parked", "max_message_size"):
             if getattr(self, name) < 1:
                 raise InvalidArgumentError(f"dlq-worker setting {name} must be at least 1, got {getattr(self, name)}")
         for name in ("broker_refresh_interval", "operation_timeout", "connection_timeout", "retry_delay"):

@@ -91,7 +91,8 @@ class DlqWorker:
                                       tls_trust_certs_file_path=self._config.tls_trust_certs_file_path,
                                       tls_certificate_file_path=self._config.tls_certificate_file_path,
                                       tls_private_key_file_path=self._config.tls_private_key_file_path)
-        mover = LetterMover(publisher, self.metrics, self._admin, settings.initial_subscription)
+        mover = LetterMover(publisher, self.metrics, self._admin, settings.initial_subscription,
+                            settings.max_message_size)
         failures = FailureMemory(settings.retry_delay, settings.retry_delay_max)
 
         def broker_letters(address: str) -> BrokerLetters:
