@@ -4,6 +4,7 @@ authentication and authorization turned on."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import ipaddress
 from collections.abc import Callable, Iterator
@@ -126,11 +127,13 @@ def rsa_keys(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 ADMIN = "admin"
 
 
-@pytest.fixture(scope="module")
-def secure_standalone(tmp_path_factory: pytest.TempPathFactory, pki: Pki, keys: Keys) -> Iterator[StandaloneProcess]:
+@contextlib.contextmanager
+def running_secure_standalone(
+    data_dir: Path, pki: Pki, keys: Keys, settings: dict[str, str] | None = None,
+) -> Iterator[StandaloneProcess]:
     """`herald standalone` with TLS on every port, token authentication (HS256) and authorization
-    with super-user `admin`."""
-    server = StandaloneProcess(tmp_path_factory.mktemp("secure") / "data", service_env())
+    with super-user `admin`; `settings` are HERALD_* variables (a module's own limits)."""
+    server = StandaloneProcess(data_dir, {**service_env(), **(settings or {})})
     server.scheme = "herald+ssl"
     server.extra_args = [
         "--tls-cert-file", str(pki.server_cert), "--tls-key-file", str(pki.server_key),
@@ -143,6 +146,14 @@ def secure_standalone(tmp_path_factory: pytest.TempPathFactory, pki: Pki, keys: 
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def secure_standalone(tmp_path_factory: pytest.TempPathFactory, pki: Pki, keys: Keys) -> Iterator[StandaloneProcess]:
+    """`herald standalone` with TLS on every port, token authentication (HS256) and authorization
+    with super-user `admin`."""
+    with running_secure_standalone(tmp_path_factory.mktemp("secure") / "data", pki, keys) as server:
+        yield server
 
 
 TokenFor = Callable[[str], str]

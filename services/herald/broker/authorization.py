@@ -6,7 +6,11 @@ Admin calls (Pulsar's rules): tenants themselves and the broker list are the sup
 everything inside a tenant (its namespaces, policies, topics, subscriptions and grants) is also its
 admin roles'; a role with a grant on a namespace may list its topics; dlq-workers may make the
 initial subscription on a dead-letter topic. Pull and GetLastMessageId need consume; dead letters
-are the dlq-workers'."""
+are the dlq-workers'.
+
+One policy is the operator's, not the tenant's: a namespace's max_partitions_per_topic above the
+broker's setting, since partitions are per-partition work for every broker (stats, routes,
+deletes); tenant admins may only set it up to the broker's."""
 
 from __future__ import annotations
 
@@ -38,9 +42,13 @@ def tenant_of(method: str, request: Any) -> str:
     raise AuthorizationError(f"admin call {method} names no tenant, namespace or topic: only super-users may make it")
 
 
+_NAMESPACE_POLICY_CALLS = frozenset({"CreateNamespace", "SetNamespacePolicies"})
+
+
 class BrokerAuthorization:
-    def __init__(self, authorizer: Authorizer) -> None:
+    def __init__(self, authorizer: Authorizer, max_partitions_per_topic: int) -> None:
         self.authorizer = authorizer
+        self.max_partitions_per_topic = max_partitions_per_topic  # the broker's setting
 
     async def decide_data(self, method: str, request: Any, role: str | None) -> None:
         """BrokerService: Pull and GetLastMessageId here; Produce and Consume in the servicer."""
@@ -65,3 +73,17 @@ class BrokerAuthorization:
             await authorizer.check_namespace(role, request.namespace)
             return
         await authorizer.check_tenant_admin(role, tenant_of(method, request))
+        if method in _NAMESPACE_POLICY_CALLS:
+            self._check_partition_limit_raise(role, request)
+
+    def _check_partition_limit_raise(self, role: str | None, request: Any) -> None:
+        """A tenant admin (not a super-user) may set max_partitions_per_topic up to the broker's."""
+        policies = request.policies
+        if not request.HasField("policies") or not policies.HasField("max_partitions_per_topic"):
+            return
+        wanted = policies.max_partitions_per_topic
+        if wanted > self.max_partitions_per_topic:
+            raise AuthorizationError(
+                f"role {role!r} may not set namespace {request.namespace}'s max_partitions_per_topic to {wanted}, "
+                f"above the broker's max_partitions_per_topic of {self.max_partitions_per_topic}: only "
+                "super-users may (superuser_roles); a tenant admin may lower it")

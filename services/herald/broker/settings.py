@@ -104,6 +104,11 @@ class BrokerSettings(SecuritySettings):
     # Topics per namespace (0: unlimited; a partitioned topic counts its partitions), overridable
     # by the namespace's max_topics policy: creating one more, auto-creation included, is refused.
     max_topics_per_namespace: int = 0
+    # Partitions of one partitioned topic (CreateTopic, UpdatePartitions), overridable by the
+    # namespace's max_partitions_per_topic policy (raising it past this setting is a super-user's
+    # call). At least 1: there is no "unlimited", since every admin call on a partitioned topic
+    # (stats, routes, unload, delete) works partition by partition.
+    max_partitions_per_topic: int = 1000
 
     # Unloading a topic keeps lookup from giving it back to this broker for this long (when another
     # broker is live), so that an unload moves the topic.
@@ -139,6 +144,10 @@ class BrokerSettings(SecuritySettings):
     def __post_init__(self) -> None:
         check_metrics_port(self.metrics_port)
         check_server_limits(self)
+        if self.max_partitions_per_topic < 1:
+            raise InvalidArgumentError(
+                f"max_partitions_per_topic must be at least 1, got {self.max_partitions_per_topic}: "
+                "there is no unlimited (every admin call on a partitioned topic works per partition)")
         if self.max_pending_sends < 1:
             raise InvalidArgumentError(f"max_pending_sends must be at least 1, got {self.max_pending_sends}")
 
