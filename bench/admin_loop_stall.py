@@ -160,6 +160,7 @@ def main() -> None:
     parser.add_argument("--heartbeat", type=float, default=1.0, help="broker heartbeat seconds (lease: 3 of them)")
     parser.add_argument("--timeout", type=float, default=300.0, help="deadline of each admin call, seconds")
     parser.add_argument("--label", default="", help="a name for this run in the results (e.g. before / after)")
+    parser.add_argument("--keep-log", type=Path, help="copy the standalone's log here")
     args = parser.parse_args()
     env = dict(os.environ, HERALD_BROKER_MAX_PARTITIONS_PER_TOPIC=str(args.partitions),
                HERALD_LOOKUP_HEARTBEAT_INTERVAL=str(args.heartbeat))
@@ -172,6 +173,8 @@ def main() -> None:
         finally:
             server.stop()
         losses = server.lease_losses()
+        if args.keep_log is not None:
+            shutil.copy(server.log, args.keep_log)
     print(f"lease losses: {losses} (heartbeat {args.heartbeat:g} s, lease {3 * args.heartbeat:g} s)")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     with RESULTS.open("a") as handle:
