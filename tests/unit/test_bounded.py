@@ -117,3 +117,27 @@ async def test_a_pacer_gives_the_loop_back_once_its_slice_is_used() -> None:
     asyncio.get_running_loop().call_soon(later.set)
     await never.pace()
     assert not later.is_set()  # within its slice it does not yield
+
+
+async def test_without_cancelling_the_calls_under_way_finish_and_no_new_one_starts() -> None:
+    finished, started = [], []
+    release, three_started = asyncio.Event(), asyncio.Event()
+
+    async def call(item: int) -> int:
+        started.append(item)
+        if len(started) == 3:
+            three_started.set()
+        if item == 1:
+            raise ValueError("partition 1 failed")
+        await release.wait()  # a delete half done: it must not be cut
+        finished.append(item)
+        return item
+
+    task = asyncio.ensure_future(map_bounded(call, range(100), limit=3, cancel_on_error=False))
+    await three_started.wait()  # 0 and 2 wait, 1 failed
+    await asyncio.sleep(0)
+    release.set()
+    with pytest.raises(ValueError, match="partition 1 failed"):
+        await task
+    assert finished == [0, 2]  # not cancelled half way
+    assert started == [0, 1, 2]  # and after the failure no new one started

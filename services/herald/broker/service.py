@@ -364,7 +364,8 @@ class BrokerService:
                 with contextlib.suppress(NotFoundError):
                     await self.remote.delete_topic(str(partition), force)
 
-        await map_bounded(delete_partition, range(partitions))  # IN_FLIGHT at a time, the loop given back
+        # IN_FLIGHT at a time, the loop given back; a failure lets the deletes under way finish.
+        await map_bounded(delete_partition, range(partitions), cancel_on_error=False)
         await self.resources.delete_partitioned_topic(key)
         await self.resources.delete_topic_policies(key)
         log.info("partitioned topic %s deleted with its %d partitions", key, partitions)

@@ -38,20 +38,32 @@ class Pacer:
             self._since = time.monotonic()
 
 
-async def map_bounded(call: Callable[[T], Awaitable[R]], items: Iterable[T], limit: int = IN_FLIGHT) -> list[R]:
+async def map_bounded(
+    call: Callable[[T], Awaitable[R]], items: Iterable[T], limit: int = IN_FLIGHT, *, cancel_on_error: bool = True,
+) -> list[R]:
     """`call(item)` for every item, at most `limit` at a time, the answers in item order (what
     asyncio.gather gives, without starting every call at once). `items` is read lazily: a range
-    of a million partitions costs nothing until each is reached. The first failure cancels the
-    calls still running and is raised."""
+    of a million partitions costs nothing until each is reached. The first failure is raised; the
+    calls still running are cancelled, or with cancel_on_error=False (calls that must not be cut in
+    half, such as deletes) left to finish, no new one starting."""
     if limit < 1:
         raise ValueError(f"limit must be at least 1, got {limit}")
     results: dict[int, R] = {}
-    todo = enumerate(items)  # shared: each worker takes the next item
+    todo = enumerate(items)  # shared: each worker takes the next
+    failures: list[BaseException] = []
 
     async def worker() -> None:
         pacer = Pacer()
         for index, item in todo:
-            results[index] = await call(item)
+            try:
+                results[index] = await call(item)
+            except Exception as exc:
+                if cancel_on_error:
+                    raise
+                failures.append(exc)
+                return
+            if failures:
+                return
             await pacer.pace()  # a call that did not suspend (a loaded topic's stats) must not hog the loop
 
     workers = [asyncio.ensure_future(worker()) for _ in range(limit)]
@@ -64,4 +76,6 @@ async def map_bounded(call: Callable[[T], Awaitable[R]], items: Iterable[T], lim
         for task in workers:
             task.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
+    if failures:
+        raise failures[0]
     return [results[index] for index in range(len(results))]

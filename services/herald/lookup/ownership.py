@@ -62,13 +62,15 @@ class OwnershipAssigner:
             unloaded_by = await self._unloaded_by(topic)
             counts = placement.counts if placement is not None else await self._assigned_counts()
             chosen = least_loaded(brokers, counts, unloaded_by)
+            if placement is not None:  # counted at once: the route's other lookups choose meanwhile
+                placement.counts[chosen.broker_id] = placement.counts.get(chosen.broker_id, 0) + 1
             try:
                 owner = await self._assign(topic, chosen, current.version if current else NOT_EXISTS)
             except (BadVersionError, LeaseExpiredError):
+                if placement is not None:
+                    placement.counts[chosen.broker_id] -= 1
                 placement = None  # another lookup assigned it, or the chosen broker expired: look afresh
                 continue
-            if placement is not None:
-                placement.counts[chosen.broker_id] = placement.counts.get(chosen.broker_id, 0) + 1
             self._count(topic, had_owner=current is not None or bool(unloaded_by))
             return owner
         raise ServiceNotReadyError(f"could not assign an owner to {topic}: too much contention")
