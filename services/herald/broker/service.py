@@ -513,10 +513,16 @@ class BrokerService:
             with contextlib.suppress(BaseException):
                 await task
         topics, self._topics = list(self._topics.values()), {}
-        results = await asyncio.gather(*(topic.close() for topic in topics), return_exceptions=True)
-        for topic, result in zip(topics, results, strict=True):
-            if isinstance(result, BaseException):
-                log.warning("closing topic %s failed: %r", topic.name, result)
+
+        async def close(topic: Topic) -> None:
+            try:
+                await topic.close()
+            except Exception as exc:
+                log.warning("closing topic %s failed: %r", topic.name, exc)
+
+        # IN_FLIGHT at a time: thousands of partitions closing at once would hold the loop (and the
+        # heartbeat that registers the broker again) for seconds.
+        await map_bounded(close, topics)
         if self._unloading:
             await asyncio.gather(*list(self._unloading.values()), return_exceptions=True)
 
