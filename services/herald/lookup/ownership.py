@@ -24,6 +24,10 @@ if TYPE_CHECKING:
 REMEMBERED_ASSIGNMENTS = 100_000
 
 
+def _is_live(owner: Owner, brokers: list[BrokerRecord]) -> bool:
+    return any(b.broker_id == owner.broker_id and b.lease_id == owner.lease_id for b in brokers)
+
+
 @dataclass(slots=True)
 class Placement:
     """The live brokers and their assigned topic counts, read once for many assignments (the
@@ -55,7 +59,9 @@ class OwnershipAssigner:
             brokers = placement.brokers if placement is not None else await self.registry.live_brokers()
             if current is not None:
                 owner = Owner.from_bytes(current.value)
-                if any(b.broker_id == owner.broker_id and b.lease_id == owner.lease_id for b in brokers):
+                if placement is not None and not _is_live(owner, brokers):
+                    brokers = await self.registry.live_brokers()  # the snapshot may predate its registration
+                if _is_live(owner, brokers):
                     return owner
             if not brokers:
                 raise ServiceNotReadyError("no broker is available: none has registered with lookup")
