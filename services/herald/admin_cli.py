@@ -168,6 +168,7 @@ _CLEARABLE = {
     "persistence": ("persistence", "storage quorums (ensemble, write and ack quorum)"),
     "max_message_size": ("max_message_size", "max message size"),
     "max_topics": ("max_topics", "max topics per namespace"),
+    "max_partitions": ("max_partitions_per_topic", "max partitions per topic"),
 }
 
 
@@ -202,6 +203,9 @@ def add_policy_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--max-topics", type=non_negative, metavar="N",
                        help="topics in the namespace, a partitioned topic counting its partitions (0: unlimited; "
                             "namespaces only)")
+    group.add_argument("--max-partitions", type=positive, metavar="N",
+                       help="partitions of one partitioned topic (at least 1; above the broker's "
+                            "max_partitions_per_topic only by a super-user; namespaces only)")
 
 
 def policies_from_flags(args: argparse.Namespace, current: admin_pb2.Policies) -> admin_pb2.Policies:
@@ -229,6 +233,8 @@ def policies_from_flags(args: argparse.Namespace, current: admin_pb2.Policies) -
         policies.max_consumers_per_subscription = args.max_consumers_per_subscription
     if args.max_topics is not None:
         policies.max_topics = args.max_topics
+    if args.max_partitions is not None:
+        policies.max_partitions_per_topic = args.max_partitions
     if args.deduplication is not None:
         policies.deduplication_enabled = args.deduplication
     if args.encryption_required is not None:
@@ -390,6 +396,7 @@ def print_policies(policies: admin_pb2.Policies) -> None:
         ("persistence", quorums),
         ("max_message_size", optional("max_message_size", lambda n: f"{n} bytes")),
         ("max_topics", optional("max_topics", _unlimited_if_zero)),
+        ("max_partitions_per_topic", optional("max_partitions_per_topic")),
     ])
 
 
@@ -562,7 +569,7 @@ def _any_policy_flag(args: argparse.Namespace) -> bool:
     flags = ("retention_time", "retention_size", "ttl", "backlog_quota_size", "backlog_quota_age",
              "backlog_quota_policy", "max_producers", "max_consumers", "max_consumers_per_subscription",
              "deduplication", "encryption_required", "ensemble", "write_quorum", "ack_quorum", "max_message_size",
-             "max_topics")
+             "max_topics", "max_partitions")
     return any(getattr(args, flag) is not None for flag in flags)
 
 

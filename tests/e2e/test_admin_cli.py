@@ -115,7 +115,7 @@ def test_namespaces_and_their_policies(cli: AdminCli) -> None:
                         "--backlog-quota-policy", "producer_exception", "--max-producers", "4", "--max-consumers",
                         "8", "--max-consumers-per-subscription", "2", "--deduplication", "off",
                         "--encryption-required", "on", "--ensemble", "1", "--write-quorum", "1", "--ack-quorum", "1",
-                        "--max-message-size", "1M", "--max-topics", "100")
+                        "--max-message-size", "1M", "--max-topics", "100", "--max-partitions", "500")
     assert policies == {
         "retention": {"time_seconds": 604800, "size_bytes": 10 * 1024**3},
         "message_ttl_seconds": 3600,
@@ -123,7 +123,7 @@ def test_namespaces_and_their_policies(cli: AdminCli) -> None:
         "max_producers_per_topic": 4, "max_consumers_per_topic": 8, "max_consumers_per_subscription": 2,
         "deduplication_enabled": False, "encryption_required": True,
         "persistence": {"ensemble_size": 1, "write_quorum": 1, "ack_quorum": 1},
-        "max_message_size": 1024**2, "max_topics": 100,
+        "max_message_size": 1024**2, "max_topics": 100, "max_partitions_per_topic": 500,
     }
     # Half a group keeps the other half: only the size of the quota changes.
     assert cli.json("namespaces", "set-policy", namespace, "--backlog-quota-size", "2G")["backlog_quota"] == {
@@ -132,6 +132,7 @@ def test_namespaces_and_their_policies(cli: AdminCli) -> None:
     assert "message_ttl:                    1h" in table
     assert "backlog_quota:                  size 2G, age unlimited, policy producer_exception" in table
     assert "max_topics:                     100" in table
+    assert "max_partitions_per_topic:       500" in table
     cleared = cli.json("namespaces", "clear-policy", namespace, "--ttl", "--backlog-quota")
     assert cleared["message_ttl_seconds"] is None and cleared["backlog_quota"] is None
     assert cleared["max_producers_per_topic"] == 4

@@ -4,6 +4,7 @@ authentication and authorization turned on."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import ipaddress
 from collections.abc import Callable, Iterator
@@ -146,16 +147,26 @@ def secure_args(pki: Pki, keys: Keys, *, authorization: bool = True) -> list[str
     ]
 
 
-@pytest.fixture(scope="module")
-def secure_standalone(tmp_path_factory: pytest.TempPathFactory, pki: Pki, keys: Keys) -> Iterator[StandaloneProcess]:
+@contextlib.contextmanager
+def running_secure_standalone(
+    data_dir: Path, pki: Pki, keys: Keys, settings: dict[str, str] | None = None,
+) -> Iterator[StandaloneProcess]:
     """`herald standalone` with TLS on every port, token authentication (HS256) and authorization
-    with super-user `admin`."""
-    server = secure_process(tmp_path_factory.mktemp("secure") / "data", pki, keys)
+    with super-user `admin`, started; `settings` are HERALD_* variables (a module's own limits)."""
+    server = secure_process(data_dir, pki, keys, settings)
     server.start()
     try:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def secure_standalone(tmp_path_factory: pytest.TempPathFactory, pki: Pki, keys: Keys) -> Iterator[StandaloneProcess]:
+    """`herald standalone` with TLS on every port, token authentication (HS256) and authorization
+    with super-user `admin`."""
+    with running_secure_standalone(tmp_path_factory.mktemp("secure") / "data", pki, keys) as server:
+        yield server
 
 
 TokenFor = Callable[[str], str]

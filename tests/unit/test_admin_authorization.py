@@ -92,7 +92,8 @@ async def decide(tmp_path: Path) -> AsyncIterator[BrokerAuthorization]:
         await resources.create_tenant(Tenant(tenant, [f"{tenant}-admin"], []))
         await resources.create_namespace(f"{tenant}/ns")
     await Permissions(store).grant("alice-reader", ["consume"], namespace="alice/ns")
-    yield BrokerAuthorization(Authorizer(store, superuser_roles=["root"], dlq_worker_roles=["worker"]))
+    yield BrokerAuthorization(Authorizer(store, superuser_roles=["root"], dlq_worker_roles=["worker"]),
+                              max_partitions_per_topic=1000)
     await store.close()
 
 

@@ -6,9 +6,15 @@ from __future__ import annotations
 import pytest
 from herald.api.v1 import admin_pb2
 from herald.broker.ledger_list import LedgerInfo, LedgerList, Position
-from herald.broker.policies import affected_by, broker_defaults, check_consumer_limits, check_producer_limit
+from herald.broker.policies import (
+    affected_by,
+    broker_defaults,
+    check_consumer_limits,
+    check_partition_limit,
+    check_producer_limit,
+)
 from herald.broker.settings import BrokerSettings
-from herald.common.errors import ConsumerBusyError, InvalidArgumentError, ProducerBusyError
+from herald.common.errors import ConsumerBusyError, InvalidArgumentError, NotAllowedError, ProducerBusyError
 from herald.common.names import TopicName
 from herald.metadata.policies import (
     POLICY_FIELDS,
@@ -104,6 +110,8 @@ def test_proto_round_trip_keeps_presence() -> None:
     (Policies(max_producers_per_topic=-1), "max_producers_per_topic -1 is invalid: use 0 .unlimited."),
     (Policies(max_consumers_per_subscription=-1), "max_consumers_per_subscription -1 is invalid"),
     (Policies(max_message_size=0), "max_message_size 0 is invalid: it must be a positive number of bytes"),
+    (Policies(max_partitions_per_topic=0), "max_partitions_per_topic 0 is invalid: use 1 or more .there is no "
+                                           "unlimited., or clear the policy"),
 ])
 def test_validation_names_the_invalid_field(policies: Policies, message: str) -> None:
     with pytest.raises(InvalidArgumentError, match=message):
@@ -123,6 +131,22 @@ def test_quota_policy_names_parse_loosely_and_refuse_unknown() -> None:
 
 def test_every_proto_field_is_a_policy_field() -> None:
     assert set(POLICY_FIELDS) == {f.name for f in admin_pb2.Policies.DESCRIPTOR.fields}
+
+
+def test_partitions_per_topic_default_to_1000_and_cannot_be_unlimited() -> None:
+    settings = BrokerSettings()
+    assert settings.max_partitions_per_topic == 1000
+    assert broker_defaults(settings).max_partitions_per_topic == 1000
+    for wrong in (0, -1):
+        with pytest.raises(InvalidArgumentError, match=f"max_partitions_per_topic must be at least 1, got {wrong}"):
+            BrokerSettings(max_partitions_per_topic=wrong)
+    orders = TopicName.parse("persistent://acme/eu/orders")
+    check_partition_limit(orders, Policies(max_partitions_per_topic=4), 4, from_namespace=True)
+    with pytest.raises(NotAllowedError, match=r"cannot have 5 partitions: the limit is 4 per topic \(namespace "
+                                              r"acme/eu's policy max_partitions_per_topic\)"):
+        check_partition_limit(orders, Policies(max_partitions_per_topic=4), 5, from_namespace=True)
+    with pytest.raises(NotAllowedError, match=r"the limit is 1000 per topic \(the broker setting"):
+        check_partition_limit(orders, broker_defaults(settings), 2**31 - 1, from_namespace=False)
 
 
 def test_producer_and_consumer_limits_have_pulsars_messages() -> None:

@@ -68,7 +68,7 @@ def test_the_window_must_be_positive() -> None:
         RateMeters(window=0)
 
 
-def test_partition_stats_are_summed_and_subscriptions_merged_by_name() -> None:
+async def test_partition_stats_are_summed_and_subscriptions_merged_by_name() -> None:
     def partition(index: int, msg_in: int, backlog: int, terminated: bool) -> TopicStats:
         return TopicStats(
             f"t-partition-{index}", msg_in_counter=msg_in, bytes_in_counter=msg_in * 10, entries=msg_in,
@@ -78,7 +78,7 @@ def test_partition_stats_are_summed_and_subscriptions_merged_by_name() -> None:
                                              consumer_stats=[ConsumerStats(f"c{index}")])],
         )
 
-    total = sum_partitions("t", [partition(0, 3, 2, True), partition(1, 4, 1, False)])
+    total = await sum_partitions("t", [partition(0, 3, 2, True), partition(1, 4, 1, False)])
     assert (total.topic, total.partitions, total.msg_in_counter, total.bytes_in_counter) == ("t", 2, 7, 70)
     assert (total.entries, total.storage_size, total.msg_rate_in, total.backlog_size) == (7, 70, 3.0, 30)
     assert not total.terminated  # only when every partition is

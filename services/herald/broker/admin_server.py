@@ -6,15 +6,16 @@ A topic or subscription call that reaches a broker not owning the topic is forwa
 owner (broker.admin_forwarding). A call on a partitioned topic's base name that acts on topic state
 (stats, unload, subscriptions) is made on each partition, wherever each is served, and the answers
 combined: stats summed (broker.stats.sum_partitions), skipped counts added, subscription names
-merged.
+merged. Partitions are visited at most IN_FLIGHT at a time, and every loop over them gives the
+event loop back (herald.common.bounded): a topic with many partitions makes a slow call, never a
+stalled broker.
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, cast
 
 import grpc
@@ -37,6 +38,7 @@ from herald.broker.service import BrokerService
 from herald.broker.stats import sum_partitions
 from herald.common import errors
 from herald.common.authentication import current_role
+from herald.common.bounded import Pacer, map_bounded
 from herald.common.names import TopicName
 from herald.common.rpc import abort, error_from_rpc
 from herald.common.tls import PLAINTEXT, Dialer
@@ -56,6 +58,24 @@ def _unused(call: str, **fields: str) -> None:
     for name, value in fields.items():
         if value:
             raise errors.InvalidArgumentError(f"{call}: leave {name} empty (it is {value!r})")
+
+
+async def _summed_stats(topic: str, each: list[admin_pb2.TopicStats]) -> admin_pb2.TopicStats:
+    """A partitioned topic's stats from its partitions' (in partition order), converted, summed and
+    answered with the loop given back between partitions; the partitions' own replies become
+    partition_stats as they came, not converted twice."""
+    pacer = Pacer()
+    parts = []
+    for part in each:
+        parts.append(topic_stats_from_proto(part))
+        await pacer.pace()
+    total = await sum_partitions(topic, parts)
+    total.partition_stats = []
+    reply = topic_stats_to_proto(total)
+    for part in each:
+        reply.partition_stats.append(part)
+        await pacer.pace()
+    return reply
 
 
 def _tenant_to_proto(tenant: Tenant) -> admin_pb2.Tenant:
@@ -105,23 +125,27 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     ) -> T:
         return await self._answer(context, method, lambda: self._on_owner(context, method, request, topic, local))
 
-    async def _partitions_of(self, topic: str) -> list[str]:
-        """The partitions' names when `topic` is a partitioned topic's base name; else []."""
+    async def _partitions_of(self, topic: str) -> int:
+        """How many partitions `topic` has when it is a partitioned topic's base name; else 0."""
         name = TopicName.parse(topic)
         if name.partition_index >= 0:
-            return []
-        count = await self.resources.get_partitions(str(name))
-        return [str(name.partition(i)) for i in range(count)]
+            return 0
+        return await self.resources.get_partitions(str(name))
 
     async def _on_each_partition(
-        self, context: Context, method: str, partitions: Sequence[str], request_for: Callable[[str], Any],
+        self, context: Context, method: str, topic: str, partitions: int, request_for: Callable[[str], Any],
         local: Callable[[str], Awaitable[T]],
     ) -> list[T]:
-        """The same call on every partition (each here or on its owner), in partition order."""
-        return list(await asyncio.gather(*(
-            self._on_owner(context, method, request_for(partition), partition, functools.partial(local, partition))
-            for partition in partitions
-        )))
+        """The same call on every partition of `topic` (each here or on its owner), in partition
+        order, IN_FLIGHT at a time (names made as they are reached, never all at once)."""
+        base = TopicName.parse(topic)
+
+        async def one(index: int) -> T:
+            partition = str(base.partition(index))
+            return await self._on_owner(context, method, request_for(partition), partition,
+                                        functools.partial(local, partition))
+
+        return await map_bounded(one, range(partitions))
 
     # ---- tenants ----
 
@@ -222,10 +246,9 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             if not partitions:
                 return await self._on_owner(context, "GetTopicStats", request, request.topic, lambda: self._local_stats(
                     request.topic))
-            each = await self._on_each_partition(
-                context, "GetTopicStats", partitions, lambda p: admin_pb2.TopicStatsRequest(topic=p), self._local_stats)
-            base = str(TopicName.parse(request.topic))
-            return topic_stats_to_proto(sum_partitions(base, [topic_stats_from_proto(s) for s in each]))
+            each = await self._on_each_partition(context, "GetTopicStats", request.topic, partitions,
+                                                 lambda p: admin_pb2.TopicStatsRequest(topic=p), self._local_stats)
+            return await _summed_stats(str(TopicName.parse(request.topic)), each)
 
         return await self._answer(context, "GetTopicStats", stats)
 
@@ -251,7 +274,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                 await self._on_owner(context, "UnloadTopic", request, request.topic,
                                      lambda: self.service.unload_topic(request.topic))
                 return
-            await self._on_each_partition(context, "UnloadTopic", partitions,
+            await self._on_each_partition(context, "UnloadTopic", request.topic, partitions,
                                           lambda p: admin_pb2.UnloadTopicRequest(topic=p), self.service.unload_topic)
 
         await self._answer(context, "UnloadTopic", unload)
@@ -299,9 +322,14 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                                              lambda: self._local_subscriptions(request.topic))
                 return list(reply.subscriptions)
             each = await self._on_each_partition(
-                context, "ListSubscriptions", partitions, lambda p: admin_pb2.TopicRequest(topic=p),
+                context, "ListSubscriptions", request.topic, partitions, lambda p: admin_pb2.TopicRequest(topic=p),
                 self._local_subscriptions)
-            return sorted({name for reply in each for name in reply.subscriptions})
+            names: set[str] = set()
+            pacer = Pacer()
+            for reply in each:
+                names.update(reply.subscriptions)
+                await pacer.pace()
+            return sorted(names)
 
         subscriptions = await self._answer(context, "ListSubscriptions", names)
         return admin_pb2.ListSubscriptionsResponse(subscriptions=subscriptions)
@@ -324,7 +352,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                 copy.topic = partition
                 return copy
 
-            return await self._on_each_partition(context, method, partitions, request_for, local)
+            return await self._on_each_partition(context, method, request.topic, partitions, request_for, local)
 
         return await self._answer(context, method, run)
 
@@ -411,7 +439,12 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
 
         each = await self._subscription_call(context, "PeekMessages", request, local)
         # A partitioned topic: up to `count` from each partition, partition by partition.
-        return admin_pb2.PeekMessagesResponse(entries=[entry for reply in each for entry in reply.entries])
+        reply = admin_pb2.PeekMessagesResponse()
+        pacer = Pacer()
+        for part in each:
+            reply.entries.extend(part.entries)
+            await pacer.pace()
+        return reply
 
     # ---- brokers ----
 

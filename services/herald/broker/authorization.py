@@ -10,7 +10,11 @@ EVERY resource it names, never on one picked from it: each tenant its topic, nam
 fields name must let the role in, and the dead-letter and retry topics of a dead-letter policy need
 produce for the role, since its letters are moved on that role's authority
 (`check_dead_letter_topics`, also at subscribe). Pull and GetLastMessageId need consume; dead
-letters are the dlq-workers'."""
+letters are the dlq-workers'.
+
+One policy is the operator's, not the tenant's: a namespace's max_partitions_per_topic above the
+broker's setting, since partitions are per-partition work for every broker (stats, routes,
+deletes); tenant admins may only set it up to the broker's."""
 
 from __future__ import annotations
 
@@ -71,9 +75,13 @@ def _admin_dead_letter_policy(request: Any) -> DeadLetterPolicy | None:
                                              policy.dead_letter_topic, policy.retry_letter_topic)
 
 
+_NAMESPACE_POLICY_CALLS = frozenset({"CreateNamespace", "SetNamespacePolicies"})
+
+
 class BrokerAuthorization:
-    def __init__(self, authorizer: Authorizer) -> None:
+    def __init__(self, authorizer: Authorizer, max_partitions_per_topic: int) -> None:
         self.authorizer = authorizer
+        self.max_partitions_per_topic = max_partitions_per_topic  # the broker's setting
 
     async def decide_data(self, method: str, request: Any, role: str | None) -> None:
         """BrokerService: Pull and GetLastMessageId here; Produce and Consume in the servicer."""
@@ -108,3 +116,17 @@ class BrokerAuthorization:
             policy = _admin_dead_letter_policy(request)
             if policy is not None:
                 await check_dead_letter_topics(authorizer, role, policy)
+        if method in _NAMESPACE_POLICY_CALLS:
+            self._check_partition_limit_raise(role, request)
+
+    def _check_partition_limit_raise(self, role: str | None, request: Any) -> None:
+        """A tenant admin (not a super-user) may set max_partitions_per_topic up to the broker's."""
+        policies = request.policies
+        if not request.HasField("policies") or not policies.HasField("max_partitions_per_topic"):
+            return
+        wanted = policies.max_partitions_per_topic
+        if wanted > self.max_partitions_per_topic:
+            raise AuthorizationError(
+                f"role {role!r} may not set namespace {request.namespace}'s max_partitions_per_topic to {wanted}, "
+                f"above the broker's max_partitions_per_topic of {self.max_partitions_per_topic}: only "
+                "super-users may (superuser_roles); a tenant admin may lower it")

@@ -15,6 +15,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Collection
 
+from herald.common.bounded import Pacer
 from herald.common.errors import BadVersionError, HeraldError, NotOwnerError, ServiceNotReadyError
 from herald.common.ownership import OWNERSHIP_PREFIX, Owner, ownership_key, unloading_key
 from herald.common.tasks import cancel_and_wait
@@ -154,8 +155,10 @@ class OwnershipMonitor:
         if not served:
             return
         records = await self.store.list(OWNERSHIP_PREFIX)
+        pacer = Pacer()  # a broker may serve thousands of partitions
         for topic in served:
             await self.check(topic, records.get(ownership_key(topic)))
+            await pacer.pace()
 
     async def check(self, topic: str, current: Versioned | None) -> None:
         if not self.ownership.lease_id or self.ownership.owns(current) or topic not in self._served():

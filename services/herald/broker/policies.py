@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from herald.broker.retention import RetentionPolicy as TrimmingPolicy
 from herald.broker.settings import BrokerSettings
+from herald.common.bounded import Pacer
 from herald.common.errors import ConsumerBusyError, HeraldError, NotAllowedError, ProducerBusyError
 from herald.common.names import TopicName
 from herald.common.tasks import cancel_and_wait
@@ -48,6 +49,7 @@ def broker_defaults(settings: BrokerSettings) -> Policies:
         persistence=PersistencePolicy(settings.ensemble_size, settings.write_quorum, settings.ack_quorum),
         max_message_size=settings.max_message_size,
         max_topics=settings.max_topics_per_namespace,
+        max_partitions_per_topic=settings.max_partitions_per_topic,
     )
 
 
@@ -65,6 +67,16 @@ class PolicyResolver:
         if topic.base != topic:
             own = own.merged_over(await self.resources.get_topic_policies(str(topic.base)))
         return own.merged_over(namespace).merged_over(self.defaults)
+
+    async def check_partitions(self, topic: TopicName, partitions: int) -> Policies:
+        """NotAllowedError when a partitioned topic may not have `partitions` (its namespace's
+        max_partitions_per_topic, else the broker's), checked before any per-partition work;
+        returns the namespace's policies over the broker's (max_topics is a namespace policy too)."""
+        namespace = await self.resources.get_namespace_policies(topic.namespace_name)  # NotFound: no namespace
+        policies = namespace.merged_over(self.defaults)
+        from_namespace = namespace.max_partitions_per_topic is not None
+        check_partition_limit(topic, policies, partitions, from_namespace=from_namespace)
+        return policies
 
 
 # ---- applying ----
@@ -105,6 +117,19 @@ def check_topic_limit(namespace: str, policies: Policies, topics: int, adding: i
         raise NotAllowedError(
             f"namespace {namespace} has reached its limit of {limit} topics (max_topics; it holds {topics}): "
             f"cannot create {more}; delete topics or raise the namespace's max_topics policy")
+
+
+def check_partition_limit(topic: TopicName, policies: Policies, partitions: int, *, from_namespace: bool) -> None:
+    """NotAllowedError when a partitioned topic would have more partitions than its namespace's
+    max_partitions_per_topic (`from_namespace`: set by the namespace's policy, else the broker's
+    setting). O(1): checked before any per-partition work."""
+    limit = policies.max_partitions_per_topic or 0
+    if 0 < limit < partitions:
+        source = (f"namespace {topic.namespace_name}'s policy max_partitions_per_topic" if from_namespace
+                  else "the broker setting max_partitions_per_topic")
+        raise NotAllowedError(
+            f"topic {topic} cannot have {partitions} partitions: the limit is {limit} per topic ({source}); "
+            f"use at most {limit}, or ask a super-user to raise the namespace's max_partitions_per_topic policy")
 
 
 def check_consumer_limits(topic: str, policies: Policies, topic_consumers: int, subscription_consumers: int) -> None:
@@ -183,7 +208,9 @@ class PoliciesWatcher:
             watch = self._store.watch(ADMIN_PREFIX)
 
     async def _refresh_matching(self, matches: Callable[[TopicName], bool]) -> None:
+        pacer = Pacer()  # a namespace's policies may concern thousands of served partitions
         for topic in list(self._served()):
+            await pacer.pace()
             if matches(TopicName.parse(topic)):
                 try:
                     await self._refresh(topic)

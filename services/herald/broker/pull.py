@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from herald.broker.ledger_list import Position
 from herald.broker.seek import first_at_or_after
 from herald.common.errors import InvalidArgumentError, ServiceNotReadyError
+from herald.common.message_id import check_position
 from herald.common.names import TopicName
 from herald.common.tasks import wait_event
 from herald.metadata.resources import get_partitions
@@ -86,6 +87,8 @@ async def pull(
     entry at or after `start` (None: the earliest; one retention deleted: the first kept), waiting
     up to `max_wait` seconds for one to arrive when there is none yet."""
     check_limits(max_entries, max_bytes, max_wait)
+    if start is not None:
+        check_position(start.ledger_id, start.entry_id, "pull start")  # what a seek takes, no more
     max_entries = min(max_entries or DEFAULT_MAX_ENTRIES, MAX_ENTRIES)
     max_bytes = max_bytes or DEFAULT_MAX_BYTES
     ledger = topic.ledger

@@ -16,6 +16,7 @@ from herald.broker.cursor import InitialPosition, PublishTime, ResetTarget
 from herald.broker.ledger_list import LedgerInfo, Position
 from herald.common.entry import read_metadata
 from herald.common.errors import HeraldError, InvalidArgumentError
+from herald.common.message_id import check_position
 
 
 class SeekableLedger(Protocol):
@@ -54,8 +55,7 @@ async def resolve_target(ledger: SeekableLedger, target: ResetTarget) -> Positio
     if isinstance(target, PublishTime):
         return await find_by_publish_time(ledger, target.ms)
     if isinstance(target, Position):
-        if target.ledger_id < -1 or target.entry_id < -1:
-            raise InvalidArgumentError(f"position {target} is invalid: ledger and entry ids are >= 0")
+        check_position(target.ledger_id, target.entry_id)
         return first_at_or_after(ledger, target)
     raise InvalidArgumentError(f"cannot seek to {target!r}: give a position, a publish time or an edge")
 

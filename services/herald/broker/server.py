@@ -218,17 +218,15 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                 if dead_letter_policy is not None:
                     await check_dead_letter_topics(self.authorizer, role, dead_letter_policy)
             self._check_properties(sub.properties, "a consumer's")
+            sub_type, initial_position = _subscription_type(sub.type), _initial_position(sub.initial_position)
             with handshake_span(context, "herald.v1.BrokerService/Consume"):
                 consumer = await self.service.subscribe(
-                    sub.topic, sub.subscription, _SUBSCRIPTION_TYPES[sub.type], _POSITIONS[sub.initial_position],
+                    sub.topic, sub.subscription, sub_type, initial_position,
                     sub.consumer_name or None, sub.priority_level,
                     non_durable=sub.non_durable,
                     start_position=_position(sub.start_position) if sub.HasField("start_position") else None,
                     start_inclusive=sub.start_inclusive, properties=dict(sub.properties),
                 )
-        except KeyError:
-            await replies.write(_consume_error(errors.InvalidArgumentError("unknown subscription type")))
-            return
         except Exception as exc:
             await replies.write(_consume_error(_as_herald_error(exc, "subscribing")))
             return
@@ -413,6 +411,21 @@ async def _acquire_unless(semaphore: asyncio.Semaphore, *stoppers: asyncio.Task[
     return False
 
 
+def _subscription_type(number: broker_pb2.SubscriptionType.ValueType) -> SubscriptionType:
+    try:
+        return _SUBSCRIPTION_TYPES[number]
+    except KeyError:
+        raise errors.InvalidArgumentError(
+            f"subscription type {number} is invalid: use EXCLUSIVE, SHARED, FAILOVER or KEY_SHARED") from None
+
+
+def _initial_position(number: broker_pb2.InitialPosition.ValueType) -> InitialPosition:
+    try:
+        return _POSITIONS[number]
+    except KeyError:
+        raise errors.InvalidArgumentError(f"initial position {number} is invalid: use EARLIEST or LATEST") from None
+
+
 def _position(position: common_pb2.Position) -> Position:
     return Position(position.ledger_id, position.entry_id)
 
@@ -423,7 +436,9 @@ def _seek_target(seek: broker_pb2.Seek) -> ResetTarget:
         return _position(seek.position)
     if target == "publish_time":
         return PublishTime(seek.publish_time)
-    if target == "edge" and seek.edge in _POSITIONS:
+    if target == "edge":
+        if seek.edge not in _POSITIONS:
+            raise errors.InvalidArgumentError(f"seek edge {seek.edge} is invalid: use EARLIEST or LATEST")
         return _POSITIONS[seek.edge]
     raise errors.InvalidArgumentError("Seek needs a target: a position, a publish time or an edge (EARLIEST/LATEST)")
 
@@ -458,7 +473,8 @@ class BrokerServer:
         self.security = ServiceSecurity(settings)
         self.authorization = BrokerAuthorization(Authorizer(
             store, superuser_roles=settings.superuser_roles, broker_roles=settings.broker_roles,
-            dlq_worker_roles=settings.dlq_worker_roles)) if settings.authorization_enabled else None
+            dlq_worker_roles=settings.dlq_worker_roles), settings.max_partitions_per_topic,
+        ) if settings.authorization_enabled else None
         self.storage = StorageClient(
             store, list(settings.storage_nodes), settings.storage_operation_timeout,
             add_timeout=settings.storage_add_timeout, read_timeout=settings.storage_read_timeout,

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -38,6 +38,7 @@ from herald.broker.settings import BrokerSettings
 from herald.broker.subscription import Subscription, SubscriptionType
 from herald.broker.topic import InternalStats, LastMessageId, PersistentTopic, TopicStats
 from herald.broker.topic_deletion import delete_topic_data
+from herald.common.bounded import Pacer, map_bounded
 from herald.common.errors import (
     AlreadyExistsError,
     InvalidArgumentError,
@@ -48,7 +49,7 @@ from herald.common.errors import (
     ProducerBusyError,
     ServiceNotReadyError,
 )
-from herald.common.names import TopicName
+from herald.common.names import PARTITION_SUFFIX, TopicName
 from herald.metadata.policies import Policies
 from herald.metadata.resources import Resources, StoredDeadLetterPolicy, managed_ledger_key
 from herald.metadata.store import MetadataStore
@@ -257,9 +258,10 @@ class BrokerService:
         """The topics loaded here (for metrics: read them on the event loop)."""
         return list(self._topics.values())
 
-    def served_topics(self) -> set[str]:
-        """Topics loaded here (not those still loading: their ownership is being checked)."""
-        return set(self._topics)
+    def served_topics(self) -> Collection[str]:
+        """Topics loaded here (not those still loading: their ownership is being checked), as a
+        live view: asking whether one topic is served costs O(1), not a copy of them all."""
+        return self._topics.keys()
 
     async def list_topics(self, namespace: str) -> list[str]:
         """Every topic of a namespace ("tenant/namespace"), served here or not: partitioned topics
@@ -302,7 +304,8 @@ class BrokerService:
         if partitions < 0:
             raise InvalidArgumentError(f"partitions {partitions} is invalid: use 0 (not partitioned) or more")
         if partitions > 0:
-            await self._check_room_for_topics(name, partitions)
+            policies = await self.policy_resolver.check_partitions(name, partitions)
+            await self._check_room_for_topics(name, partitions, policies)
             await self.resources.create_partitioned_topic(str(name), partitions)
             return
         key = str(name)
@@ -319,12 +322,17 @@ class BrokerService:
         return await self.resources.get_partitions(str(self.parse_topic(topic)))
 
     async def update_partitions(self, topic: str, partitions: int) -> int:
-        """Grow a partitioned topic (NotAllowedError when asked to shrink, or past the namespace's
-        max_topics); returns the count."""
+        """Grow a partitioned topic (NotAllowedError when asked to shrink, past the namespace's
+        max_topics or past its max_partitions_per_topic); returns the count. A topic made with more
+        partitions than today's limit keeps them (asking for its own count changes nothing)."""
         name = self.parse_topic(topic)
+        if partitions < 1:
+            raise InvalidArgumentError(
+                f"partitions {partitions} is invalid: a partitioned topic has 1 or more, and can only grow")
         current = await self.resources.get_partitions(str(name))
         if partitions > current > 0:
-            await self._check_room_for_topics(name, partitions - current)
+            policies = await self.policy_resolver.check_partitions(name, partitions)
+            await self._check_room_for_topics(name, partitions - current, policies)
         return await self.resources.update_partitions(str(name), partitions)
 
     async def delete_topic(self, topic: str, force: bool = False) -> None:
@@ -338,13 +346,16 @@ class BrokerService:
         if partitions == 0:
             await self._delete_one(name, force, must_exist=True)
             return
-        partition_names = [name.partition(i) for i in range(partitions)]
         if not force:
-            for partition in partition_names:
-                served = self._topics.get(str(partition))
-                if served is not None:
+            # Its partitions among those served here, without making a name per partition.
+            prefix, pacer = key + PARTITION_SUFFIX, Pacer()
+            for served_key, served in list(self._topics.items()):
+                if served_key.startswith(prefix) and served_key[len(prefix):].isdigit():
                     self._check_no_clients(served)
-        for partition in partition_names:
+                await pacer.pace()
+
+        async def delete_partition(index: int) -> None:
+            partition = name.partition(index)
             try:
                 await self._delete_one(partition, force, must_exist=False)
             except NotOwnerError:
@@ -352,6 +363,9 @@ class BrokerService:
                     raise
                 with contextlib.suppress(NotFoundError):
                     await self.remote.delete_topic(str(partition), force)
+
+        # IN_FLIGHT at a time, the loop given back; a failure lets the deletes under way finish.
+        await map_bounded(delete_partition, range(partitions), cancel_on_error=False)
         await self.resources.delete_partitioned_topic(key)
         await self.resources.delete_topic_policies(key)
         log.info("partitioned topic %s deleted with its %d partitions", key, partitions)
@@ -499,10 +513,16 @@ class BrokerService:
             with contextlib.suppress(BaseException):
                 await task
         topics, self._topics = list(self._topics.values()), {}
-        results = await asyncio.gather(*(topic.close() for topic in topics), return_exceptions=True)
-        for topic, result in zip(topics, results, strict=True):
-            if isinstance(result, BaseException):
-                log.warning("closing topic %s failed: %r", topic.name, result)
+
+        async def close(topic: Topic) -> None:
+            try:
+                await topic.close()
+            except Exception as exc:
+                log.warning("closing topic %s failed: %r", topic.name, exc)
+
+        # IN_FLIGHT at a time: thousands of partitions closing at once would hold the loop (and the
+        # heartbeat that registers the broker again) for seconds.
+        await map_bounded(close, topics)
         if self._unloading:
             await asyncio.gather(*list(self._unloading.values()), return_exceptions=True)
 

@@ -124,6 +124,11 @@ class BrokerSettings(SecuritySettings, MetricsEndpointSettings):
     # registration or subscription is refused (InvalidArgumentError). Pulsar has no such limit.
     max_properties: int = DEFAULT_MAX_PROPERTIES
     max_properties_bytes: int = DEFAULT_MAX_PROPERTIES_BYTES
+    # Partitions of one partitioned topic (CreateTopic, UpdatePartitions), overridable by the
+    # namespace's max_partitions_per_topic policy (raising it past this setting is a super-user's
+    # call). At least 1: there is no "unlimited", since every admin call on a partitioned topic
+    # (stats, routes, unload, delete) works partition by partition.
+    max_partitions_per_topic: int = 1000
 
     # Unloading a topic keeps lookup from giving it back to this broker for this long (when another
     # broker is live), so that an unload moves the topic.
@@ -159,6 +164,10 @@ class BrokerSettings(SecuritySettings, MetricsEndpointSettings):
     def __post_init__(self) -> None:
         check_metrics_port(self.metrics_port)
         check_server_limits(self)
+        if self.max_partitions_per_topic < 1:
+            raise InvalidArgumentError(
+                f"max_partitions_per_topic must be at least 1, got {self.max_partitions_per_topic}: "
+                "there is no unlimited (every admin call on a partitioned topic works per partition)")
         if self.max_pending_sends < 1:
             raise InvalidArgumentError(f"max_pending_sends must be at least 1, got {self.max_pending_sends}")
         if self.max_properties < 0 or self.max_properties_bytes < 0:

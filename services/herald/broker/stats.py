@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from herald.broker.ledger_list import Position
 from herald.broker.rates import Counters, RateMeters, Rates
+from herald.common.bounded import Pacer
 
 if TYPE_CHECKING:
     from herald.broker.subscription import Subscription
@@ -117,15 +118,19 @@ class InternalStats:
     cursors: list[CursorStats] = field(default_factory=list)
 
 
-def sum_partitions(topic: str, partitions: Sequence[TopicStats]) -> TopicStats:
+async def sum_partitions(topic: str, partitions: Sequence[TopicStats]) -> TopicStats:
     """A partitioned topic's stats: counters, rates and sizes summed over its partitions, producers
     and consumers listed together, each subscription (one per partition) summed by name; the
-    partitions' own stats kept in partition_stats."""
+    partitions' own stats kept in partition_stats. Gives the event loop back between partitions
+    (a topic may have thousands)."""
     total = TopicStats(topic, partitions=len(partitions), partition_stats=list(partitions),
-                       terminated=bool(partitions) and all(p.terminated for p in partitions),
-                       persistent=all(p.persistent for p in partitions))
+                       terminated=bool(partitions), persistent=True)
     subscriptions: dict[str, SubscriptionStats] = {}
+    pacer = Pacer()
     for part in partitions:
+        await pacer.pace()
+        total.terminated = total.terminated and part.terminated
+        total.persistent = total.persistent and part.persistent
         total.msg_in_counter += part.msg_in_counter
         total.bytes_in_counter += part.bytes_in_counter
         total.entries += part.entries

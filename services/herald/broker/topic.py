@@ -56,6 +56,7 @@ from herald.common.errors import (
     ServiceNotReadyError,
     TopicTerminatedError,
 )
+from herald.common.message_id import check_position
 from herald.common.names import TopicName, validate_subscription_name
 from herald.common.tasks import wait_event
 from herald.metadata.policies import Policies
@@ -283,6 +284,8 @@ class PersistentTopic:
         self._check_open()
         validate_subscription_name(subscription)
         validate_priority_level(priority_level)
+        if start_position is not None:
+            check_position(start_position.ledger_id, start_position.entry_id, "reader start")
         async with self._subscribe_lock:
             sub = self.subscriptions.get(subscription)
             if sub is not None and sub.durable == non_durable:

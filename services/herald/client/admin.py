@@ -31,6 +31,7 @@ from herald.client.config import InitialPosition, ServiceUrl
 from herald.common import tracing
 from herald.common.credentials import Authentication, auth_interceptors, check_authentication, client_certificate
 from herald.common.errors import AlreadyClosedError, InvalidArgumentError, ServiceNotReadyError
+from herald.common.message_id import check_position
 from herald.common.rpc import channel_options, error_from_rpc
 from herald.common.tls import Dialer
 
@@ -42,6 +43,7 @@ Position = tuple[int, int]  # (ledger id, entry id); a MessageId is one too
 def _position(position: Sequence[int]) -> common_pb2.Position:
     if len(position) < 2:
         raise InvalidArgumentError(f"a position is (ledger id, entry id), got {position!r}")
+    check_position(int(position[0]), int(position[1]))
     return common_pb2.Position(ledger_id=int(position[0]), entry_id=int(position[1]))
 
 

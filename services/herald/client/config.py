@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 from herald.api.v1 import broker_pb2, common_pb2
 from herald.common.credentials import AuthenticationTls, check_authentication, client_certificate
 from herald.common.errors import InvalidArgumentError
-from herald.common.message_id import MessageId
+from herald.common.message_id import MessageId, check_position
 from herald.common.properties import check_properties
 
 if TYPE_CHECKING:
@@ -452,6 +452,7 @@ class ReaderConfig:
             raise InvalidArgumentError(
                 "start_message_id must be a MessageId (MessageId.earliest, MessageId.latest or a message's id), "
                 f"got {self.start_message_id!r}")
+        check_position(self.start_message_id.ledger_id, self.start_message_id.entry_id, "start_message_id")
         _bool("start_message_id_inclusive", self.start_message_id_inclusive)
         if self.reader_name is not None and (not isinstance(self.reader_name, str) or not self.reader_name):
             raise InvalidArgumentError(f"reader_name must be a non-empty string, got {self.reader_name!r}")

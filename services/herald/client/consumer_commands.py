@@ -11,7 +11,7 @@ import itertools
 
 from herald.api.v1 import broker_pb2, common_pb2
 from herald.common.errors import HeraldError, HeraldTimeoutError, InvalidArgumentError, from_proto
-from herald.common.message_id import MessageId
+from herald.common.message_id import MessageId, check_position
 
 _EDGES = {MessageId.earliest: broker_pb2.EARLIEST, MessageId.latest: broker_pb2.LATEST}
 
@@ -71,6 +71,7 @@ def seek_request(target: object) -> broker_pb2.Seek:
         edge = _EDGES.get(target)
         if edge is not None:
             return broker_pb2.Seek(edge=edge)
+        check_position(target.ledger_id, target.entry_id, "seek target")  # the broker's rule, before sending
         return broker_pb2.Seek(position=common_pb2.Position(ledger_id=target.ledger_id, entry_id=target.entry_id))
     if isinstance(target, datetime.datetime):
         if target.utcoffset() is None:

@@ -33,6 +33,7 @@ from herald.client.retry_letters import RetryLetters, delay_ms
 from herald.client.schema import Schema
 from herald.client.stats import ConsumerStats
 from herald.client.topic_consumer import TopicConsumer
+from herald.common.bounded import Pacer
 from herald.common.errors import ConsumerClosedError, HeraldError, InvalidArgumentError, NotAllowedError
 from herald.common.message_id import MessageId
 from herald.common.names import TopicName
@@ -466,7 +467,10 @@ class MultiTopicConsumer(ReceiveQueue[T], AsyncConsumer[T]):
         config = dataclasses.replace(
             self._member_config,
             receiver_queue_size=member_queue_size(self._config, len(self._members) + len(names)))
-        made = [self._new_member(name, config) for name in names]
+        made, pacer = [], Pacer()
+        for name in names:  # a topic may have a thousand partitions: the loop given back as they are made
+            made.append(self._new_member(name, config))
+            await pacer.pace()
         try:
             await start_all(made)
         except BaseException:

@@ -20,6 +20,7 @@ from herald.client.message import OutgoingMessage
 from herald.client.producer import AsyncProducer, SendCallback, deliver_at_ms
 from herald.client.routing import custom_partition, make_router
 from herald.client.stats import ProducerStats
+from herald.common.bounded import Pacer
 from herald.common.errors import HeraldError, ProducerClosedError
 from herald.common.message_id import MessageId
 from herald.common.names import TopicName
@@ -243,7 +244,7 @@ class PartitionedProducer(AsyncProducer[T]):
                 made.append(first)
                 await first._start()
                 self._name = first.producer_name
-            rest = [self._new_partition(index, count) for index in range(len(made), count)]
+            rest = await self._new_partitions(range(len(made), count), count)
             made.extend(rest)
             await start_all(rest)
         except BaseException:
@@ -255,6 +256,15 @@ class PartitionedProducer(AsyncProducer[T]):
         log.info("producer %s on %s: sending to %d partitions", self._name, self._topic, count)
         if self._config.auto_update_partitions:
             self._updater = self._loop.create_task(self._auto_update(), name=f"herald-partitions-{self._name}")
+
+    async def _new_partitions(self, indexes: range, num_partitions: int) -> list[AsyncProducer[T]]:
+        """Producers for these partitions, not started; the loop given back as they are made (a
+        topic may have a thousand partitions)."""
+        made, pacer = [], Pacer()
+        for index in indexes:
+            made.append(self._new_partition(index, num_partitions))
+            await pacer.pace()
+        return made
 
     def _new_partition(self, index: int, num_partitions: int) -> AsyncProducer[T]:
         config = self._config if self._config.producer_name == (self._name or None) else dataclasses.replace(
@@ -289,7 +299,7 @@ class PartitionedProducer(AsyncProducer[T]):
                             "sends to; partitions cannot be removed, so this is ignored", self._name, self._topic,
                             reported, current)
             return
-        new = [self._new_partition(index, reported) for index in range(current, reported)]
+        new = await self._new_partitions(range(current, reported), reported)
         try:
             await start_all(new)
         except BaseException:

@@ -15,7 +15,7 @@ from herald.client.connection import ConnectionPool, remaining, retrying
 from herald.client.lookup import LookupService
 from herald.common import tracing
 from herald.common.errors import InvalidArgumentError
-from herald.common.message_id import MessageId
+from herald.common.message_id import MessageId, check_position
 from herald.common.rpc import error_from_rpc
 
 
@@ -41,6 +41,7 @@ async def pull(
     request = broker_pb2.PullRequest(topic=topic, partition=-1, max_entries=max_entries, max_bytes=max_bytes,
                                      timeout_ms=int(timeout * 1000))
     if start is not None and start != MessageId.earliest:
+        check_position(start.ledger_id, start.entry_id, "pull start")  # the broker's rule, before sending
         request.start.CopyFrom(common_pb2.Position(ledger_id=start.ledger_id, entry_id=max(start.entry_id, 0)))
     what = f"pulling from {topic}"
 

@@ -9,6 +9,19 @@ from typing import ClassVar, NamedTuple
 from herald.common.errors import InvalidArgumentError
 
 _PACKED = struct.Struct(">qqii")
+INT64_MAX = 2**63 - 1
+
+
+def check_position(ledger_id: int, entry_id: int, what: str = "position") -> None:
+    """InvalidArgumentError unless (ledger_id, entry_id) is a position to start reading from: a
+    seek, a cursor reset, a reader's start and a pull all take the same ones (this function, on
+    the broker and in the client). Each id runs from -1 (MessageId.earliest's) to 2^63 - 1
+    (MessageId.latest's); an id between, or past a topic's end, means the first entry at or after it."""
+    for name, value in (("ledger id", ledger_id), ("entry id", entry_id)):
+        if not -1 <= value <= INT64_MAX:
+            raise InvalidArgumentError(
+                f"{what} {ledger_id}:{entry_id} is invalid: its {name} {value} is out of range; ledger and entry "
+                "ids run from -1 (the earliest) to 2^63-1 (the latest)")
 
 
 class _MessageIdFields(NamedTuple):

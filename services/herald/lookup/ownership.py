@@ -7,8 +7,10 @@ seconds: the next assignment passes it over while another broker is live, so the
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from herald.common.bounded import Pacer
 from herald.common.errors import BadVersionError, ServiceNotReadyError
 from herald.common.ownership import OWNERSHIP_PREFIX, Owner, ownership_key, unloading_key
 from herald.lookup.placement import least_loaded
@@ -22,6 +24,20 @@ if TYPE_CHECKING:
 REMEMBERED_ASSIGNMENTS = 100_000
 
 
+def _is_live(owner: Owner, brokers: list[BrokerRecord]) -> bool:
+    return any(b.broker_id == owner.broker_id and b.lease_id == owner.lease_id for b in brokers)
+
+
+@dataclass(slots=True)
+class Placement:
+    """The live brokers and their assigned topic counts, read once for many assignments (the
+    partitions of one route): each assignment counts itself here, so the partitions still spread,
+    and the cluster's ownership records are not read and parsed again for every partition."""
+
+    brokers: list[BrokerRecord]
+    counts: dict[str, int]
+
+
 class OwnershipAssigner:
     def __init__(self, store: MetadataStore, registry: BrokerRegistry, metrics: LookupMetrics | None = None) -> None:
         self.store = store
@@ -32,23 +48,35 @@ class OwnershipAssigner:
         # keys, so this is how a topic whose broker died is told from a new one.
         self._assigned: OrderedDict[str, None] = OrderedDict()
 
-    async def lookup(self, topic: str) -> Owner:
-        """The topic's owner, assigning the least-loaded live broker when it has none."""
+    async def placement(self) -> Placement:
+        return Placement(await self.registry.live_brokers(), await self._assigned_counts())
+
+    async def lookup(self, topic: str, placement: Placement | None = None) -> Owner:
+        """The topic's owner, assigning the least-loaded live broker when it has none (by
+        `placement` when given: a snapshot shared by the lookups of one route)."""
         for _ in range(10):
             current = await self.store.get(ownership_key(topic))
-            brokers = await self.registry.live_brokers()
+            brokers = placement.brokers if placement is not None else await self.registry.live_brokers()
             if current is not None:
                 owner = Owner.from_bytes(current.value)
-                if any(b.broker_id == owner.broker_id and b.lease_id == owner.lease_id for b in brokers):
+                if placement is not None and not _is_live(owner, brokers):
+                    brokers = await self.registry.live_brokers()  # the snapshot may predate its registration
+                if _is_live(owner, brokers):
                     return owner
             if not brokers:
                 raise ServiceNotReadyError("no broker is available: none has registered with lookup")
             unloaded_by = await self._unloaded_by(topic)
-            chosen = least_loaded(brokers, await self._assigned_counts(), unloaded_by)
+            counts = placement.counts if placement is not None else await self._assigned_counts()
+            chosen = least_loaded(brokers, counts, unloaded_by)
+            if placement is not None:  # counted at once: the route's other lookups choose meanwhile
+                placement.counts[chosen.broker_id] = placement.counts.get(chosen.broker_id, 0) + 1
             try:
                 owner = await self._assign(topic, chosen, current.version if current else NOT_EXISTS)
             except (BadVersionError, LeaseExpiredError):
-                continue  # another lookup assigned it, or the chosen broker just expired: look again
+                if placement is not None:
+                    placement.counts[chosen.broker_id] -= 1
+                placement = None  # another lookup assigned it, or the chosen broker expired: look afresh
+                continue
             self._count(topic, had_owner=current is not None or bool(unloaded_by))
             return owner
         raise ServiceNotReadyError(f"could not assign an owner to {topic}: too much contention")
@@ -79,8 +107,12 @@ class OwnershipAssigner:
         return {marker.value.decode()} if marker is not None else set()
 
     async def _assigned_counts(self) -> dict[str, int]:
+        """Topics assigned per broker: every ownership record of the cluster is parsed, giving the
+        event loop back as it goes (a cluster may own a great many partitions)."""
         counts: dict[str, int] = {}
+        pacer = Pacer()
         for item in (await self.store.list(OWNERSHIP_PREFIX)).values():
             broker_id = Owner.from_bytes(item.value).broker_id
             counts[broker_id] = counts.get(broker_id, 0) + 1
+            await pacer.pace()
         return counts

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from herald.common.bounded import map_bounded
 from herald.common.names import TopicName
 from herald.lookup.ownership import OwnershipAssigner
 from herald.metadata.resources import get_partitions
@@ -20,11 +21,18 @@ class PartitionRoute:
 
 
 async def topic_route(assigner: OwnershipAssigner, topic: TopicName) -> tuple[int, list[PartitionRoute]]:
-    """(partitions, one route per partition); (0, [the topic's route]) when it is not partitioned."""
+    """(partitions, one route per partition); (0, [the topic's route]) when it is not partitioned.
+    Partitions are looked up IN_FLIGHT at a time from one placement snapshot (reading and parsing
+    the cluster's ownership records once per route, not once per partition)."""
     partitions = await get_partitions(assigner.store, str(topic))
-    names = [(index, topic.partition(index)) for index in range(partitions)] if partitions else [(-1, topic)]
-    routes = []
-    for index, name in names:
-        owner = await assigner.lookup(str(name))
-        routes.append(PartitionRoute(index, str(name), owner.address, owner.broker_id))
-    return partitions, routes
+    if not partitions:
+        owner = await assigner.lookup(str(topic))
+        return 0, [PartitionRoute(-1, str(topic), owner.address, owner.broker_id)]
+    placement = await assigner.placement()
+
+    async def route(index: int) -> PartitionRoute:
+        name = str(topic.partition(index))
+        owner = await assigner.lookup(name, placement)
+        return PartitionRoute(index, name, owner.address, owner.broker_id)
+
+    return partitions, await map_bounded(route, range(partitions))

@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry
 
 from herald.api.v1 import lookup_pb2, lookup_pb2_grpc
 from herald.common.authentication import AuthorizationInterceptor
+from herald.common.bounded import Pacer
 from herald.common.connections import connection_limits
 from herald.common.errors import HeraldError, InvalidArgumentError
 from herald.common.health import ServiceHealth
@@ -161,11 +162,13 @@ class LookupServicer(lookup_pb2_grpc.LookupServiceServicer):
             self._counted("GetTopicRoute", ERROR)
             await abort(context, error)
         self._counted("GetTopicRoute", OK)
-        return lookup_pb2.TopicRouteResponse(partitions=partitions, routes=[
-            lookup_pb2.PartitionRoute(partition=r.partition, topic=r.topic, broker_address=r.broker_address,
-                                      broker_id=r.broker_id)
-            for r in routes
-        ])
+        reply = lookup_pb2.TopicRouteResponse(partitions=partitions)
+        pacer = Pacer()
+        for r in routes:
+            reply.routes.add(partition=r.partition, topic=r.topic, broker_address=r.broker_address,
+                             broker_id=r.broker_id)
+            await pacer.pace()
+        return reply
 
     async def GetTopicsOfNamespace(
         self, request: lookup_pb2.TopicsOfNamespaceRequest,

@@ -79,6 +79,8 @@ class Policies:
     persistence: PersistencePolicy | None = None
     max_message_size: int | None = None
     max_topics: int | None = None  # namespace policies only; 0: unlimited
+    # Namespace policies only: partitions of one partitioned topic; at least 1 (no unlimited).
+    max_partitions_per_topic: int | None = None
 
     # ---- merging ----
 
@@ -124,6 +126,10 @@ class Policies:
                 raise InvalidArgumentError(
                     f"persistence {e}/{qw}/{qa} is invalid: {problem}; "
                     "need ensemble size >= write quorum >= ack quorum >= 1")
+        if self.max_partitions_per_topic is not None and self.max_partitions_per_topic < 1:
+            raise InvalidArgumentError(
+                f"max_partitions_per_topic {self.max_partitions_per_topic} is invalid: use 1 or more (there is no "
+                "unlimited), or clear the policy to inherit the broker's setting")
         if self.max_message_size is not None and self.max_message_size < 1:
             raise InvalidArgumentError(
                 f"max_message_size {self.max_message_size} is invalid: it must be a positive number of bytes")

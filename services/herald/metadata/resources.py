@@ -24,6 +24,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from herald.common.bounded import Pacer
 from herald.common.errors import (
     AlreadyExistsError,
     BadVersionError,
@@ -272,9 +273,10 @@ class Resources:
 
     async def set_topic_policies(self, topic: str, policies: Policies, clear: Iterable[str] = ()) -> Policies:
         name = _topic(topic)
-        if policies.max_topics is not None:
-            raise InvalidArgumentError(
-                f"max_topics is a namespace policy: set it on namespace {name.namespace_name}, not on topic {name}")
+        for namespace_only in ("max_topics", "max_partitions_per_topic"):
+            if getattr(policies, namespace_only) is not None:
+                raise InvalidArgumentError(f"{namespace_only} is a namespace policy: set it on namespace "
+                                           f"{name.namespace_name}, not on topic {name}")
         await self.check_namespace(name.namespace_name)
         key = topic_policies_key(str(name))
         clear = list(clear)
@@ -397,8 +399,10 @@ class Resources:
             (f"{MANAGED_LEDGERS_PREFIX}{tenant}/{local}/persistent/", "persistent"),
             (f"{NON_PERSISTENT_PREFIX}{tenant}/{local}/", "non-persistent"),
         )
+        pacer = Pacer()  # a namespace may hold thousands of partitions' ledgers
         for prefix, domain in sources:
             for key in await self.store.list(prefix):
+                await pacer.pace()
                 name = TopicName.parse(f"{domain}://{namespace}/{key[len(prefix):]}")
                 if name.partition_index >= 0 and str(name.base) in partitioned:
                     continue
@@ -409,9 +413,11 @@ class Resources:
         """How many topics a namespace holds, as its max_topics policy counts them: a partitioned
         topic counts its partitions (created or not), every other topic one."""
         count = 0
+        pacer = Pacer()
         for topic in await self.list_topics(namespace):
             partitions = await get_partitions(self.store, topic)
             count += partitions if partitions > 0 else 1
+            await pacer.pace()  # a store answering from memory never suspends
         return count
 
 

@@ -13,6 +13,7 @@ import grpc
 import grpc.aio
 
 from herald.api.v1 import lookup_pb2, lookup_pb2_grpc
+from herald.common.bounded import Pacer
 from herald.common.errors import ConnectionError_, HeraldError, ServiceNotReadyError
 from herald.common.rpc import error_from_rpc
 from herald.proxy.broker_pool import BrokerPool
@@ -113,6 +114,15 @@ class Lookups:
             raise ServiceNotReadyError(f"lookup at {self.address} gave no route for topic {topic!r}: retry")
         self._metrics.lookups.labels("ok").inc()
         chosen = route.routes[queue] if route.partitions > 0 and queue < len(route.routes) else route.routes[0]
+        if route.partitions > 0:
+            # Every queue's owner from this one answer: pulls of the other partitions need no route
+            # of their own (each would make lookup walk every partition again).
+            pacer = Pacer()
+            for partition in route.routes:
+                if partition.partition != queue:
+                    self._remember(self.queue_key(topic, partition.partition),
+                                   (str(partition.broker_address), str(partition.broker_id)))
+                await pacer.pace()
         self._remember(key, (str(chosen.broker_address), str(chosen.broker_id)))
         return str(chosen.broker_address)
 

@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry
 
 from herald.api.v1 import admin_pb2, broker_pb2, lookup_pb2, lookup_pb2_grpc
 from herald.common import errors
+from herald.common.bounded import Pacer
 from herald.common.health import ServiceHealth, unreachable
 from herald.common.http_endpoint import HttpEndpoint
 from herald.common.rpc import abort, server_options
@@ -126,8 +127,10 @@ class ProxyLookupServicer(lookup_pb2_grpc.LookupServiceServicer):
         reply: lookup_pb2.TopicRouteResponse = await self._forward(
             context, f"route of topic {request.topic!r}",
             lambda stub, timeout: stub.GetTopicRoute(request, timeout=timeout))
+        pacer = Pacer()  # one route per partition: a topic may have thousands
         for route in reply.routes:
             route.broker_address = self.own_address
+            await pacer.pace()
         return reply
 
     async def GetClusterInfo(

@@ -145,6 +145,7 @@ class Policies(_message.Message):
     PERSISTENCE_FIELD_NUMBER: _builtins.int
     MAX_MESSAGE_SIZE_FIELD_NUMBER: _builtins.int
     MAX_TOPICS_FIELD_NUMBER: _builtins.int
+    MAX_PARTITIONS_PER_TOPIC_FIELD_NUMBER: _builtins.int
     message_ttl_seconds: _builtins.int
     """0: messages never expire"""
     max_producers_per_topic: _builtins.int
@@ -157,6 +158,11 @@ class Policies(_message.Message):
     max_topics: _builtins.int
     """Namespace policies only: topics of the namespace (a partitioned topic counts its partitions);
     creating one more, auto-creation included, is refused. 0: unlimited.
+    """
+    max_partitions_per_topic: _builtins.int
+    """Namespace policies only: partitions of one partitioned topic (CreateTopic, UpdatePartitions
+    past it are refused). At least 1; unset: the broker's max_partitions_per_topic (1000 by
+    default). Only super-users may set it above the broker's setting.
     """
     @_builtins.property
     def retention(self) -> Global___RetentionPolicy: ...
@@ -178,10 +184,11 @@ class Policies(_message.Message):
         persistence: Global___PersistencePolicy | None = ...,
         max_message_size: _builtins.int | None = ...,
         max_topics: _builtins.int | None = ...,
+        max_partitions_per_topic: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_deduplication_enabled", b"_deduplication_enabled", "_encryption_required", b"_encryption_required", "_max_consumers_per_subscription", b"_max_consumers_per_subscription", "_max_consumers_per_topic", b"_max_consumers_per_topic", "_max_message_size", b"_max_message_size", "_max_producers_per_topic", b"_max_producers_per_topic", "_max_topics", b"_max_topics", "_message_ttl_seconds", b"_message_ttl_seconds", "backlog_quota", b"backlog_quota", "deduplication_enabled", b"deduplication_enabled", "encryption_required", b"encryption_required", "max_consumers_per_subscription", b"max_consumers_per_subscription", "max_consumers_per_topic", b"max_consumers_per_topic", "max_message_size", b"max_message_size", "max_producers_per_topic", b"max_producers_per_topic", "max_topics", b"max_topics", "message_ttl_seconds", b"message_ttl_seconds", "persistence", b"persistence", "retention", b"retention"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_deduplication_enabled", b"_deduplication_enabled", "_encryption_required", b"_encryption_required", "_max_consumers_per_subscription", b"_max_consumers_per_subscription", "_max_consumers_per_topic", b"_max_consumers_per_topic", "_max_message_size", b"_max_message_size", "_max_partitions_per_topic", b"_max_partitions_per_topic", "_max_producers_per_topic", b"_max_producers_per_topic", "_max_topics", b"_max_topics", "_message_ttl_seconds", b"_message_ttl_seconds", "backlog_quota", b"backlog_quota", "deduplication_enabled", b"deduplication_enabled", "encryption_required", b"encryption_required", "max_consumers_per_subscription", b"max_consumers_per_subscription", "max_consumers_per_topic", b"max_consumers_per_topic", "max_message_size", b"max_message_size", "max_partitions_per_topic", b"max_partitions_per_topic", "max_producers_per_topic", b"max_producers_per_topic", "max_topics", b"max_topics", "message_ttl_seconds", b"message_ttl_seconds", "persistence", b"persistence", "retention", b"retention"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_deduplication_enabled", b"_deduplication_enabled", "_encryption_required", b"_encryption_required", "_max_consumers_per_subscription", b"_max_consumers_per_subscription", "_max_consumers_per_topic", b"_max_consumers_per_topic", "_max_message_size", b"_max_message_size", "_max_producers_per_topic", b"_max_producers_per_topic", "_max_topics", b"_max_topics", "_message_ttl_seconds", b"_message_ttl_seconds", "backlog_quota", b"backlog_quota", "deduplication_enabled", b"deduplication_enabled", "encryption_required", b"encryption_required", "max_consumers_per_subscription", b"max_consumers_per_subscription", "max_consumers_per_topic", b"max_consumers_per_topic", "max_message_size", b"max_message_size", "max_producers_per_topic", b"max_producers_per_topic", "max_topics", b"max_topics", "message_ttl_seconds", b"message_ttl_seconds", "persistence", b"persistence", "retention", b"retention"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_deduplication_enabled", b"_deduplication_enabled", "_encryption_required", b"_encryption_required", "_max_consumers_per_subscription", b"_max_consumers_per_subscription", "_max_consumers_per_topic", b"_max_consumers_per_topic", "_max_message_size", b"_max_message_size", "_max_partitions_per_topic", b"_max_partitions_per_topic", "_max_producers_per_topic", b"_max_producers_per_topic", "_max_topics", b"_max_topics", "_message_ttl_seconds", b"_message_ttl_seconds", "backlog_quota", b"backlog_quota", "deduplication_enabled", b"deduplication_enabled", "encryption_required", b"encryption_required", "max_consumers_per_subscription", b"max_consumers_per_subscription", "max_consumers_per_topic", b"max_consumers_per_topic", "max_message_size", b"max_message_size", "max_partitions_per_topic", b"max_partitions_per_topic", "max_producers_per_topic", b"max_producers_per_topic", "max_topics", b"max_topics", "message_ttl_seconds", b"message_ttl_seconds", "persistence", b"persistence", "retention", b"retention"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__deduplication_enabled: _TypeAlias = _typing.Literal["deduplication_enabled"]  # noqa: Y015
     _WhichOneofArgType__deduplication_enabled: _TypeAlias = _typing.Literal["_deduplication_enabled", b"_deduplication_enabled"]  # noqa: Y015
@@ -193,6 +200,8 @@ class Policies(_message.Message):
     _WhichOneofArgType__max_consumers_per_topic: _TypeAlias = _typing.Literal["_max_consumers_per_topic", b"_max_consumers_per_topic"]  # noqa: Y015
     _WhichOneofReturnType__max_message_size: _TypeAlias = _typing.Literal["max_message_size"]  # noqa: Y015
     _WhichOneofArgType__max_message_size: _TypeAlias = _typing.Literal["_max_message_size", b"_max_message_size"]  # noqa: Y015
+    _WhichOneofReturnType__max_partitions_per_topic: _TypeAlias = _typing.Literal["max_partitions_per_topic"]  # noqa: Y015
+    _WhichOneofArgType__max_partitions_per_topic: _TypeAlias = _typing.Literal["_max_partitions_per_topic", b"_max_partitions_per_topic"]  # noqa: Y015
     _WhichOneofReturnType__max_producers_per_topic: _TypeAlias = _typing.Literal["max_producers_per_topic"]  # noqa: Y015
     _WhichOneofArgType__max_producers_per_topic: _TypeAlias = _typing.Literal["_max_producers_per_topic", b"_max_producers_per_topic"]  # noqa: Y015
     _WhichOneofReturnType__max_topics: _TypeAlias = _typing.Literal["max_topics"]  # noqa: Y015
@@ -209,6 +218,8 @@ class Policies(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__max_consumers_per_topic) -> _WhichOneofReturnType__max_consumers_per_topic | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__max_message_size) -> _WhichOneofReturnType__max_message_size | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_partitions_per_topic) -> _WhichOneofReturnType__max_partitions_per_topic | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__max_producers_per_topic) -> _WhichOneofReturnType__max_producers_per_topic | None: ...
     @_typing.overload
