@@ -4,6 +4,9 @@ and a storage node (in-process, over real gRPC) lets only broker roles in."""
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
+import json
 import subprocess
 from pathlib import Path
 
@@ -142,3 +145,27 @@ def test_the_key_pair_command_makes_keys_tokens_verify_with(tmp_path: Path) -> N
     printed = subprocess.run([str(VENV_BIN / "herald"), "admin", "tokens", "create-secret-key"], capture_output=True,
                              text=True, env=service_env(), timeout=60, check=False)
     assert printed.returncode == 0 and len(printed.stdout.strip()) == 44  # 32 bytes, base64
+
+
+def _unsigned_token(claims: dict[str, object], header: dict[str, object]) -> str:
+    def part(value: dict[str, object]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).rstrip(b"=").decode()
+    return f"{part(header)}.{part(claims)}."
+
+
+def test_alg_none_and_key_confusion_tokens_are_refused(keys: Keys, rsa_keys: tuple[Path, Path]) -> None:
+    """The classic JWT forgeries: an unsigned token (`alg: none`) naming a super-user, and, against a
+    cluster checking RS256, an HS256 token whose HMAC key is the cluster's own public key."""
+    unsigned = _unsigned_token({"sub": "admin"}, {"alg": "none", "typ": "JWT"})
+    with pytest.raises(AuthenticationError):
+        TokenVerifier(secret_key=keys.secret_key.read_bytes()).role(unsigned)
+    _, public = rsa_keys
+    verifier = TokenVerifier(public_key=public.read_bytes())
+    with pytest.raises(AuthenticationError):
+        verifier.role(unsigned)
+    header = {"alg": "HS256", "typ": "JWT"}
+    signing_input = _unsigned_token({"sub": "admin"}, header).rstrip(".")
+    signature = hmac.new(public.read_bytes(), signing_input.encode(), hashlib.sha256).digest()
+    confused = f"{signing_input}.{base64.urlsafe_b64encode(signature).rstrip(b'=').decode()}"
+    with pytest.raises(AuthenticationError, match="RS256"):
+        verifier.role(confused)
