@@ -30,7 +30,7 @@ from herald.client.partitioned_producer import PartitionedProducer
 from herald.client.routing import make_router
 from herald.client.topic_consumer import TopicConsumer
 from herald.client.topic_producer import TopicProducer
-from herald.common.entry import EntryMetadata, decode_entry, encode_entry, iter_records, pack_record
+from herald.common.codec.entry import EntryMetadata, decode_entry, encode_entry, iter_records, pack_record
 
 TOPIC = "persistent://public/default/bench"
 RESULTS = Path(__file__).resolve().parent / "results" / "client_hot_path.jsonl"

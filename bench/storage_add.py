@@ -22,13 +22,13 @@ from collections.abc import AsyncIterator
 
 import grpc.aio
 from herald.api.v1 import storage_pb2, storage_pb2_grpc
-from herald.common.rpc import channel_options
+from herald.common.transport.rpc import channel_options
 
 # The node: serves until SIGTERM, then reports its journal's group commit figures.
 NODE = """
 import asyncio, signal, sys
-from herald.storage.server import StorageServer
-from herald.storage.settings import StorageSettings
+from herald.storage.node.server import StorageServer
+from herald.storage.node.settings import StorageSettings
 
 async def main():
     server = StorageServer(StorageSettings(data_dir=sys.argv[1], port=0, metrics_port=-1))

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from herald.metadata.embedded import EmbeddedMetadataStore
-from herald.storage.client import StorageClient
+from herald.storage.client.storage_client import StorageClient
 
 RESULTS = Path(__file__).parent / "results" / "storage_replication.jsonl"
 HERALD = Path(sys.executable).parent / "herald"

@@ -31,7 +31,7 @@ from herald.api.v1 import (
     lookup_pb2,
     lookup_pb2_grpc,
 )
-from herald.common.entry import EntryMetadata, decode_entry, encode_entry, iter_records, pack_record
+from herald.common.codec.entry import EntryMetadata, decode_entry, encode_entry, iter_records, pack_record
 
 _REPLY_TIMEOUT = 10.0
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from herald.api.v1 import admin_pb2
 from herald.client.config import InitialPosition
+from herald.common.codec.names import TopicName
 from herald.common.errors import InvalidArgumentError
-from herald.common.names import TopicName
 
 # The topic policies a Topic resource owns. One its spec leaves out is cleared (inherited from
 # the namespace); policies the CRD has no field for are left as admins set them.

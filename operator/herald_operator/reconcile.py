@@ -14,8 +14,8 @@ from typing import Any, cast
 
 from herald.api.v1 import admin_pb2
 from herald.client.admin import AdminClient
+from herald.common.codec.names import TopicName
 from herald.common.errors import AlreadyExistsError, NotFoundError
-from herald.common.names import TopicName
 
 from herald_operator.desired import (
     MANAGED_POLICIES,

@@ -17,10 +17,10 @@ from herald.broker.server import BrokerServer
 from herald.broker.settings import BrokerSettings
 from herald.common.config import load_settings
 from herald.common.errors import InvalidArgumentError
-from herald.common.health import ServiceHealth
-from herald.common.http_endpoint import HttpEndpoint
-from herald.common.metrics_access import MetricsEndpointSettings
-from herald.common.tokens import create_token, read_key_file, unverified_subject
+from herald.common.http.endpoint import HttpEndpoint
+from herald.common.security.settings import MetricsEndpointSettings
+from herald.common.security.tokens import create_token, read_key_file, unverified_subject
+from herald.common.transport.health import ServiceHealth
 from herald.dlq.settings import DlqWorkerSettings
 from herald.dlq.worker import DlqWorker
 from herald.lookup.server import LookupServer
@@ -28,8 +28,8 @@ from herald.lookup.settings import LookupSettings
 from herald.metadata.embedded import EmbeddedMetadataStore
 from herald.proxy.server import ProxyServer
 from herald.proxy.settings import ProxySettings
-from herald.storage.server import StorageServer
-from herald.storage.settings import StorageSettings
+from herald.storage.node.server import StorageServer
+from herald.storage.node.settings import StorageSettings
 
 log = logging.getLogger(__name__)
 

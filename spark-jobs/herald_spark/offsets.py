@@ -13,9 +13,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from herald.common.codec.message_id import MessageId
+from herald.common.codec.names import TopicName
 from herald.common.errors import InvalidArgumentError
-from herald.common.message_id import MessageId
-from herald.common.names import TopicName
 
 EARLIEST = "earliest"
 LATEST = "latest"

@@ -8,8 +8,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from herald.common.codec.names import TopicName
 from herald.common.errors import InvalidArgumentError
-from herald.common.names import TopicName
 
 from herald_spark.offsets import EARLIEST, LATEST, parse_spec
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import pyarrow as pa  # type: ignore[import-untyped]
 from herald.client import Client
 from herald.client.admin import AdminClient
+from herald.common.codec.message_id import MessageId
 from herald.common.errors import HeraldError
-from herald.common.message_id import MessageId
 from pyspark.sql.datasource import InputPartition
 
 from herald_spark.offsets import entry_of

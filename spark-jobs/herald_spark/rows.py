@@ -7,11 +7,11 @@ from collections.abc import Iterable
 
 import pyarrow as pa  # type: ignore[import-untyped]
 from herald.api.v1 import broker_pb2
-from herald.client.compression import decompress
 from herald.client.config import DEFAULT_MAX_MESSAGE_SIZE
-from herald.common.entry import ENTRY_FRAMING_ALLOWANCE, decode_entry, iter_records
+from herald.common.codec.compression import decompress
+from herald.common.codec.entry import ENTRY_FRAMING_ALLOWANCE, decode_entry, iter_records
+from herald.common.codec.message_id import MessageId
 from herald.common.errors import InvalidArgumentError
-from herald.common.message_id import MessageId
 from pyspark.sql.types import (
     BinaryType,
     IntegerType,

@@ -13,9 +13,9 @@ from typing import Any
 import pyarrow as pa  # type: ignore[import-untyped]
 from herald.client import Client
 from herald.client.admin import AdminClient
+from herald.common.codec.message_id import MessageId
+from herald.common.codec.names import TopicName
 from herald.common.errors import InvalidArgumentError
-from herald.common.message_id import MessageId
-from herald.common.names import TopicName
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,

@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import Mapping
 
 from herald.client.admin import AdminClient
-from herald.common.message_id import MessageId
+from herald.common.codec.message_id import MessageId
 
 from herald_spark.options import ReadOptions
 

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 
 from herald.client import AsyncClient, InitialPosition
-from herald.common.message_id import MessageId
+from herald.common.codec.message_id import MessageId
 
 # CI runs the short version; HERALD_SOAK=1 (make test-soak) runs each scenario longer.
 SOAK = os.environ.get("HERALD_SOAK") == "1"

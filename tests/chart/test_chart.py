@@ -196,7 +196,7 @@ def test_storage_keeps_journal_and_ledgers_on_their_own_volumes(production_manif
     (container,) = containers(storage)
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     data_dir = next(a.split("=", 1)[1] for a in container["args"] if a.startswith("--data-dir="))
-    # The ledger store keeps its journal in <data_dir>/journal (herald.storage.ledger_store).
+    # The ledger store keeps its journal in <data_dir>/journal (herald.storage.node.ledger_store).
     assert mounts["ledgers"] == data_dir
     assert mounts["journal"] == f"{data_dir}/journal"
     assert storage["spec"]["serviceName"] == f"{component_name('storage')}-headless"

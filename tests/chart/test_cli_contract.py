@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 from herald.broker.settings import BrokerSettings
-from herald.cli import build_parser
+from herald.cli.main import build_parser
 from herald.common.config import load_settings
 from herald.common.tracing import TracingSettings, load_tracing_settings
 from herald.dlq.settings import DlqWorkerSettings
 from herald.lookup.settings import LookupSettings
 from herald.proxy.settings import ProxySettings
-from herald.storage.settings import StorageSettings
+from herald.storage.node.settings import StorageSettings
 from herald_operator.settings import OperatorSettings
 from herald_operator.settings import load_settings as load_operator_settings
 

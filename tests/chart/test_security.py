@@ -20,14 +20,14 @@ from herald.broker.settings import BrokerSettings
 from herald.client import AuthenticationToken
 from herald.client.admin import AdminClient
 from herald.common.config import load_settings
-from herald.common.metrics_access import MetricsAccess
-from herald.common.security import ServiceSecurity
-from herald.common.tokens import create_token, new_secret_key
+from herald.common.http.metrics_access import MetricsAccess
+from herald.common.security.service import ServiceSecurity
+from herald.common.security.tokens import create_token, new_secret_key
 from herald.dlq.settings import DlqWorkerSettings
 from herald.dlq.worker import DlqWorker
 from herald.lookup.settings import LookupSettings
 from herald.proxy.settings import ProxySettings
-from herald.storage.settings import StorageSettings
+from herald.storage.node.settings import StorageSettings
 from herald_operator.settings import load_settings as load_operator_settings
 
 from tests.chart.render import (

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
-from herald.cli import build_parser
+from herald.cli.main import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "docker" / "Dockerfile"

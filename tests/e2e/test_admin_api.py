@@ -12,7 +12,7 @@ import grpc
 import grpc.aio
 import pytest
 from herald.api.v1 import admin_pb2, admin_pb2_grpc, broker_pb2
-from herald.broker.admin_forwarding import FORWARDED_BY
+from herald.broker.grpc.admin_forwarding import FORWARDED_BY
 from herald.client import InitialPosition
 from herald.client.admin import AdminClient, SyncAdminClient
 from herald.common.errors import (

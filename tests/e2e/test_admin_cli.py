@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from herald.client import Client
-from herald.common.entry import EntryMetadata, encode_entry
+from herald.common.codec.entry import EntryMetadata, encode_entry
 
 from tests.conftest import VENV_BIN, StandaloneProcess, service_env
 from tests.wire import WireClient

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import grpc.aio
 import pytest
 from herald.api.v1 import admin_pb2, admin_pb2_grpc, lookup_pb2, lookup_pb2_grpc
-from herald.broker.admin_forwarding import FORWARDED_BY
+from herald.broker.grpc.admin_forwarding import FORWARDED_BY
 from herald.client import AsyncClient, InitialPosition
 from herald.client.admin import AdminClient
 from herald.common.errors import PreconditionFailedError

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import grpc
 import pytest
 from herald.api.v1 import broker_pb2, broker_pb2_grpc, common_pb2, lookup_pb2, lookup_pb2_grpc
-from herald.common.entry import EntryMetadata, encode_entry, pack_record
+from herald.common.codec.entry import EntryMetadata, encode_entry, pack_record
 
 from tests.conftest import StandaloneProcess
 

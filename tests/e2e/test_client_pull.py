@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 
 from herald.client import AsyncClient, Client, MessageId
-from herald.common.entry import decode_entry
+from herald.common.codec.entry import decode_entry
 
 from tests.conftest import StandaloneProcess
 

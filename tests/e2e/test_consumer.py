@@ -45,8 +45,8 @@ from herald.client import (
     StringSchema,
 )
 from herald.client.admin import AdminClient
-from herald.client.compression import compress
-from herald.common.entry import EntryMetadata, encode_entry, pack_record
+from herald.common.codec.compression import compress
+from herald.common.codec.entry import EntryMetadata, encode_entry, pack_record
 from herald.common.errors import ConnectionError_, PreconditionFailedError
 
 from tests.conftest import StandaloneProcess

@@ -7,7 +7,7 @@ import asyncio
 import threading
 
 from herald.client import AsyncClient, InitialPosition
-from herald.common.message_id import MessageId
+from herald.common.codec.message_id import MessageId
 
 from tests.conftest import StandaloneProcess
 

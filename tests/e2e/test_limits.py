@@ -39,7 +39,7 @@ from herald.api.v1 import (
 from herald.client import AsyncClient, InitialPosition, NotAllowedError
 from herald.client.admin import AdminClient
 from herald.common.errors import InvalidArgumentError, MessageTooLargeError, TooManyRequestsError
-from herald.common.rpc import error_from_rpc
+from herald.common.transport.rpc import error_from_rpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import StandaloneProcess, running_standalone

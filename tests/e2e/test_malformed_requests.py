@@ -1,5 +1,5 @@
 """Requests whose bytes are no valid message (found by tests/fuzz): every server decodes them at
-the edge (herald.common.rpc_decoding) and answers INVALID_ARGUMENT naming the message type, for
+the edge (herald.common.transport.decoding) and answers INVALID_ARGUMENT naming the message type, for
 unary calls and for messages inside streams, logs no traceback, and goes on serving."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from herald.api.v1 import broker_pb2, common_pb2, lookup_pb2, lookup_pb2_grpc
 from herald.client import AsyncClient, InitialPosition
 from herald.common.errors import InvalidArgumentError
-from herald.common.rpc import error_from_rpc
+from herald.common.transport.rpc import error_from_rpc
 
 from tests.conftest import StandaloneProcess
 

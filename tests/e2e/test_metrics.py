@@ -16,7 +16,7 @@ import pytest
 from herald.client import AsyncClient, Client, ConsumerType, InitialPosition
 from herald.client.admin import AdminClient
 from herald.client.metrics import ClientMetrics
-from herald.common.message_id import MessageId
+from herald.common.codec.message_id import MessageId
 from herald.local_cluster import LocalCluster
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families

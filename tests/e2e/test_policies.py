@@ -26,7 +26,7 @@ from herald.client.admin import AdminClient
 from herald.common.errors import NotFoundError, PreconditionFailedError
 from herald.local_cluster import LocalCluster
 from herald.metadata.redis import RedisMetadataStore
-from herald.storage.ledger_metadata import read_ledger_metadata
+from herald.storage.client.ledger_metadata import read_ledger_metadata
 
 from tests.conftest import StandaloneProcess, running_standalone, service_env
 from tests.wire import WireClient, WireConsumer, WireError, WireProducer, make_entry

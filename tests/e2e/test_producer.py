@@ -42,11 +42,11 @@ from herald.client import (
     chunking,
 )
 from herald.client.admin import AdminClient
-from herald.client.compression import decompress
 from herald.client.config import ProducerConfig
 from herald.client.stats import ProducerStats
 from herald.client.topic_producer import TopicProducer
-from herald.common.entry import EntryMetadata, Record, decode_entry, iter_records
+from herald.common.codec.compression import decompress
+from herald.common.codec.entry import EntryMetadata, Record, decode_entry, iter_records
 
 from tests.conftest import StandaloneProcess
 from tests.wire import WireClient

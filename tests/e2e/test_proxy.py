@@ -32,7 +32,7 @@ from herald.common.errors import (
     NotFoundError,
     ServiceNotReadyError,
 )
-from herald.common.rpc import error_from_rpc
+from herald.common.transport.rpc import error_from_rpc
 from herald.local_cluster import ClusterProcess, LocalCluster, free_port
 
 from tests.chaos.checker import CHECKER, CLIENT_OPTIONS, PHASE_SECONDS, ContinuousProducer, check

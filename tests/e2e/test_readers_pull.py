@@ -14,9 +14,9 @@ from typing import Any
 import grpc
 import pytest
 from herald.api.v1 import admin_pb2, broker_pb2, common_pb2
-from herald.common.entry import decode_entry, encode_entry
+from herald.common.codec.entry import decode_entry, encode_entry
 from herald.common.errors import InvalidArgumentError, NotAllowedError, NotFoundError
-from herald.common.rpc import error_from_rpc
+from herald.common.transport.rpc import error_from_rpc
 
 from tests.conftest import StandaloneProcess, running_standalone
 from tests.wire import WireClient, WireConsumer, WireError, make_entry, values_of

@@ -11,7 +11,7 @@ import grpc
 import pytest
 from herald.api.v1 import admin_pb2, broker_pb2, common_pb2
 from herald.common.errors import NotFoundError, PreconditionFailedError
-from herald.common.rpc import error_from_rpc
+from herald.common.transport.rpc import error_from_rpc
 
 from tests.conftest import StandaloneProcess
 from tests.wire import WireClient, WireConsumer, position, values_of

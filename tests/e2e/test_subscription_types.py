@@ -12,9 +12,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 from herald.api.v1 import admin_pb2, broker_pb2, common_pb2
-from herald.broker.key_shared import key_hash
+from herald.broker.core.key_shared import key_hash
 from herald.client.admin import AdminClient
-from herald.common.entry import decode_entry
+from herald.common.codec.entry import decode_entry
 
 from tests.conftest import StandaloneProcess
 from tests.wire import WireClient, WireConsumer, WireError, WireProducer, abandon, values_of

@@ -10,15 +10,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
-from herald.broker.consumer import Consumer, Delivery
-from herald.broker.cursor import InitialPosition
-from herald.broker.managed_ledger import ManagedLedger, Position, State
-from herald.broker.producer import ENTRY_FRAMING_ALLOWANCE
-from herald.broker.service import BrokerService
+from herald.broker.core.consumer import Consumer, Delivery
+from herald.broker.core.cursor import InitialPosition
+from herald.broker.core.managed_ledger import ManagedLedger, Position, State
+from herald.broker.core.producer import ENTRY_FRAMING_ALLOWANCE
+from herald.broker.core.service import BrokerService
+from herald.broker.core.subscription import SubscriptionType
+from herald.broker.core.topic import PersistentTopic
 from herald.broker.settings import BrokerSettings
-from herald.broker.subscription import SubscriptionType
-from herald.broker.topic import PersistentTopic
-from herald.common.entry import EntryMetadata, encode_entry, read_metadata
+from herald.common.codec.entry import EntryMetadata, encode_entry, read_metadata
 from herald.common.errors import (
     ChecksumError,
     ConsumerBusyError,
@@ -35,9 +35,9 @@ from herald.common.errors import (
     TopicTerminatedError,
 )
 from herald.metadata.embedded import EmbeddedMetadataStore
-from herald.storage.client import StorageClient
-from herald.storage.server import StorageServer
-from herald.storage.settings import StorageSettings
+from herald.storage.client.storage_client import StorageClient
+from herald.storage.node.server import StorageServer
+from herald.storage.node.settings import StorageSettings
 
 DEADLINE = 60.0  # bounds waits; never asserted as a duration
 TOPIC = "persistent://public/default/orders"

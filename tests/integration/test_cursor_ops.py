@@ -10,13 +10,13 @@ import json
 import time
 
 import pytest
-from herald.broker.consumer import Consumer, EndOfTopic
-from herald.broker.cursor import InitialPosition, PublishTime
-from herald.broker.managed_ledger import Position
-from herald.broker.service import BrokerService
+from herald.broker.core.consumer import Consumer, EndOfTopic
+from herald.broker.core.cursor import InitialPosition, PublishTime
+from herald.broker.core.managed_ledger import Position
+from herald.broker.core.service import BrokerService
+from herald.broker.core.topic import PersistentTopic
 from herald.broker.settings import BrokerSettings
-from herald.broker.topic import PersistentTopic
-from herald.common.entry import EntryMetadata, encode_entry, read_metadata
+from herald.common.codec.entry import EntryMetadata, encode_entry, read_metadata
 from herald.common.errors import (
     AlreadyExistsError,
     ConsumerClosedError,

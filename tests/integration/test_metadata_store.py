@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 from herald.common.errors import BadVersionError, InvalidArgumentError, MetadataError
+from herald.metadata.backends import open_store
 from herald.metadata.embedded import EmbeddedMetadataStore
 from herald.metadata.redis import RedisMetadataStore
-from herald.metadata.store import LeaseExpiredError, MetadataStore, Versioned, WatchEvent, open_store
+from herald.metadata.store import LeaseExpiredError, MetadataStore, Versioned, WatchEvent
 
 from tests.conftest import free_port, wait_for_port
 

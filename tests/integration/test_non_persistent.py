@@ -7,14 +7,15 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from herald.broker.consumer import ActiveConsumerChanged, Consumer, ConsumerEvent, Delivery
-from herald.broker.key_shared import key_hash
-from herald.broker.nonpersistent_topic import NonPersistentTopic, registration_key
-from herald.broker.producer import ENTRY_FRAMING_ALLOWANCE
-from herald.broker.service import BrokerService
+from herald.broker.core.consumer import ActiveConsumerChanged, Consumer, ConsumerEvent, Delivery
+from herald.broker.core.key_shared import key_hash
+from herald.broker.core.nonpersistent_topic import NonPersistentTopic, registration_key
+from herald.broker.core.producer import ENTRY_FRAMING_ALLOWANCE
+from herald.broker.core.service import BrokerService
+from herald.broker.core.subscription import SubscriptionType
 from herald.broker.settings import BrokerSettings
-from herald.broker.subscription import SubscriptionType
-from herald.common.entry import EntryMetadata, encode_entry, read_metadata
+from herald.common.codec.entry import EntryMetadata, encode_entry, read_metadata
+from herald.common.codec.names import TopicName
 from herald.common.errors import (
     ChecksumError,
     ConsumerBusyError,
@@ -26,7 +27,6 @@ from herald.common.errors import (
     PreconditionFailedError,
     ProducerBusyError,
 )
-from herald.common.names import TopicName
 
 from tests.integration import test_broker_core
 from tests.integration.test_broker_core import DEADLINE, Cluster, entry, receive, seqs

@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from herald.broker.ownership import BrokerOwnership, OwnershipMonitor
-from herald.broker.service import BrokerService
+from herald.broker.core.ownership import BrokerOwnership, OwnershipMonitor
+from herald.broker.core.service import BrokerService
 from herald.broker.settings import BrokerSettings
 from herald.common.errors import NotOwnerError, ServiceNotReadyError
 from herald.common.ownership import Owner, ownership_key, unloading_key

@@ -24,15 +24,15 @@ import grpc.aio
 import pytest
 from herald.api.v1 import storage_pb2, storage_pb2_grpc
 from herald.common import errors
-from herald.common.rpc import channel_options, error_from_rpc
+from herald.common.transport.rpc import channel_options, error_from_rpc
 from herald.metadata.embedded import EmbeddedMetadataStore
-from herald.storage.client import StorageClient
-from herald.storage.entry_log import SUFFIX as ENTRY_LOG_SUFFIX
-from herald.storage.ledger_handle import LedgerHandle
-from herald.storage.ledger_metadata import LedgerMetadata, ledger_key, read_ledger_metadata
-from herald.storage.node_connection import NodeConnection
-from herald.storage.server import StorageServer
-from herald.storage.settings import StorageSettings
+from herald.storage.client.ledger_handle import LedgerHandle
+from herald.storage.client.ledger_metadata import LedgerMetadata, ledger_key, read_ledger_metadata
+from herald.storage.client.node_connection import NodeConnection
+from herald.storage.client.storage_client import StorageClient
+from herald.storage.node.entry_log import SUFFIX as ENTRY_LOG_SUFFIX
+from herald.storage.node.server import StorageServer
+from herald.storage.node.settings import StorageSettings
 
 from tests.conftest import VENV_BIN
 

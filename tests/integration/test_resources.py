@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from herald.common.codec.names import TopicName
 from herald.common.errors import (
     AlreadyExistsError,
     InvalidArgumentError,
@@ -16,7 +17,6 @@ from herald.common.errors import (
     NotFoundError,
     PreconditionFailedError,
 )
-from herald.common.names import TopicName
 from herald.metadata.embedded import EmbeddedMetadataStore
 from herald.metadata.policies import BacklogQuota, BacklogQuotaPolicy, PersistencePolicy, Policies, RetentionPolicy
 from herald.metadata.redis import RedisMetadataStore

@@ -9,13 +9,13 @@ import json
 import time
 
 import pytest
-from herald.broker.ledger_list import LedgerInfo
-from herald.broker.retention import RetentionPolicy, trimmable
-from herald.broker.service import BrokerService
+from herald.broker.core.ledger_list import LedgerInfo
+from herald.broker.core.retention import RetentionPolicy, trimmable
+from herald.broker.core.service import BrokerService
+from herald.broker.core.topic import PersistentTopic
 from herald.broker.settings import BrokerSettings
-from herald.broker.topic import PersistentTopic
 from herald.common.errors import LedgerNotFoundError
-from herald.storage.ledger_metadata import ledger_key
+from herald.storage.client.ledger_metadata import ledger_key
 
 from tests.integration import test_broker_core
 from tests.integration.test_broker_core import (

@@ -10,8 +10,8 @@ import grpc.aio
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from herald.common.errors import PersistenceError
-from herald.storage.server import StorageServer
-from herald.storage.settings import StorageSettings
+from herald.storage.node.server import StorageServer
+from herald.storage.node.settings import StorageSettings
 
 DEADLINE = 30.0
 

@@ -18,12 +18,12 @@ import grpc.aio
 import pytest
 from herald.api.v1 import common_pb2, storage_pb2, storage_pb2_grpc
 from herald.common import errors
-from herald.common.rpc import channel_options, error_from_rpc
-from herald.storage.entry_log import SUFFIX as ENTRY_LOG_SUFFIX
-from herald.storage.journal import SUFFIX as JOURNAL_SUFFIX
-from herald.storage.journal import JournalRecord, RecordKind, encode_header
-from herald.storage.server import StorageServer
-from herald.storage.settings import StorageSettings
+from herald.common.transport.rpc import channel_options, error_from_rpc
+from herald.storage.node.entry_log import SUFFIX as ENTRY_LOG_SUFFIX
+from herald.storage.node.journal import SUFFIX as JOURNAL_SUFFIX
+from herald.storage.node.journal import JournalRecord, RecordKind, encode_header
+from herald.storage.node.server import StorageServer
+from herald.storage.node.settings import StorageSettings
 
 from tests.conftest import free_port, wait_for_port
 
@@ -31,8 +31,8 @@ DEADLINE = 30.0
 
 NODE_SCRIPT = """
 import asyncio, sys
-from herald.storage.server import run_forever
-from herald.storage.settings import StorageSettings
+from herald.storage.node.server import run_forever
+from herald.storage.node.settings import StorageSettings
 asyncio.run(run_forever(StorageSettings(data_dir=sys.argv[1], port=int(sys.argv[2]), checkpoint_interval=3600.0,
                                         metrics_port=-1)))
 """

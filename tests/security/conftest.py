@@ -16,7 +16,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-from herald.common.tokens import create_token, new_key_pair, new_secret_key
+from herald.common.security.tokens import create_token, new_key_pair, new_secret_key
 
 from tests.conftest import StandaloneProcess, service_env
 

@@ -15,10 +15,10 @@ import grpc
 import grpc.aio
 import pytest
 from herald.api.v1 import lookup_pb2, lookup_pb2_grpc
-from herald.cli import SERVICE_SECURITY_FLAGS, build_parser, operator_settings
+from herald.cli.main import SERVICE_SECURITY_FLAGS, build_parser, operator_settings
 from herald.client import AsyncClient, AuthenticationToken
 from herald.common.errors import AuthenticationError, AuthorizationError
-from herald.common.rpc import error_from_rpc
+from herald.common.transport.rpc import error_from_rpc
 from herald.local_cluster import free_port
 
 from tests.conftest import VENV_BIN, StandaloneProcess, service_env

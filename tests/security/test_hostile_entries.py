@@ -9,7 +9,8 @@ with TLS, token authentication and authorization on (issue 16, items 3, 5 and 11
   what the send says, is refused at publish and the subscription keeps flowing;
 - spoofed producer names: an entry naming another producer than the one that sent it is refused.
 
-Peak RSS is the kernel's: ru_maxrss of a process waited for (os.wait4), VmHWM of one running."""
+Peak RSS is the kernel's VmHWM: of a process it runs, reported by the process itself as it exits;
+of one running (the standalone, the dlq-worker), read from /proc."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ import zstandard
 from herald.api.v1 import broker_pb2, common_pb2
 from herald.client import AsyncClient, AuthenticationToken, AuthorizationError, InitialPosition
 from herald.client.admin import AdminClient
-from herald.common.entry import EntryMetadata, encode_entry, pack_record
+from herald.common.codec.entry import EntryMetadata, encode_entry, pack_record
 from herald.common.errors import HeraldError
 
 from tests.conftest import VENV_BIN, StandaloneProcess, service_env
@@ -179,23 +180,47 @@ class Finished:
     peak_rss: int  # bytes
 
 
+# Runs `herald` (or a script) in this interpreter and, at exit, writes the process's own VmHWM. ru_maxrss of a
+# child is no measure here: Linux keeps the parent's high-water mark across fork and exec, so a
+# child of a long test session would report the session's size.
+_MEASURED_HERALD = """
+import atexit, re, sys
+def _report(path=sys.argv[1]):
+    with open("/proc/self/status") as status:
+        found = re.search(r"^VmHWM:\\s+(\\d+) kB", status.read(), re.MULTILINE)
+    with open(path, "w") as out:
+        out.write(found.group(1) if found else "")
+atexit.register(_report)
+if sys.argv[2] == "herald":
+    sys.argv = ["herald", *sys.argv[3:]]
+    from herald.cli.main import main
+    main()
+else:
+    import runpy
+    sys.argv = sys.argv[2:]
+    runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
 def run_measured(argv: list[str], tmp_path: Path, timeout: float = 90.0) -> Finished:
-    """Run a process to its end; its peak RSS is the kernel's ru_maxrss for it (os.wait4)."""
-    out, err = tmp_path / f"out-{uuid.uuid4().hex[:6]}", tmp_path / f"err-{uuid.uuid4().hex[:6]}"
+    """Run `herald <argv[1:]>` (argv[0] the herald command) or a Python script (argv[0] this
+    interpreter, argv[1] the script) to its end; its peak RSS is its own VmHWM, written by the
+    process itself as it exits."""
+    tag = uuid.uuid4().hex[:6]
+    out, err, hwm = tmp_path / f"out-{tag}", tmp_path / f"err-{tag}", tmp_path / f"hwm-{tag}"
+    program = ["herald"] if Path(argv[0]).name == "herald" else []
+    command = [sys.executable, "-c", _MEASURED_HERALD, str(hwm), *program, *argv[1:]]
     with open(out, "wb") as stdout, open(err, "wb") as stderr:
-        proc = subprocess.Popen(argv, stdout=stdout, stderr=stderr, env=service_env())
-    deadline = time.monotonic() + timeout
-    while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            break
-        if time.monotonic() > deadline:
-            proc.kill()
-            os.wait4(proc.pid, 0)
-            raise TimeoutError(f"{argv[:4]} did not finish within {timeout}s:\n{err.read_text()[-4000:]}")
-        time.sleep(0.05)
-    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait for it
-    return Finished(proc.returncode, out.read_text(), err.read_text(), usage.ru_maxrss * 1024)
+        proc = subprocess.Popen(command, stdout=stdout, stderr=stderr, env=service_env())
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise TimeoutError(f"{argv[:4]} did not finish within {timeout}s:\n{err.read_text()[-4000:]}") from None
+    reported = hwm.read_text() if hwm.exists() else ""
+    assert reported, f"{argv[:4]} exited ({proc.returncode}) without reporting its peak RSS:\n{err.read_text()[-4000:]}"
+    return Finished(proc.returncode, out.read_text(), err.read_text(), int(reported) * 1024)
 
 
 def peak_rss_of(pid: int) -> int:

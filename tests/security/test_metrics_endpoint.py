@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 from herald.client import AsyncClient, AuthenticationToken, InitialPosition
-from herald.common.http_endpoint import HttpEndpoint
-from herald.common.metrics_access import MetricsEndpointSettings
+from herald.common.http.endpoint import HttpEndpoint
+from herald.common.security.settings import MetricsEndpointSettings
 from herald.local_cluster import free_port
 from prometheus_client import CollectorRegistry
 

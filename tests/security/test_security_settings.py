@@ -15,15 +15,15 @@ import grpc.aio
 import jwt
 import pytest
 from herald.api.v1 import storage_pb2, storage_pb2_grpc
-from herald.common.authentication import Authenticator
-from herald.common.credentials import AuthenticationToken
 from herald.common.errors import AuthenticationError, AuthorizationError, InvalidArgumentError
-from herald.common.rpc import error_from_rpc
-from herald.common.security import ServiceSecurity
-from herald.common.tokens import TokenVerifier, create_token, parse_expiry, unverified_subject
+from herald.common.security.authentication import Authenticator
+from herald.common.security.credentials import AuthenticationToken
+from herald.common.security.service import ServiceSecurity
+from herald.common.security.tokens import TokenVerifier, create_token, parse_expiry, unverified_subject
+from herald.common.transport.rpc import error_from_rpc
 from herald.lookup.settings import LookupSettings
-from herald.storage.server import StorageServer
-from herald.storage.settings import StorageSettings
+from herald.storage.node.server import StorageServer
+from herald.storage.node.settings import StorageSettings
 
 from tests.conftest import VENV_BIN, service_env
 from tests.security.conftest import Keys, Pki

@@ -27,8 +27,8 @@ from herald.client import (
 )
 from herald.client.admin import AdminClient
 from herald.common.errors import ConnectionError_, HeraldError, HeraldTimeoutError, NotFoundError
-from herald.common.rpc import error_from_rpc
-from herald.common.tokens import create_token
+from herald.common.security.tokens import create_token
+from herald.common.transport.rpc import error_from_rpc
 
 from tests.conftest import VENV_BIN, StandaloneProcess, service_env
 from tests.security.conftest import ADMIN, Keys, Pki

@@ -3,7 +3,7 @@ to a secure standalone (TLS, token authentication, authorization on) as a client
 client library's checks would: an out-of-range initial position or subscription type gets its own
 clear InvalidArgument (not "unknown subscription type" for both), and Pull, a reader's start,
 Seek and an admin's cursor reset refuse the same positions, with the same words (one check,
-herald.common.message_id.check_position, which the client library runs before sending too)."""
+herald.common.codec.message_id.check_position, which the client library runs before sending too)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from herald.api.v1 import broker_pb2, broker_pb2_grpc, common_pb2, lookup_pb2, l
 from herald.client import AuthenticationToken, MessageId
 from herald.client.admin import AdminClient
 from herald.common.errors import InvalidArgumentError
-from herald.common.rpc import error_from_rpc
+from herald.common.transport.rpc import error_from_rpc
 
 from tests.conftest import StandaloneProcess
 from tests.security.conftest import ADMIN, Keys, Pki

@@ -32,7 +32,7 @@ from herald.client import (
 from herald.client.admin import AdminClient
 from herald.client.consumer import AsyncConsumer
 from herald.common.errors import InvalidArgumentError
-from herald.common.rpc import error_from_rpc
+from herald.common.transport.rpc import error_from_rpc
 from herald.lookup.server import LookupServer
 from herald.lookup.settings import LookupSettings
 from herald.metadata.embedded import EmbeddedMetadataStore

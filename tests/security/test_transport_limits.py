@@ -39,7 +39,7 @@ from herald.client import (
 )
 from herald.client.admin import AdminClient
 from herald.common.errors import MessageTooLargeError, TooManyRequestsError
-from herald.common.rpc import error_from_rpc
+from herald.common.transport.rpc import error_from_rpc
 
 from tests.conftest import StandaloneProcess
 from tests.security.conftest import ADMIN, Keys, Pki, secure_process

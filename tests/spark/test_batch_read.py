@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime
 
 from herald.client.admin import SyncAdminClient
-from herald.common.message_id import MessageId
+from herald.common.codec.message_id import MessageId
 from pyspark.sql import SparkSession
 
 from tests.conftest import StandaloneProcess

@@ -8,7 +8,7 @@ import time
 import pytest
 from herald.api.v1 import admin_pb2
 from herald.client.admin import SyncAdminClient
-from herald.common.message_id import MessageId
+from herald.common.codec.message_id import MessageId
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from herald.common.codec.message_id import MessageId
 from herald.common.errors import InvalidArgumentError
-from herald.common.message_id import MessageId
 from herald_spark import offsets
 from herald_spark.trigger_limit import advance, entries_between
 

@@ -9,10 +9,10 @@ import time
 import pytest
 from herald.api.v1 import common_pb2
 from herald.client.accumulator import BatchAccumulator, KeyBasedAccumulator, PendingOp, Waiter
-from herald.client.compression import decompress
-from herald.common.entry import decode_entry, entry_checksum_ok, iter_records
+from herald.common.codec.compression import decompress
+from herald.common.codec.entry import decode_entry, entry_checksum_ok, iter_records
+from herald.common.codec.message_id import MessageId
 from herald.common.errors import HeraldError, ProducerClosedError
-from herald.common.message_id import MessageId
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

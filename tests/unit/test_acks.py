@@ -124,7 +124,7 @@ async def test_consumer_skips_messages_it_acked_when_their_batch_comes_again() -
     from herald.client.connection import ConnectionPool
     from herald.client.lookup import LookupService
     from herald.client.topic_consumer import TopicConsumer
-    from herald.common.entry import EntryMetadata, encode_entry, pack_record
+    from herald.common.codec.entry import EntryMetadata, encode_entry, pack_record
 
     config = ClientConfig("herald://127.0.0.1:1")
     pool = ConnectionPool(config)

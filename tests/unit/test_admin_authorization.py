@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from herald.api.v1 import admin_pb2, broker_pb2
-from herald.broker.authorization import (
+from herald.broker.grpc.authorization import (
     NAMESPACE_FIELDS,
     TENANT_FIELDS,
     TOPIC_FIELDS,

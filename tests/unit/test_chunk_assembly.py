@@ -1,7 +1,7 @@
 """Chunked messages put back together: the assembler's bookkeeping (order, interleaving, the
 pending limit, expiry, strays, corrupt sizes) and the consumer's side of it (decompression, the
-message's ids, acknowledging every chunk), with entries built by herald.common.entry and
-herald.client.compression as a producer writes them."""
+message's ids, acknowledging every chunk), with entries built by herald.common.codec.entry and
+herald.common.codec.compression as a producer writes them."""
 
 from __future__ import annotations
 
@@ -11,15 +11,15 @@ import time
 import pytest
 from herald.api.v1 import broker_pb2, common_pb2
 from herald.client.chunk_assembly import ChunkAssembler
-from herald.client.compression import compress
 from herald.client.config import ClientConfig, ConsumerConfig
 from herald.client.connection import ConnectionPool
 from herald.client.lookup import LookupService
 from herald.client.schema import StringSchema
 from herald.client.topic_consumer import TopicConsumer
-from herald.common.entry import EntryMetadata, encode_entry, pack_record
+from herald.common.codec.compression import compress
+from herald.common.codec.entry import EntryMetadata, encode_entry, pack_record
+from herald.common.codec.message_id import MessageId
 from herald.common.errors import InvalidArgumentError
-from herald.common.message_id import MessageId
 
 TOPIC = "persistent://public/default/chunks"
 

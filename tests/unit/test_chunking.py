@@ -11,10 +11,10 @@ import pytest
 from herald.api.v1 import common_pb2
 from herald.client import chunking
 from herald.client.accumulator import BatchAccumulator, PendingOp
-from herald.client.compression import decompress
-from herald.common.entry import EntryMetadata, decode_entry, iter_records
+from herald.common.codec.compression import decompress
+from herald.common.codec.entry import EntryMetadata, decode_entry, iter_records
+from herald.common.codec.message_id import MessageId
 from herald.common.errors import MessageTooLargeError, ProducerClosedError
-from herald.common.message_id import MessageId
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -15,7 +15,7 @@ import lz4.block
 import pytest
 import zstandard
 from herald.api.v1 import common_pb2
-from herald.client.compression import compress, decompress
+from herald.common.codec.compression import compress, decompress
 from herald.common.errors import InvalidArgumentError, MessageTooLargeError
 from hypothesis import given, settings
 from hypothesis import strategies as st

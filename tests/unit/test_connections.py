@@ -1,4 +1,4 @@
-"""Connection counting per client address (herald.common.connections) and the servers' limit
+"""Connection counting per client address (herald.common.transport.connections) and the servers' limit
 settings: pure code, a clock of the test's own."""
 
 from __future__ import annotations
@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 from herald.broker.settings import BrokerSettings
 from herald.common.config import load_settings
-from herald.common.connections import ConnectionTracker, peer_address
 from herald.common.errors import InvalidArgumentError, TooManyRequestsError
+from herald.common.transport.connections import ConnectionTracker, peer_address
 from herald.lookup.settings import LookupSettings
 from herald.proxy.settings import ProxySettings
-from herald.storage.node_connection import ADD_BATCH_MAX_BYTES
-from herald.storage.settings import StorageSettings
+from herald.storage.client.node_connection import ADD_BATCH_MAX_BYTES
+from herald.storage.node.settings import StorageSettings
 
 MIB = 1024 * 1024
 

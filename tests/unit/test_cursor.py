@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from herald.broker.cursor import AckRanges, InitialPosition, ManagedCursor
-from herald.broker.managed_ledger import Position
+from herald.broker.core.cursor import AckRanges, InitialPosition, ManagedCursor
+from herald.broker.core.managed_ledger import Position
 from herald.common.errors import AlreadyExistsError, BadVersionError
 from herald.metadata.embedded import EmbeddedMetadataStore
 from herald.metadata.store import MetadataStore

@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from herald.broker.dedup import DedupStatus, MessageDeduplication
-from herald.broker.managed_ledger import Position
-from herald.common.entry import EntryMetadata, encode_entry
+from herald.broker.core.dedup import DedupStatus, MessageDeduplication
+from herald.broker.core.managed_ledger import Position
+from herald.common.codec.entry import EntryMetadata, encode_entry
 from herald.metadata.embedded import EmbeddedMetadataStore
 from herald.metadata.store import MetadataStore
 

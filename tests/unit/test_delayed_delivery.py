@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from herald.broker.delayed_delivery import DelayedDeliveryTracker
-from herald.broker.managed_ledger import Position
+from herald.broker.core.delayed_delivery import DelayedDeliveryTracker
+from herald.broker.core.managed_ledger import Position
 
 
 def test_entries_are_released_when_due_earliest_first() -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 from herald.api.v1 import common_pb2, deadletter_pb2
-from herald.broker.dead_letters import DeadLetterPolicy
-from herald.client.compression import compress, decompress
-from herald.common.entry import EntryMetadata, Record, decode_entry, encode_entry, iter_records, pack_record
+from herald.broker.core.dead_letters import DeadLetterPolicy
+from herald.common.codec.compression import compress, decompress
+from herald.common.codec.entry import EntryMetadata, Record, decode_entry, encode_entry, iter_records, pack_record
 from herald.common.errors import InvalidArgumentError, MessageTooLargeError
 from herald.dlq.brokers import FailureMemory
 from herald.dlq.letters import letter_key, letter_producer_name, letter_publication, producer_name

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from herald.common.entry import (
+from herald.common.codec.entry import (
     EntryMetadata,
     decode_entry,
     encode_entry,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from herald.broker.entry_cache import EntryCacheManager
+from herald.broker.core.entry_cache import EntryCacheManager
 
 
 def test_cached_entries_are_returned_and_counted() -> None:

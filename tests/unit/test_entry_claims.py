@@ -13,16 +13,23 @@ import zlib
 
 import pytest
 from herald.api.v1 import broker_pb2, common_pb2
-from herald.broker.dispatcher import ReadEntry
-from herald.broker.managed_ledger import Position
+from herald.broker.core.dispatcher import ReadEntry
+from herald.broker.core.managed_ledger import Position
 from herald.client.chunk_assembly import ChunkAssembler
 from herald.client.config import ClientConfig, ConsumerConfig, ReaderConfig
 from herald.client.connection import ConnectionPool
 from herald.client.lookup import LookupService
 from herald.client.topic_consumer import TopicConsumer
-from herald.common.entry import EntryMetadata, encode_entry, entry_permits, pack_record, permits_of, records_capacity
+from herald.common.codec.entry import (
+    EntryMetadata,
+    encode_entry,
+    entry_permits,
+    pack_record,
+    permits_of,
+    records_capacity,
+)
+from herald.common.codec.message_id import MessageId
 from herald.common.errors import InvalidArgumentError, MessageTooLargeError
-from herald.common.message_id import MessageId
 
 from tests.unit.test_chunk_assembly import NOW_MS, chunks, delivered
 
@@ -83,7 +90,7 @@ def test_the_broker_counts_a_stored_lying_entry_by_what_it_can_hold() -> None:
 
 
 def test_entry_metadata_that_does_not_parse_is_an_invalid_argument() -> None:
-    from herald.common.entry import decode_entry
+    from herald.common.codec.entry import decode_entry
 
     header = encode_entry(EntryMetadata(), b"")  # magic, crc, metadata length 0
     garbled = bytearray(header)

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from herald.common.checksum import crc32c
+from herald.common.codec.checksum import crc32c
 from herald.common.errors import ChecksumError, EntryNotFoundError
-from herald.storage.entry_log import (
+from herald.storage.node.entry_log import (
     FILE_MAGIC,
     HEADER_SIZE,
     SUFFIX,

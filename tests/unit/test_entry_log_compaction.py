@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 from herald.common.errors import LedgerNotFoundError
-from herald.storage import compaction, ledger_store
-from herald.storage.entry_log import SUFFIX as ENTRY_LOG_SUFFIX
-from herald.storage.ledger_store import LedgerStore
+from herald.storage.node import compaction, ledger_store
+from herald.storage.node.entry_log import SUFFIX as ENTRY_LOG_SUFFIX
+from herald.storage.node.ledger_store import LedgerStore
 
 from tests.unit.test_ledger_store import DEADLINE, files, open_store, payload, read_all
 

@@ -19,8 +19,8 @@ import grpc.aio
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from herald.common.errors import InvalidArgumentError
-from herald.common.health import NOT_SERVING, SERVING, ServiceHealth
-from herald.common.http_endpoint import HttpEndpoint
+from herald.common.http.endpoint import HttpEndpoint
+from herald.common.transport.health import NOT_SERVING, SERVING, ServiceHealth
 from prometheus_client import CollectorRegistry
 
 DEADLINE = 30.0

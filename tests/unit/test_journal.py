@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from herald.common.errors import PersistenceError, ServiceNotReadyError
-from herald.storage.journal import (
+from herald.storage.node.journal import (
     FILE_MAGIC,
     HEADER_SIZE,
     SUFFIX,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from herald.broker.key_shared import HASH_RANGE_SIZE, HashRange, HashRanges, key_hash, sticky_key
-from herald.common.entry import EntryMetadata
+from herald.broker.core.key_shared import HASH_RANGE_SIZE, HashRange, HashRanges, key_hash, sticky_key
+from herald.common.codec.entry import EntryMetadata
 from herald.common.errors import NotAllowedError
 from hypothesis import given, settings
 from hypothesis import strategies as st

@@ -6,9 +6,9 @@ import json
 
 import pytest
 from herald.common.errors import MetadataError
-from herald.storage.ledger_metadata import LedgerMetadata
-from herald.storage.node_connection import NodePool
-from herald.storage.replica_read import plan_run
+from herald.storage.client.ledger_metadata import LedgerMetadata
+from herald.storage.client.node_connection import NodePool
+from herald.storage.client.replica_read import plan_run
 
 
 def striped() -> LedgerMetadata:

@@ -19,12 +19,12 @@ from herald.common.errors import (
     PersistenceError,
     ServiceNotReadyError,
 )
-from herald.storage.entry_log import SUFFIX as ENTRY_LOG_SUFFIX
-from herald.storage.index import MISSING, SNAPSHOT_NAME, LedgerIndex, Snapshot, load_snapshot, save_snapshot
-from herald.storage.journal import SUFFIX as JOURNAL_SUFFIX
-from herald.storage.journal import JournalRecord, RecordKind, encode_header
-from herald.storage.ledger_store import LedgerStore
-from herald.storage.settings import StorageSettings
+from herald.storage.node.entry_log import SUFFIX as ENTRY_LOG_SUFFIX
+from herald.storage.node.index import MISSING, SNAPSHOT_NAME, LedgerIndex, Snapshot, load_snapshot, save_snapshot
+from herald.storage.node.journal import SUFFIX as JOURNAL_SUFFIX
+from herald.storage.node.journal import JournalRecord, RecordKind, encode_header
+from herald.storage.node.ledger_store import LedgerStore
+from herald.storage.node.settings import StorageSettings
 
 DEADLINE = 10.0
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from herald.common.codec.message_id import EARLIEST, LATEST, MessageId
 from herald.common.errors import InvalidArgumentError
-from herald.common.message_id import EARLIEST, LATEST, MessageId
 from hypothesis import given
 from hypothesis import strategies as st
 

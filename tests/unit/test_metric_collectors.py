@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from herald.broker.metrics import BrokerCollector, BrokerReading, SubscriptionReading, TopicReading
+from herald.broker.core.metrics import BrokerCollector, BrokerReading, SubscriptionReading, TopicReading
 from herald.client import AsyncClient
 from herald.client.metrics import ClientMetrics, ClientReading
 from herald.client.stats import ConsumerStats, ProducerStats
 from herald.common.collectors import HotHistogram, LoopCollector, MonotonicCounters
-from herald.storage.metrics import disk_usage
+from herald.storage.node.metrics import disk_usage
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families

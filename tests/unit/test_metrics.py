@@ -6,7 +6,7 @@ import urllib.error
 import urllib.request
 
 import pytest
-from herald.common.metrics import MetricsServer
+from herald.common.http.endpoint import HttpEndpoint
 from prometheus_client import CollectorRegistry, Counter
 
 
@@ -19,7 +19,7 @@ def test_metrics_are_served_in_the_exposition_format_without_created_series() ->
     registry = CollectorRegistry()
     moved = Counter("herald_test_things_total", "Things.", ["kind"], registry=registry)
     moved.labels("a").inc(3)
-    server = MetricsServer(registry)
+    server = HttpEndpoint(registry)
     server.start()
     try:
         assert server.port > 0

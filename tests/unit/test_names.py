@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from herald.common.codec.names import TopicName, validate_subscription_name
 from herald.common.errors import InvalidTopicNameError
-from herald.common.names import TopicName, validate_subscription_name
 
 
 def test_short_name_means_public_default_persistent() -> None:

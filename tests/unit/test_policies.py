@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 from herald.api.v1 import admin_pb2
-from herald.broker.ledger_list import LedgerInfo, LedgerList, Position
-from herald.broker.policies import (
+from herald.broker.core.ledger_list import LedgerInfo, LedgerList, Position
+from herald.broker.core.policies import (
     affected_by,
     broker_defaults,
     check_consumer_limits,
@@ -14,8 +14,8 @@ from herald.broker.policies import (
     check_producer_limit,
 )
 from herald.broker.settings import BrokerSettings
+from herald.common.codec.names import TopicName
 from herald.common.errors import ConsumerBusyError, InvalidArgumentError, NotAllowedError, ProducerBusyError
-from herald.common.names import TopicName
 from herald.metadata.policies import (
     POLICY_FIELDS,
     BacklogQuota,

@@ -1,4 +1,4 @@
-"""Limits on producer and consumer properties (herald.common.properties): the broker's settings and
+"""Limits on producer and consumer properties (herald.common.codec.properties): the broker's settings and
 the client's early check. The broker's refusals through a real process: tests/security/test_transport_limits.py."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from herald.broker.settings import BrokerSettings
 from herald.client.config import ConsumerConfig, ProducerConfig
+from herald.common.codec.properties import check_properties, properties_size
 from herald.common.config import load_settings
 from herald.common.errors import InvalidArgumentError
-from herald.common.properties import check_properties, properties_size
 
 
 def test_properties_are_counted_in_pairs_and_utf8_bytes_of_keys_and_values() -> None:

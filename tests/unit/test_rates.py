@@ -4,8 +4,8 @@ a partitioned topic's stats summed from its partitions' (broker.stats.sum_partit
 from __future__ import annotations
 
 import pytest
-from herald.broker.rates import RateMeters
-from herald.broker.stats import ConsumerStats, ProducerStats, SubscriptionStats, TopicStats, sum_partitions
+from herald.broker.core.rates import RateMeters
+from herald.broker.core.stats import ConsumerStats, ProducerStats, SubscriptionStats, TopicStats, sum_partitions
 
 
 class Clock:

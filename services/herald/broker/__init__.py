@@ -4,8 +4,8 @@ It owns topics (one writer each), checks and deduplicates what producers send, a
 each topic's managed ledger (a list of storage ledgers), and delivers them to subscriptions through
 durable cursors and dispatchers that respect consumers' flow permits.
 
-The core (topic, managed_ledger, cursor, dedup, subscription, dispatcher) knows nothing of gRPC or
-the generated api: `server.py` is the only adapter between the wire and these objects. The broker
-talks to storage through the storage client only, never to the storage server's internals, and it
-never parses the messages inside an entry: one entry is one producer batch.
+Folders are layers (import-linter keeps them): `core/` is all of that, protocol-neutral; `grpc/`
+translates Herald's gRPC contracts into core calls; `server.py` wires a broker process together.
+The broker talks to storage through the storage client only, and it never parses the messages
+inside an entry: one entry is one producer batch.
 """

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from herald.common.codec.properties import DEFAULT_MAX_PROPERTIES, DEFAULT_MAX_PROPERTIES_BYTES
 from herald.common.config import check_metrics_port, check_server_limits
 from herald.common.errors import InvalidArgumentError
-from herald.common.metrics_access import MetricsEndpointSettings
-from herald.common.properties import DEFAULT_MAX_PROPERTIES, DEFAULT_MAX_PROPERTIES_BYTES
-from herald.common.rpc import DATA_SERVER_MAX_RECEIVE_BYTES, DEFAULT_MAX_STREAMS_PER_CONNECTION
-from herald.common.security import SecuritySettings
+from herald.common.limits import DATA_SERVER_MAX_RECEIVE_BYTES, DEFAULT_MAX_STREAMS_PER_CONNECTION
+from herald.common.security.settings import MetricsEndpointSettings, SecuritySettings
 
 MIB = 1024 * 1024
 # A producer's send carries an entry up to max_message_size plus its header and framing
@@ -154,7 +153,7 @@ class BrokerSettings(SecuritySettings, MetricsEndpointSettings):
     # taken by its stream); a publish beyond it is dropped, answered (-1, -1) and counted (SEEDS §4).
     non_persistent_max_pending: int = 1000
 
-    # Prometheus /metrics (herald.broker.metrics): 0 picks a free port, -1 serves none (an embedding
+    # Prometheus /metrics (herald.broker.core.metrics): 0 picks a free port, -1 serves none (an embedding
     # process serves the registry itself). metrics_topic_level: per-topic and per-subscription
     # labels; off, the same families are broker-wide sums (for clusters with very many topics).
     metrics_host: str = "127.0.0.1"

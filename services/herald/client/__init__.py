@@ -38,7 +38,7 @@ from herald.client.producer import AsyncProducer
 from herald.client.reader import AsyncReader
 from herald.client.schema import BytesSchema, JsonSchema, Schema, StringSchema
 from herald.client.sync import Client, Consumer, Producer, Reader
-from herald.common.credentials import AuthenticationTls, AuthenticationToken
+from herald.common.codec.message_id import MessageId
 from herald.common.errors import (
     AlreadyClosedError,
     AuthenticationError,
@@ -61,7 +61,7 @@ from herald.common.errors import (
     TopicNotFoundError,
     TopicTerminatedError,
 )
-from herald.common.message_id import MessageId
+from herald.common.security.credentials import AuthenticationTls, AuthenticationToken
 
 __all__ = [
     "AlreadyClosedError",

@@ -1,4 +1,4 @@
-"""The producer's accumulator: packs messages into one batch buffer (herald.common.entry records,
+"""The producer's accumulator: packs messages into one batch buffer (herald.common.codec.entry records,
 no object per message beyond the caller's future) and closes the batch into a PendingOp when it
 holds batching_max_messages, would pass batching_max_bytes, or its first message has waited the
 max publish delay. Closing a batch compresses its payload once, sets the entry's key when all its
@@ -18,11 +18,11 @@ from typing import Any, cast
 from herald.api.v1 import broker_pb2
 from herald.client import chunking
 from herald.client import tracing as client_tracing
-from herald.client.compression import compress
 from herald.common import tracing
-from herald.common.entry import HEADER_SIZE, RECORD_HEADER, EntryMetadata, encode_entry, pack_record
+from herald.common.codec.compression import compress
+from herald.common.codec.entry import HEADER_SIZE, RECORD_HEADER, EntryMetadata, encode_entry, pack_record
+from herald.common.codec.message_id import MessageId
 from herald.common.errors import HeraldError
-from herald.common.message_id import MessageId
 
 log = logging.getLogger(__name__)
 

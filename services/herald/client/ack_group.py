@@ -17,7 +17,7 @@ from herald.client.acks import AckTracker
 from herald.client.config import ConsumerConfig, ConsumerType
 from herald.client.interceptors import run_hook
 from herald.client.unacked_tracker import UnackedTracker
-from herald.common.message_id import MessageId
+from herald.common.codec.message_id import MessageId
 
 log = logging.getLogger(__name__)
 

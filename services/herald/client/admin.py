@@ -29,11 +29,16 @@ import grpc.aio
 from herald.api.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, common_pb2, lookup_pb2, lookup_pb2_grpc
 from herald.client.config import InitialPosition, ServiceUrl
 from herald.common import tracing
-from herald.common.credentials import Authentication, auth_interceptors, check_authentication, client_certificate
+from herald.common.codec.message_id import check_position
 from herald.common.errors import AlreadyClosedError, InvalidArgumentError, ServiceNotReadyError
-from herald.common.message_id import check_position
-from herald.common.rpc import channel_options, error_from_rpc
-from herald.common.tls import Dialer
+from herald.common.security.credentials import (
+    Authentication,
+    auth_interceptors,
+    check_authentication,
+    client_certificate,
+)
+from herald.common.transport.rpc import channel_options, error_from_rpc
+from herald.common.transport.tls import Dialer
 
 T = TypeVar("T")
 DEFAULT_ADMIN_URL = "herald://127.0.0.1:6650"
@@ -348,7 +353,7 @@ class AdminClient:
 
     async def peek_messages(self, topic: str, subscription: str, count: int = 1) -> list[broker_pb2.DeliveredEntry]:
         """The first `count` unacknowledged entries, left unacknowledged; decode them with
-        herald.common.entry."""
+        herald.common.codec.entry."""
         if count < 1:
             raise InvalidArgumentError(f"peek count must be at least 1, got {count}")
         reply = await self._call(

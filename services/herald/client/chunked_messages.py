@@ -16,11 +16,11 @@ from herald.api.v1 import broker_pb2, common_pb2
 from herald.client.ack_group import AckGroup
 from herald.client.acks import AckTracker
 from herald.client.chunk_assembly import ChunkAssembler
-from herald.client.compression import decompress
 from herald.client.config import ConsumerConfig
 from herald.client.message import EntryInfo, Message
 from herald.client.unacked_tracker import UnackedTracker
-from herald.common.entry import ENTRY_FRAMING_ALLOWANCE, iter_records
+from herald.common.codec.compression import decompress
+from herald.common.codec.entry import ENTRY_FRAMING_ALLOWANCE, iter_records
 from herald.common.errors import InvalidArgumentError
 
 Position = tuple[int, int]

@@ -9,7 +9,7 @@ What the chunks of one message carry, in EntryMetadata (proto/herald/v1/common.p
 - uuid `<producer name>-<sequence id of the first chunk>` (as Pulsar), the same in every chunk;
   chunk_id 0..num_chunks-1; num_chunks; total_chunk_size, the size of the whole payload.
 - The whole payload is the message's entry payload as it would have been unchunked: one record
-  (herald.common.entry), compressed when the producer compresses. Chunk i's payload is bytes
+  (herald.common.codec.entry), compressed when the producer compresses. Chunk i's payload is bytes
   [i * chunk_size, (i + 1) * chunk_size) of it: concatenated in chunk_id order they are the
   payload again, which then decompresses (compression and uncompressed_size are the same in every
   chunk) into the one record.
@@ -24,7 +24,7 @@ What the chunks of one message carry, in EntryMetadata (proto/herald/v1/common.p
 from __future__ import annotations
 
 from herald.api.v1 import common_pb2
-from herald.common.entry import HEADER_SIZE, encode_entry
+from herald.common.codec.entry import HEADER_SIZE, encode_entry
 from herald.common.errors import MessageTooLargeError
 
 _MAX_INT64 = 2**63 - 1

@@ -34,9 +34,9 @@ from herald.client.retry_letters import RetryLetters, retry_policy
 from herald.client.schema import BYTES, Schema
 from herald.client.topic_consumer import TopicConsumer
 from herald.client.topic_producer import TopicProducer
+from herald.common.codec.message_id import MessageId
+from herald.common.codec.names import TopicName, validate_subscription_name
 from herald.common.errors import AlreadyClosedError, InvalidArgumentError, NotAllowedError
-from herald.common.message_id import MessageId
-from herald.common.names import TopicName, validate_subscription_name
 
 log = logging.getLogger(__name__)
 

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from herald.api.v1 import broker_pb2, common_pb2
-from herald.common.credentials import AuthenticationTls, check_authentication, client_certificate
+from herald.common.codec.message_id import MessageId, check_position
+from herald.common.codec.properties import check_properties
 from herald.common.errors import InvalidArgumentError
-from herald.common.message_id import MessageId, check_position
-from herald.common.properties import check_properties
+from herald.common.security.credentials import AuthenticationTls, check_authentication, client_certificate
 
 if TYPE_CHECKING:
     from herald.client.interceptors import ConsumerInterceptor, ProducerInterceptor
@@ -238,7 +238,7 @@ class ClientConfig:
     tls_validate_hostname: bool = False
     tls_certificate_file_path: str | None = None
     tls_private_key_file_path: str | None = None
-    # AuthenticationToken / AuthenticationTls (herald.common.credentials); None: no credentials.
+    # AuthenticationToken / AuthenticationTls (herald.common.security.credentials); None: no credentials.
     auth: Any = None
     url: ServiceUrl = field(init=False, repr=False, compare=False)
     # (certificate file, key file) presented in TLS handshakes, from auth or the two paths above.

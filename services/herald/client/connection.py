@@ -1,6 +1,6 @@
 """The client's connection pool: gRPC channels keyed by broker address, handed out only once they
 are connected, dropped when they fail; and the retry-within-a-deadline loop the client's requests
-share. gRPC statuses become Herald errors in herald.common.rpc, shared with the services."""
+share. gRPC statuses become Herald errors in herald.common.transport.rpc, shared with the services."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ import grpc.aio
 from herald.client.config import ClientConfig
 from herald.client.tls import read_trust_certs, secure_channel_settings
 from herald.common.backoff import Backoff
-from herald.common.credentials import auth_interceptors
 from herald.common.errors import AlreadyClosedError, ConnectionError_, HeraldError, HeraldTimeoutError
-from herald.common.rpc import MAX_GRPC_MESSAGE_BYTES
+from herald.common.security.credentials import auth_interceptors
+from herald.common.transport.rpc import MAX_GRPC_MESSAGE_BYTES
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -11,8 +11,8 @@ from typing import Any, Generic, TypeVar
 
 from herald.client.config import ConsumerType
 from herald.client.message import Message
+from herald.common.codec.message_id import MessageId
 from herald.common.errors import NotAllowedError
-from herald.common.message_id import MessageId
 
 T = TypeVar("T")
 

@@ -10,8 +10,8 @@ import datetime
 import itertools
 
 from herald.api.v1 import broker_pb2, common_pb2
+from herald.common.codec.message_id import MessageId, check_position
 from herald.common.errors import HeraldError, HeraldTimeoutError, InvalidArgumentError, from_proto
-from herald.common.message_id import MessageId, check_position
 
 _EDGES = {MessageId.earliest: broker_pb2.EARLIEST, MessageId.latest: broker_pb2.LATEST}
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from herald.client.message import Message, OutgoingMessage
-    from herald.common.message_id import MessageId
+    from herald.common.codec.message_id import MessageId
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")

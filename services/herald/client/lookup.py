@@ -15,7 +15,7 @@ from herald.client.config import ClientConfig
 from herald.client.connection import ConnectionPool, remaining, retrying
 from herald.common import tracing
 from herald.common.errors import HeraldError, ServiceNotReadyError
-from herald.common.rpc import error_from_rpc
+from herald.common.transport.rpc import error_from_rpc
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from herald.common.message_id import MessageId
+from herald.common.codec.message_id import MessageId
 
 __all__ = ["EntryInfo", "Message", "MessageId", "OutgoingMessage"]
 

@@ -34,9 +34,9 @@ from herald.client.schema import Schema
 from herald.client.stats import ConsumerStats
 from herald.client.topic_consumer import TopicConsumer
 from herald.common.bounded import Pacer
+from herald.common.codec.message_id import MessageId
+from herald.common.codec.names import TopicName
 from herald.common.errors import ConsumerClosedError, HeraldError, InvalidArgumentError, NotAllowedError
-from herald.common.message_id import MessageId
-from herald.common.names import TopicName
 
 log = logging.getLogger(__name__)
 

@@ -21,9 +21,9 @@ from herald.client.producer import AsyncProducer, SendCallback, deliver_at_ms
 from herald.client.routing import custom_partition, make_router
 from herald.client.stats import ProducerStats
 from herald.common.bounded import Pacer
+from herald.common.codec.message_id import MessageId
+from herald.common.codec.names import TopicName
 from herald.common.errors import HeraldError, ProducerClosedError
-from herald.common.message_id import MessageId
-from herald.common.names import TopicName
 
 log = logging.getLogger(__name__)
 

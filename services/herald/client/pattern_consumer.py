@@ -20,8 +20,8 @@ from herald.client.connection import ConnectionPool
 from herald.client.lookup import LookupService
 from herald.client.multi_topic_consumer import MultiTopicConsumer, _Member
 from herald.client.schema import Schema
+from herald.common.codec.names import MAX_NAME_LENGTH, TopicName
 from herald.common.errors import HeraldError, InvalidArgumentError
-from herald.common.names import MAX_NAME_LENGTH, TopicName
 
 if TYPE_CHECKING:
     import grpc.aio

@@ -20,8 +20,8 @@ import datetime
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
+from herald.common.codec.message_id import MessageId
 from herald.common.errors import HeraldError, InvalidArgumentError
-from herald.common.message_id import MessageId
 
 T = TypeVar("T")
 

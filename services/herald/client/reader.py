@@ -25,9 +25,9 @@ from herald.client.message import Message
 from herald.client.message_listener import ListenerTask
 from herald.client.schema import Schema
 from herald.client.topic_consumer import TopicConsumer
+from herald.common.codec.message_id import MessageId
+from herald.common.codec.names import TopicName
 from herald.common.errors import ConsumerClosedError, InvalidArgumentError, NotAllowedError, NotFoundError
-from herald.common.message_id import MessageId
-from herald.common.names import TopicName
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Reading by offset without a subscription: Pull (the entries of one topic or partition from a
 position on, and where to continue) and GetLastMessageId. The caller keeps its own offsets, as
 RocketMQ's pull consumers and Spark's sources do; the entries come back as stored (one producer
-batch each) for the caller to unpack with herald.common.entry, so nothing is decoded twice."""
+batch each) for the caller to unpack with herald.common.codec.entry, so nothing is decoded twice."""
 
 from __future__ import annotations
 
@@ -14,13 +14,13 @@ from herald.client.config import ClientConfig
 from herald.client.connection import ConnectionPool, remaining, retrying
 from herald.client.lookup import LookupService
 from herald.common import tracing
+from herald.common.codec.message_id import MessageId, check_position
 from herald.common.errors import InvalidArgumentError
-from herald.common.message_id import MessageId, check_position
-from herald.common.rpc import error_from_rpc
+from herald.common.transport.rpc import error_from_rpc
 
 
 class PullResult(NamedTuple):
-    entries: list[broker_pb2.DeliveredEntry]  # in order; each `data` decodes with herald.common.entry
+    entries: list[broker_pb2.DeliveredEntry]  # in order; each `data` decodes with herald.common.codec.entry
     next: MessageId  # (ledger, entry) where the next pull starts
     end_of_topic: bool  # the topic is terminated and nothing follows `next`
 

@@ -16,9 +16,9 @@ from typing import Any
 from herald.client.config import DeadLetterPolicy
 from herald.client.message import Message
 from herald.client.producer import AsyncProducer
+from herald.common.codec.message_id import MessageId
+from herald.common.codec.names import TopicName
 from herald.common.errors import ConsumerClosedError, InvalidArgumentError
-from herald.common.message_id import MessageId
-from herald.common.names import TopicName
 
 log = logging.getLogger(__name__)
 

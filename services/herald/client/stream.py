@@ -17,7 +17,7 @@ from herald.client.connection import ConnectionPool, remaining, retrying
 from herald.client.lookup import LookupService
 from herald.common.backoff import Backoff
 from herald.common.errors import HeraldError, HeraldTimeoutError
-from herald.common.rpc import EOF, error_from_rpc
+from herald.common.transport.rpc import EOF, error_from_rpc
 
 if TYPE_CHECKING:
     from herald.api.v1.broker_pb2_grpc import BrokerServiceAsyncStub

@@ -28,7 +28,7 @@ from cryptography.x509.oid import NameOID
 
 from herald.client.config import ClientConfig
 from herald.common.errors import ConnectionError_, InvalidArgumentError
-from herald.common.tls import read_pem
+from herald.common.transport.tls import read_pem
 
 ChannelOptions = list[tuple[str, str | int]]
 

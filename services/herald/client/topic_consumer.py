@@ -25,7 +25,6 @@ from herald.api.v1 import broker_pb2, broker_pb2_grpc
 from herald.client.ack_group import AckGroup
 from herald.client.acks import AckTracker
 from herald.client.chunked_messages import ChunkedMessages
-from herald.client.compression import decompress
 from herald.client.config import ClientConfig, ConsumerConfig, ConsumerType
 from herald.client.connection import ConnectionPool, remaining, retrying
 from herald.client.consumer import AsyncConsumer
@@ -40,7 +39,10 @@ from herald.client.stats import ConsumerStats
 from herald.client.stream import CLOSED, CLOSING, OPEN, BrokerStream
 from herald.client.unacked_tracker import UnackedTracker
 from herald.common import tracing
-from herald.common.entry import ENTRY_FRAMING_ALLOWANCE, decode_entry, entry_permits, iter_records, permits_of
+from herald.common.codec.compression import decompress
+from herald.common.codec.entry import ENTRY_FRAMING_ALLOWANCE, decode_entry, entry_permits, iter_records, permits_of
+from herald.common.codec.message_id import MessageId
+from herald.common.codec.names import TopicName
 from herald.common.errors import (
     ConnectionError_,
     ConsumerClosedError,
@@ -48,9 +50,7 @@ from herald.common.errors import (
     NotAllowedError,
     from_proto,
 )
-from herald.common.message_id import MessageId
-from herald.common.names import TopicName
-from herald.common.rpc import EOF, error_from_rpc
+from herald.common.transport.rpc import EOF, error_from_rpc
 
 if TYPE_CHECKING:
     from herald.api.v1.broker_pb2_grpc import BrokerServiceAsyncStub

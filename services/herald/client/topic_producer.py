@@ -39,7 +39,9 @@ from herald.client.schema import BYTES, BytesSchema, Schema
 from herald.client.stats import ProducerStats, ProducerStatsRecorder
 from herald.client.stream import CLOSED, CLOSING, OPEN, BrokerStream, Reconnect
 from herald.common import tracing
-from herald.common.entry import entry_checksum_ok
+from herald.common.codec.entry import entry_checksum_ok
+from herald.common.codec.message_id import MessageId
+from herald.common.codec.names import TopicName
 from herald.common.errors import (
     ChecksumError,
     ConnectionError_,
@@ -54,9 +56,7 @@ from herald.common.errors import (
     TopicTerminatedError,
     from_proto,
 )
-from herald.common.message_id import MessageId
-from herald.common.names import TopicName
-from herald.common.rpc import EOF
+from herald.common.transport.rpc import EOF
 
 if TYPE_CHECKING:
     from herald.api.v1.broker_pb2_grpc import BrokerServiceAsyncStub

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry import trace
 
 from herald.common import tracing
-from herald.common.entry import iter_records
+from herald.common.codec.entry import iter_records
 
 if TYPE_CHECKING:
     from herald.client.message import Message

@@ -1,5 +1,7 @@
-"""Types and helpers shared by every service and the client: names, message ids, the entry codec,
-checksums, errors, configuration, gRPC plumbing.
+"""What every service and the client share, by role: `codec/` (the bytes: entries, ids, names,
+checksums, compression), `transport/` (gRPC plumbing), `security/` (authentication, credentials),
+`http/` (the metrics and health endpoint), and protocol-neutral modules at the top (errors,
+configuration, limits, tracing, logs, tasks).
 
 This layer knows nothing of the services, the client or the metadata store.
 """

@@ -5,7 +5,7 @@ is false), and W3C trace-context propagation in message properties, proto fields
 
 Spans follow OpenTelemetry's messaging conventions (docs/tracing.md says which exist and how they
 connect); the modules making them use the helpers here. No gRPC here: the broker core uses this
-module, and the gRPC server interceptor lives in herald.common.rpc_tracing.
+module, and the gRPC server interceptor lives in herald.common.transport.tracing.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from opentelemetry import trace
 from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from herald.common.codec.names import TopicName
 from herald.common.config import load_settings
 from herald.common.errors import InvalidArgumentError
-from herald.common.names import TopicName
 
 __all__ = [
     "ENABLED", "TRACEPARENT", "TRACESTATE", "Link", "Span", "SpanContext", "SpanKind", "Tracer", "TracingSettings",

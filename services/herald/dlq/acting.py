@@ -15,8 +15,8 @@ import contextlib
 import contextvars
 from collections.abc import Iterator
 
-from herald.common.authentication import ORIGINAL_PRINCIPAL
-from herald.common.credentials import AuthenticationToken
+from herald.common.security.authentication import ORIGINAL_PRINCIPAL
+from herald.common.security.credentials import AuthenticationToken
 
 _ACTING_FOR: contextvars.ContextVar[str] = contextvars.ContextVar("herald_dlq_acting_for", default="")
 

@@ -24,8 +24,8 @@ from herald.api.v1 import deadletter_pb2, deadletter_pb2_grpc, lookup_pb2, looku
 from herald.client.connection import ConnectionPool
 from herald.common.backoff import Backoff
 from herald.common.errors import HeraldError, HeraldTimeoutError, from_proto
-from herald.common.rpc import EOF, error_from_rpc
 from herald.common.tasks import cancel_and_wait, wait_event
+from herald.common.transport.rpc import EOF, error_from_rpc
 from herald.dlq.letters import letter_key
 from herald.dlq.metrics import DlqMetrics
 from herald.dlq.mover import LetterMover

@@ -9,13 +9,13 @@ import hashlib
 import logging
 
 from herald.api.v1 import deadletter_pb2
-from herald.client.compression import decompress
 from herald.client.config import DEFAULT_MAX_MESSAGE_SIZE
 from herald.client.retry_letters import ORIGIN_MESSAGE_ID, REAL_TOPIC
-from herald.common.entry import ENTRY_FRAMING_ALLOWANCE, Record, decode_entry, iter_records
+from herald.common.codec.compression import decompress
+from herald.common.codec.entry import ENTRY_FRAMING_ALLOWANCE, Record, decode_entry, iter_records
+from herald.common.codec.message_id import MessageId
+from herald.common.codec.names import TopicName
 from herald.common.errors import HeraldError
-from herald.common.message_id import MessageId
-from herald.common.names import TopicName
 from herald.dlq.publication import Publication
 
 # The origin properties every moved message carries (REAL_TOPIC and ORIGIN_MESSAGE_ID are Pulsar's

@@ -1,4 +1,4 @@
-"""The dlq-worker's metrics (prometheus-client, served at /metrics by herald.common.metrics)."""
+"""The dlq-worker's metrics (prometheus-client, served at /metrics by herald.common.http.endpoint)."""
 
 from __future__ import annotations
 

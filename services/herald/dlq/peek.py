@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 
 from herald.client import AsyncClient
 from herald.client.admin import AdminClient
-from herald.client.compression import decompress
 from herald.client.config import DEFAULT_MAX_MESSAGE_SIZE
-from herald.common.entry import ENTRY_FRAMING_ALLOWANCE, decode_entry, iter_records
+from herald.common.codec.compression import decompress
+from herald.common.codec.entry import ENTRY_FRAMING_ALLOWANCE, decode_entry, iter_records
+from herald.common.codec.message_id import MessageId
+from herald.common.codec.names import TopicName
 from herald.common.errors import HeraldError
-from herald.common.message_id import MessageId
-from herald.common.names import TopicName
 
 # The durable subscription `herald admin dlq replay` moves dead letters through; the dlq-worker
 # makes it (at the earliest message) on each dead-letter topic it publishes to.

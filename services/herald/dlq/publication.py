@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from herald.api.v1 import broker_pb2, common_pb2
-from herald.client.compression import compress
-from herald.common.entry import (
+from herald.common.codec.compression import compress
+from herald.common.codec.entry import (
     HEADER_SIZE,
     RECORD_HEADER,
     EntryMetadata,

@@ -23,6 +23,7 @@ import grpc.aio
 from herald.api.v1 import broker_pb2, broker_pb2_grpc
 from herald.client.connection import ConnectionPool
 from herald.client.lookup import LookupService
+from herald.common.codec.names import TopicName
 from herald.common.errors import (
     ConnectionError_,
     HeraldError,
@@ -31,8 +32,7 @@ from herald.common.errors import (
     ServiceNotReadyError,
     from_proto,
 )
-from herald.common.names import TopicName
-from herald.common.rpc import EOF, error_from_rpc
+from herald.common.transport.rpc import EOF, error_from_rpc
 from herald.dlq.publication import Publication, entries_after
 
 log = logging.getLogger(__name__)

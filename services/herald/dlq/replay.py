@@ -26,9 +26,9 @@ from herald.client.consumer import AsyncConsumer
 from herald.client.lookup import LookupService
 from herald.client.message import Message
 from herald.client.retry_letters import DELAY_TIME, REAL_TOPIC, RECONSUME_TIMES
-from herald.common.entry import Record
+from herald.common.codec.entry import Record
+from herald.common.codec.names import TopicName
 from herald.common.errors import AuthorizationError, ConsumerBusyError, HeraldError, InvalidArgumentError
-from herald.common.names import TopicName
 from herald.dlq.letters import ORIGIN_PROPERTIES, producer_name
 from herald.dlq.peek import REPLAY_SUBSCRIPTION
 from herald.dlq.publication import Publication

@@ -11,7 +11,7 @@ from typing import Any
 
 from herald.common.config import load_settings as _load
 from herald.common.errors import InvalidArgumentError
-from herald.common.metrics_access import MetricsEndpointSettings
+from herald.common.security.settings import MetricsEndpointSettings
 
 SECTION = "dlq-worker"  # the TOML table; variables are HERALD_DLQ_WORKER_<FIELD>
 

@@ -21,8 +21,8 @@ from herald.client.config import ClientConfig
 from herald.client.connection import ConnectionPool
 from herald.client.lookup import LookupService
 from herald.common.errors import HeraldError
-from herald.common.health import PROBE_TIMEOUT, ServiceHealth, unreachable
-from herald.common.http_endpoint import HttpEndpoint
+from herald.common.http.endpoint import HttpEndpoint
+from herald.common.transport.health import PROBE_TIMEOUT, ServiceHealth, unreachable
 from herald.dlq.acting import ActingToken
 from herald.dlq.brokers import BrokerFleet, BrokerLetters, FailureMemory
 from herald.dlq.metrics import DlqMetrics

@@ -1,4 +1,4 @@
-"""The lookup service's Prometheus metrics (served at /metrics by herald.common.http_endpoint):
+"""The lookup service's Prometheus metrics (served at /metrics by herald.common.http.endpoint):
 lookups answered, owners assigned, broker registrations and heartbeats, counted as they happen;
 the live brokers and what each reported in its last heartbeat, read from the metadata store at
 scrape time on lookup's event loop (LookupCollector)."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from herald.common.bounded import map_bounded
-from herald.common.names import TopicName
+from herald.common.codec.names import TopicName
 from herald.lookup.ownership import OwnershipAssigner
 from herald.metadata.resources import get_partitions
 

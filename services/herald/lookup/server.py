@@ -10,17 +10,17 @@ import grpc.aio
 from prometheus_client import CollectorRegistry
 
 from herald.api.v1 import lookup_pb2, lookup_pb2_grpc
-from herald.common.authentication import AuthorizationInterceptor
 from herald.common.bounded import Pacer
-from herald.common.connections import connection_limits
+from herald.common.codec.names import TopicName
 from herald.common.errors import HeraldError, InvalidArgumentError
-from herald.common.health import ServiceHealth
-from herald.common.http_endpoint import HttpEndpoint, serve_endpoint
-from herald.common.names import TopicName
-from herald.common.rpc import abort, server_options
-from herald.common.rpc_tracing import server_interceptors
-from herald.common.security import ServiceSecurity
-from herald.common.tls import add_port
+from herald.common.http.endpoint import HttpEndpoint, serve_endpoint
+from herald.common.security.authentication import AuthorizationInterceptor
+from herald.common.security.service import ServiceSecurity
+from herald.common.transport.connections import connection_limits
+from herald.common.transport.health import ServiceHealth
+from herald.common.transport.rpc import abort, server_options
+from herald.common.transport.tls import add_port
+from herald.common.transport.tracing import server_interceptors
 from herald.lookup.authorization import LookupAuthorization
 from herald.lookup.metrics import ERROR, OK, LookupMetrics
 from herald.lookup.ownership import OwnershipAssigner
@@ -226,7 +226,7 @@ class LookupServer:
         limits, idle_options = connection_limits(
             "lookup", self.settings.max_connections_per_address, self.settings.connection_idle_timeout)
         # Authentication first: nothing of a call is read, and it takes no place among its address's
-        # connections, before it is authenticated (herald.common.authentication, .connections).
+        # connections, before it is authenticated (herald.common.security.authentication, .connections).
         server = grpc.aio.server(
             options=[*server_options(self.settings.grpc_max_receive_message_bytes,
                                      self.settings.max_streams_per_connection), *idle_options],

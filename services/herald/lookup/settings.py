@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from herald.common.config import check_metrics_port, check_server_limits
-from herald.common.metrics_access import MetricsEndpointSettings
-from herald.common.rpc import DEFAULT_MAX_STREAMS_PER_CONNECTION
-from herald.common.security import SecuritySettings
+from herald.common.limits import DEFAULT_MAX_STREAMS_PER_CONNECTION
+from herald.common.security.settings import MetricsEndpointSettings, SecuritySettings
 
 MIB = 1024 * 1024
 

@@ -9,7 +9,7 @@ deletes them with their namespace or topic):
     /admin/topic-permissions/<topic>             the same, for one topic (full name)
 
 Here because brokers and lookup both decide (neither may import the other); no gRPC: the servicers
-pass the role of the call (herald.common.authentication) and turn refusals into PERMISSION_DENIED.
+pass the role of the call (herald.common.security.authentication) and turn refusals into PERMISSION_DENIED.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import json
 import time
 from collections.abc import Collection, Iterable
 
+from herald.common.codec.names import TopicName, parse_namespace
 from herald.common.errors import AuthorizationError, BadVersionError, InvalidArgumentError, NotFoundError
-from herald.common.names import TopicName, parse_namespace
 from herald.metadata.resources import (
     NAMESPACE_PERMISSIONS_PREFIX,
     NAMESPACE_POLICIES_PREFIX,

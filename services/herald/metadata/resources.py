@@ -25,6 +25,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from herald.common.bounded import Pacer
+from herald.common.codec.names import (
+    DEFAULT_NAMESPACE,
+    DEFAULT_TENANT,
+    TopicName,
+    parse_namespace,
+    validate_tenant_name,
+)
 from herald.common.errors import (
     AlreadyExistsError,
     BadVersionError,
@@ -33,7 +40,6 @@ from herald.common.errors import (
     NotFoundError,
     PreconditionFailedError,
 )
-from herald.common.names import DEFAULT_NAMESPACE, DEFAULT_TENANT, TopicName, parse_namespace, validate_tenant_name
 from herald.metadata.policies import Policies
 from herald.metadata.store import NOT_EXISTS, MetadataStore
 

@@ -1,4 +1,4 @@
-"""The MetadataStore interface every backend implements, and `open_store(url)` to pick one.
+"""The MetadataStore interface every backend implements (herald.metadata.backends picks one by URL).
 
 Keys are '/'-separated strings; values are bytes. Every key has a version that starts at 1 and
 grows by one on each put, so writers can compare-and-set. Ephemeral keys belong to a session
@@ -225,18 +225,3 @@ class _Watch:
                 return None
             self._wakeup.clear()
             await self._wakeup.wait()
-
-
-def open_store(url: str) -> MetadataStore:
-    """A store for a URL: `redis://host:port[/db]`, or `sqlite:///path/to/file.db` (embedded)."""
-    if url.startswith(("redis://", "rediss://", "unix://")):
-        from herald.metadata.redis import RedisMetadataStore
-
-        return RedisMetadataStore(url)
-    if url.startswith("sqlite://"):
-        from herald.metadata.embedded import EmbeddedMetadataStore
-
-        return EmbeddedMetadataStore(url.removeprefix("sqlite://"))
-    raise InvalidArgumentError(
-        f"metadata store URL {url!r} is not supported: use redis://host:port or sqlite:///path/to/file.db"
-    )

@@ -12,8 +12,8 @@ import itertools
 import grpc
 import grpc.aio
 
-from herald.common.rpc import MAX_GRPC_MESSAGE_BYTES
-from herald.common.tls import PLAINTEXT, Dialer
+from herald.common.transport.rpc import MAX_GRPC_MESSAGE_BYTES
+from herald.common.transport.tls import PLAINTEXT, Dialer
 
 _BAD_STATES = (grpc.ChannelConnectivity.TRANSIENT_FAILURE, grpc.ChannelConnectivity.SHUTDOWN)
 

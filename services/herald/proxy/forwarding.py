@@ -23,8 +23,8 @@ from google.protobuf.message import DecodeError
 from herald.api.v1 import broker_pb2, common_pb2
 from herald.common import errors
 from herald.common.backoff import Backoff
-from herald.common.rpc import EOF, abort, error_from_rpc
 from herald.common.tasks import cancel_and_wait, wait_event
+from herald.common.transport.rpc import EOF, abort, error_from_rpc
 from herald.proxy.broker_pool import BrokerPool
 from herald.proxy.drain import DRAINING_MESSAGE, Drain
 from herald.proxy.lookups import Lookups

@@ -1,5 +1,5 @@
 """The proxy's client connection limits (max_connections in all, max_connections_per_address per
-client address), counted as every server counts them (herald.common.connections: only live,
+client address), counted as every server counts them (herald.common.transport.connections: only live,
 authenticated connections, a client peer while it has a call in progress; the Gate admits calls
 inside the handlers, after authentication), with the proxy's metrics."""
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from herald.common.connections import ConnectionTracker
 from herald.common.errors import HeraldError, TooManyRequestsError
+from herald.common.transport.connections import ConnectionTracker
 from herald.proxy.metrics import ProxyMetrics
 
 

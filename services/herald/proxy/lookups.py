@@ -15,7 +15,7 @@ import grpc.aio
 from herald.api.v1 import lookup_pb2, lookup_pb2_grpc
 from herald.common.bounded import Pacer
 from herald.common.errors import ConnectionError_, HeraldError, ServiceNotReadyError
-from herald.common.rpc import error_from_rpc
+from herald.common.transport.rpc import error_from_rpc
 from herald.proxy.broker_pool import BrokerPool
 from herald.proxy.metrics import ProxyMetrics
 

@@ -1,4 +1,4 @@
-"""The proxy's Prometheus metrics (herald.common.metrics serves them): client connections, streams
+"""The proxy's Prometheus metrics (herald.common.http.endpoint serves them): client connections, streams
 relayed, bytes forwarded, lookups and what happened to upstream brokers."""
 
 from __future__ import annotations

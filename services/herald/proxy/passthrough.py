@@ -15,7 +15,7 @@ import grpc.aio
 
 from herald.common import errors
 from herald.common.backoff import Backoff
-from herald.common.rpc import abort, error_from_rpc
+from herald.common.transport.rpc import abort, error_from_rpc
 from herald.proxy.broker_pool import BrokerPool
 from herald.proxy.forwarding import LOOK_AGAIN
 from herald.proxy.lookups import Lookups

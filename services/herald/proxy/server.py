@@ -19,13 +19,13 @@ from prometheus_client import CollectorRegistry
 from herald.api.v1 import admin_pb2, broker_pb2, lookup_pb2, lookup_pb2_grpc
 from herald.common import errors
 from herald.common.bounded import Pacer
-from herald.common.health import ServiceHealth, unreachable
-from herald.common.http_endpoint import HttpEndpoint
-from herald.common.rpc import abort, server_options
-from herald.common.rpc_decoding import DecodingInterceptor
-from herald.common.security import ServiceSecurity
+from herald.common.http.endpoint import HttpEndpoint
+from herald.common.security.service import ServiceSecurity
 from herald.common.tasks import cancel_and_wait
-from herald.common.tls import add_port
+from herald.common.transport.decoding import DecodingInterceptor
+from herald.common.transport.health import ServiceHealth, unreachable
+from herald.common.transport.rpc import abort, server_options
+from herald.common.transport.tls import add_port
 from herald.proxy.broker_pool import BrokerPool
 from herald.proxy.drain import Drain
 from herald.proxy.forwarding import CONSUME, PRODUCE, StreamKind, StreamRelay

@@ -7,9 +7,8 @@ from dataclasses import dataclass
 
 from herald.common.config import check_server_limits
 from herald.common.errors import InvalidArgumentError
-from herald.common.metrics_access import MetricsEndpointSettings
-from herald.common.rpc import DATA_SERVER_MAX_RECEIVE_BYTES, DEFAULT_MAX_STREAMS_PER_CONNECTION
-from herald.common.security import SecuritySettings
+from herald.common.limits import DATA_SERVER_MAX_RECEIVE_BYTES, DEFAULT_MAX_STREAMS_PER_CONNECTION
+from herald.common.security.settings import MetricsEndpointSettings, SecuritySettings
 
 
 @dataclass

@@ -1,9 +1,6 @@
-"""The storage node (a BookKeeper bookie): durable entry storage for ledgers on the node's own disk.
+"""Durable, replicated entry storage (BookKeeper's design): `node/` is the storage service (a
+bookie) on its own disk; `client/` is the broker's side (ledgers, ensembles, quorums, recovery). The
+two share only the storage contract (proto/herald/v1/storage.proto) and know nothing of each other.
 
-A journal makes each add durable (group commit: many adds share one fsync), an entry log keeps the
-entries for cheap reads, an index maps (ledger, entry) to a place in the entry log, and fencing
-stops a stale writer. `server` exposes it over gRPC; `client` is the broker's side of the contract.
-
-The node knows ledgers and entries only: nothing of topics, brokers, ensembles or quorums. Entry
-bytes are opaque to it; it guards them with a checksum of its own.
+Entry bytes are opaque to storage; a node guards them with a checksum of its own.
 """

@@ -13,8 +13,8 @@ from herald.client.sync.consumer import Consumer
 from herald.client.sync.loop import LoopThread
 from herald.client.sync.producer import Producer
 from herald.client.sync.reader import Reader
+from herald.common.codec.message_id import MessageId
 from herald.common.errors import AlreadyClosedError, InvalidArgumentError
-from herald.common.message_id import MessageId
 
 if TYPE_CHECKING:
     from herald.client.client import Topics

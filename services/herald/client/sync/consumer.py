@@ -27,8 +27,8 @@ from herald.client.message import Message
 from herald.client.stats import ConsumerStats
 from herald.client.sync.loop import Submitter
 from herald.common import tracing
+from herald.common.codec.message_id import MessageId
 from herald.common.errors import ConsumerClosedError, InvalidArgumentError
-from herald.common.message_id import MessageId
 
 if TYPE_CHECKING:
     from herald.client.client import AsyncClient, Topics

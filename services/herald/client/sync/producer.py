@@ -14,8 +14,8 @@ from herald.client import tracing as client_tracing
 from herald.client.producer import AsyncProducer, SendCallback, T, deliver_at_ms
 from herald.client.sync.loop import Submitter
 from herald.common import tracing
+from herald.common.codec.message_id import MessageId
 from herald.common.errors import HeraldError
-from herald.common.message_id import MessageId
 
 if TYPE_CHECKING:
     from herald.client.sync.client import Client

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from herald.client.message import Message
 from herald.client.reader import AsyncReader
+from herald.common.codec.message_id import MessageId
 from herald.common.errors import ConsumerClosedError, InvalidArgumentError
-from herald.common.message_id import MessageId
 
 if TYPE_CHECKING:
     from herald.client.client import AsyncClient

@@ -1,0 +1,645 @@
+"""Dispatchers: read a subscription's entries from the managed ledger and hand them to its
+consumers within their flow permits (Pulsar's PersistentDispatcher*).
+
+One task per dispatcher reads ahead in chunks from the cursor's read position, woken when entries
+are added (tailing), permits arrive, a consumer comes or goes, or a delayed entry falls due.
+Entries put back for redelivery (a Shared consumer left, asked, or negatively acknowledged) wait in
+a replay set and go first, lowest position first. Before an entry is handed to anyone it is
+admitted: acknowledged ones are dropped, one whose redelivery count reached the subscription's
+dead-letter limit goes to the dead-letter queue instead, and (Shared, Key_Shared) one whose
+deliver-at time is ahead is held by the delayed-delivery tracker until due.
+
+Each subscription type is a Dispatcher subclass: it decides who gets what, and what happens to a
+leaving consumer's unacknowledged entries. Exclusive and Failover (one active consumer, rewinding
+the cursor to redeliver) live here with Shared; Key_Shared lives in broker.key_shared.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+import heapq
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+from herald.broker.core import tracing as broker_tracing
+from herald.broker.core.consumer import ActiveConsumerChanged, Consumer
+from herald.broker.core.delayed_delivery import DelayedDeliveryTracker
+from herald.broker.core.managed_ledger import Position
+from herald.broker.settings import BrokerSettings
+from herald.common import tracing
+from herald.common.codec.entry import EntryMetadata, decode_entry, permits_of
+from herald.common.codec.names import TopicName
+from herald.common.errors import ConsumerBusyError, HeraldError
+from herald.common.tasks import wait_event
+
+if TYPE_CHECKING:
+    from herald.broker.core.subscription import Subscription
+
+log = logging.getLogger(__name__)
+
+
+def now_ms() -> int:
+    """Wall-clock unix milliseconds: deliver-at times are producers' wall-clock times."""
+    return int(time.time() * 1000)
+
+
+class ReadEntry:
+    """An entry read for dispatch; its metadata is parsed once, when first needed."""
+
+    __slots__ = ("_metadata", "_parsed", "_payload_size", "data", "position")
+
+    def __init__(self, position: Position, data: bytes) -> None:
+        self.position = position
+        self.data = data
+        self._metadata: EntryMetadata | None = None
+        self._payload_size = 0
+        self._parsed = False
+
+    @property
+    def metadata(self) -> EntryMetadata | None:
+        """None when the metadata cannot be read (such an entry counts one message, has no key
+        and no delay)."""
+        if not self._parsed:
+            self._parsed = True
+            try:
+                self._metadata, payload = decode_entry(self.data, verify=False)
+                self._payload_size = len(payload)
+            except HeraldError:
+                self._metadata = None
+        return self._metadata
+
+    @property
+    def num_messages(self) -> int:
+        """The permits it takes: its num_messages within what it can hold (permits_of), so that a
+        stored entry whose metadata lies cannot drive a consumer's permits far negative."""
+        metadata = self.metadata
+        return permits_of(metadata, self._payload_size) if metadata is not None else 1
+
+    @property
+    def deliver_at(self) -> int:
+        metadata = self.metadata
+        return metadata.deliver_at_time if metadata is not None else 0
+
+
+Entries = list[ReadEntry]
+
+
+class ReplaySet:
+    """Entries to deliver again, taken lowest position first, each with its key hash when known
+    (Key_Shared needs it to pick only entries whose consumer can take them)."""
+
+    def __init__(self) -> None:
+        self._heap: list[Position] = []  # may hold stale positions, skipped when popped
+        self._hashes: dict[Position, int | None] = {}
+
+    def __len__(self) -> int:
+        return len(self._hashes)
+
+    def __contains__(self, position: Position) -> bool:
+        return position in self._hashes
+
+    def add(self, position: Position, key_hash: int | None = None) -> None:
+        if position in self._hashes:
+            if key_hash is not None:
+                self._hashes[position] = key_hash
+            return
+        self._hashes[position] = key_hash
+        heapq.heappush(self._heap, position)
+
+    def pop(self) -> Position | None:
+        heap = self._heap
+        while heap:
+            position = heapq.heappop(heap)
+            if position in self._hashes:
+                del self._hashes[position]
+                return position
+        return None
+
+    def remove(self, position: Position) -> None:
+        self._hashes.pop(position, None)
+        if len(self._heap) > 2 * len(self._hashes) + 64:
+            self._heap = sorted(self._hashes)  # drop the stale ones; a sorted list is a heap
+
+    def hash_of(self, position: Position) -> int | None:
+        return self._hashes.get(position)
+
+    def in_order(self) -> list[Position]:
+        return sorted(self._hashes)
+
+    def items(self) -> Iterable[tuple[Position, int | None]]:
+        return self._hashes.items()
+
+    def clear(self) -> None:
+        self._heap.clear()
+        self._hashes.clear()
+
+
+class Dispatcher(abc.ABC):
+    type_name = ""
+    # Shared and Key_Shared hold entries until their deliver-at time; the others deliver at once.
+    delays_delivery = False
+
+    def __init__(self, subscription: Subscription, settings: BrokerSettings) -> None:
+        self._sub = subscription
+        self._cursor = subscription.cursor
+        self._ledger = subscription.ledger
+        self._settings = settings
+        self.consumers: list[Consumer] = []
+        self._wakeup = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+        # Bumped when the cursor is rewound or reset: a read in flight from before is stale.
+        self._epoch = 0
+        self._replay = ReplaySet()
+        self._delayed = DelayedDeliveryTracker()
+        self._timers: set[asyncio.TimerHandle] = set()  # negative acks waiting for their delay
+        # Messages per entry, averaged: permits count messages, reads count entries.
+        self._messages_per_entry = 1.0
+
+    # ---- lifecycle ----
+
+    def start(self) -> None:
+        if self._task is None and not self._closed:
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name=f"dispatch {self._sub.topic_name} {self._sub.name}")
+
+    async def close(self) -> None:
+        self._closed = True
+        self._cancel_timers()
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def notify(self) -> None:
+        """Something changed (entries added, permits, consumers): look for work."""
+        self._wakeup.set()
+
+    def hash_ranges_of(self, consumer: Consumer) -> list[tuple[int, int]]:
+        """Key_Shared: the slices of the key hash range the consumer owns (for stats); [] elsewhere."""
+        return []
+
+    def reset(self) -> None:
+        """Forget what is held for dispatch (the caller moves the cursor: a seek): the replay set,
+        delayed entries, pending negative acks, the consumers' unacknowledged and not yet sent
+        entries; a read in flight is discarded."""
+        self._replay.clear()
+        self._delayed.clear()
+        self._cancel_timers()
+        for consumer in self.consumers:
+            consumer.take_back_undelivered()
+            consumer.pending.clear()
+        self._forget()
+        self._epoch += 1
+        self.notify()
+
+    def _forget(self) -> None:
+        """Subclasses drop their own dispatch state on reset."""
+
+    def acked(self) -> None:
+        """Entries were acknowledged (the mark-delete position may have moved)."""
+
+    # ---- consumers (per type) ----
+
+    @abc.abstractmethod
+    def add_consumer(self, consumer: Consumer) -> None:
+        """Attach a consumer, or raise ConsumerBusyError."""
+
+    @abc.abstractmethod
+    def remove_consumer(self, consumer: Consumer) -> None:
+        """Detach a consumer; its unacknowledged entries must be delivered again."""
+
+    @abc.abstractmethod
+    def redeliver(self, consumer: Consumer, positions: list[Position] | None) -> None:
+        """The consumer wants these (None: all) unacknowledged entries again."""
+
+    @abc.abstractmethod
+    def negative_ack(self, consumer: Consumer, positions: list[Position], delay_ms: int) -> None:
+        """The consumer gave up on these entries: deliver them again after delay_ms."""
+
+    @abc.abstractmethod
+    def _read_budget(self) -> int:
+        """Entries worth reading now, given the consumers' permits and buffer room."""
+
+    @abc.abstractmethod
+    def _dispatch(self, entries: Entries) -> Entries:
+        """Hand admitted entries to consumers; returns those nobody could take."""
+
+    # ---- stats ----
+
+    @property
+    def replay_size(self) -> int:
+        return len(self._replay)
+
+    @property
+    def delayed_count(self) -> int:
+        """Entries held until their deliver-at time."""
+        return len(self._delayed)
+
+    # ---- the read loop ----
+
+    async def _run(self) -> None:
+        while True:
+            await self._wait_for_work()
+            try:
+                if await self._dispatch_once():
+                    self._wakeup.set()  # there may be more
+                    await asyncio.sleep(0)  # cache hits never suspend: let acks, flows and adds in
+            except HeraldError as exc:
+                log.warning("dispatch %s/%s: read failed, retrying in %.1fs: %s", self._sub.topic_name,
+                            self._sub.name, self._settings.dispatch_retry_seconds, exc)
+                await asyncio.sleep(self._settings.dispatch_retry_seconds)
+                self._wakeup.set()
+            except Exception:  # a bug must not stall the subscription for good
+                log.exception("dispatch %s/%s failed", self._sub.topic_name, self._sub.name)
+                await asyncio.sleep(self._settings.dispatch_retry_seconds)
+                self._wakeup.set()
+
+    async def _wait_for_work(self) -> None:
+        """Until notified, or until the earliest delayed entry is due."""
+        due = self._delayed.next_due_ms()
+        if due is None:
+            await self._wakeup.wait()
+        else:
+            # A millisecond over: deliver-at times are whole milliseconds, the clock is not.
+            timeout = max(0.0, (due - now_ms()) / 1000) + 0.001
+            await wait_event(self._wakeup, timeout)
+        self._wakeup.clear()
+
+    async def _dispatch_once(self) -> bool:
+        """One read and dispatch; False when there is nothing to do until woken."""
+        self._prepare()
+        budget = min(self._read_budget(), self._settings.dispatch_max_read_entries)
+        if budget <= 0:
+            return False
+        if self._replay:
+            positions = self._take_replay(budget)
+            if positions:
+                try:
+                    entries = await self._read_positions(positions)
+                except BaseException:
+                    for position in positions:
+                        self._replay.add(position)
+                    raise
+                self._requeue(self._dispatch(self._admit(entries)))
+                return True
+            if not self._may_read_ahead():
+                return False
+        start = self._cursor.read_position
+        if not self._ledger.has_entries_from(start):
+            return False
+        epoch = self._epoch
+        read = await self._ledger.read_entries(start, budget)
+        if epoch != self._epoch:
+            return True  # rewound meanwhile: read again from the new position
+        if not read:
+            return False
+        last = read[-1][0]
+        self._cursor.advance_read_position(Position(last.ledger_id, last.entry_id + 1))
+        leftovers = self._dispatch(self._admit([ReadEntry(position, data) for position, data in read]))
+        if leftovers:
+            self._leftovers(leftovers)
+        return True
+
+    def _prepare(self) -> None:
+        """Before each round: delayed entries now due join the replay set."""
+        if self._delayed.next_due_ms() is not None:
+            for position in self._delayed.take_due(now_ms()):
+                self._replay.add(position)
+
+    def _may_read_ahead(self) -> bool:
+        """Whether to read new entries while the replay set holds entries nobody can take now."""
+        return True
+
+    def _admit(self, entries: Entries) -> Entries:
+        """The entries to dispatch: not acknowledged, not dead letters, not delayed."""
+        is_acked = self._cursor.is_acked
+        sub = self._sub
+        policy = sub.dead_letter_policy if sub.dead_letters is not None else None
+        has_letters = sub.dead_letter_count > 0
+        counts = sub.redelivery_counts
+        delays = self.delays_delivery
+        now = now_ms() if delays else 0
+        admitted: Entries = []
+        for entry in entries:
+            position = entry.position
+            if is_acked(position) or (has_letters and sub.holds_dead_letter(position)):
+                continue
+            if policy is not None and counts:
+                count = counts.get(position, 0)
+                if count >= policy.max_redeliver_count:
+                    sub.hand_to_dead_letters(position, entry.data, count)
+                    continue
+            if delays:
+                deliver_at = entry.deliver_at
+                if deliver_at > now:
+                    self._delayed.add(position, deliver_at)
+                    continue
+            admitted.append(entry)
+        return admitted
+
+    def _leftovers(self, entries: Entries) -> None:
+        """Newly read entries no consumer could take: deliver them later."""
+        self._requeue(entries)
+
+    def _requeue(self, entries: Entries) -> None:
+        for entry in entries:
+            self._replay.add(entry.position)
+
+    async def _read_positions(self, positions: list[Position]) -> Entries:
+        """Read scattered positions (ascending), one storage read per run of consecutive ones."""
+        found: Entries = []
+        i = 0
+        while i < len(positions):
+            j = i
+            while (j + 1 < len(positions) and positions[j + 1].ledger_id == positions[i].ledger_id
+                   and positions[j + 1].entry_id == positions[j].entry_id + 1):
+                j += 1
+            wanted = set(positions[i:j + 1])
+            entries = await self._ledger.read_entries(positions[i], j - i + 1)
+            found.extend(ReadEntry(position, data) for position, data in entries if position in wanted)
+            i = j + 1
+        return found
+
+    def _take_replay(self, limit: int) -> list[Position]:
+        """Up to `limit` replay positions to read now, ascending."""
+        taken: list[Position] = []
+        is_acked = self._cursor.is_acked
+        while self._replay and len(taken) < limit:
+            position = self._replay.pop()
+            if position is not None and not is_acked(position):
+                taken.append(position)
+        return taken
+
+    # ---- helpers for subclasses ----
+
+    def _entries_for(self, permits: int) -> int:
+        return max(1, int(permits / self._messages_per_entry))
+
+    def _room(self, consumer: Consumer) -> int:
+        """Entries worth reading for a consumer that can receive."""
+        return min(self._entries_for(consumer.permits), consumer.buffer_room)
+
+    def _deliver(self, consumer: Consumer, entry: ReadEntry) -> None:
+        counts = self._sub.redelivery_counts
+        messages = entry.num_messages
+        self._messages_per_entry += (messages - self._messages_per_entry) * 0.1
+        position = entry.position
+        redelivery_count = counts.get(position, 0) if counts else 0
+        span = None
+        if tracing.ENABLED:
+            metadata = entry.metadata
+            if metadata is not None and metadata.traceparent:
+                span = broker_tracing.start_deliver(consumer, position, metadata.traceparent, messages,
+                                                    redelivery_count)
+        consumer.push(position, entry.data, messages, redelivery_count, span)
+
+    def _add_replay(self, positions: Iterable[Position]) -> None:
+        is_acked = self._cursor.is_acked
+        for position in positions:
+            if not is_acked(position):
+                self._replay.add(position)
+
+    def _count_redelivery(self, positions: list[Position]) -> None:
+        self._sub.redelivered_counter += len(positions)
+        counts = self._sub.redelivery_counts
+        for position in positions:
+            counts[position] = counts.get(position, 0) + 1
+
+    def _after(self, delay_ms: int, action: Callable[[], None]) -> None:
+        """Run action after delay_ms (at once when <= 0); the timer dies with the dispatcher."""
+        if delay_ms <= 0:
+            action()
+            return
+        handle: asyncio.TimerHandle | None = None
+
+        def fire() -> None:
+            if handle is not None:
+                self._timers.discard(handle)
+            if not self._closed:
+                action()
+
+        handle = asyncio.get_running_loop().call_later(delay_ms / 1000, fire)
+        self._timers.add(handle)
+
+    def _cancel_timers(self) -> None:
+        for handle in self._timers:
+            handle.cancel()
+        self._timers.clear()
+
+    @staticmethod
+    def _delivered(consumer: Consumer, positions: list[Position] | None) -> tuple[list[Position], list[Position]]:
+        """Take back from a consumer the entries to deliver again: (not yet sent, sent). None: all
+        of them; otherwise only those the client has seen (pending and no longer buffered here)."""
+        if positions is None:
+            undelivered = consumer.take_back_undelivered()
+            delivered = list(consumer.pending)
+            consumer.pending.clear()
+            return undelivered, delivered
+        buffered = consumer.buffered_positions()
+        delivered = [p for p in dict.fromkeys(positions) if p in consumer.pending and p not in buffered]
+        for position in delivered:
+            del consumer.pending[position]
+        return [], delivered
+
+
+class SingleActiveDispatcher(Dispatcher):
+    """One consumer at a time takes everything, in order (Exclusive, Failover). Redelivery rewinds
+    the cursor: everything not acknowledged is read again, in order."""
+
+    @abc.abstractmethod
+    def active_consumer(self) -> Consumer | None:
+        """The consumer entries go to."""
+
+    def redeliver(self, consumer: Consumer, positions: list[Position] | None) -> None:
+        # Like Pulsar's single-consumer dispatchers: any redelivery request redelivers everything.
+        if consumer is self.active_consumer():
+            self._rewind(consumer)
+
+    def negative_ack(self, consumer: Consumer, positions: list[Position], delay_ms: int) -> None:
+        # As Pulsar's client does for these types: after the delay, redeliver everything unacked.
+        self._after(delay_ms, lambda: self.redeliver(consumer, None))
+
+    def _rewind(self, consumer: Consumer) -> None:
+        """Take back what the consumer holds (counted as redelivered) and read again from just
+        after the mark-delete position."""
+        consumer.take_back_undelivered()
+        self._count_redelivery(list(consumer.pending))
+        consumer.pending.clear()
+        self._cursor.rewind()
+        self._epoch += 1
+        self.notify()
+
+    def _read_budget(self) -> int:
+        consumer = self.active_consumer()
+        if consumer is None or not consumer.can_receive:
+            return 0
+        return self._room(consumer)
+
+    def _dispatch(self, entries: Entries) -> Entries:
+        consumer = self.active_consumer()
+        if consumer is None:
+            return entries
+        for i, entry in enumerate(entries):
+            if not consumer.can_receive:
+                return entries[i:]
+            self._deliver(consumer, entry)  # the last one may overshoot the permits
+        return []
+
+    def _leftovers(self, entries: Entries) -> None:
+        # Read ahead but not sent (out of permits): read them again, in order, when permits come.
+        self._cursor.read_position = entries[0].position
+
+
+class ExclusiveDispatcher(SingleActiveDispatcher):
+    """One consumer, refused a second."""
+
+    type_name = "Exclusive"
+
+    def active_consumer(self) -> Consumer | None:
+        return self.consumers[0] if self.consumers else None
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        if self.consumers:
+            raise ConsumerBusyError("Exclusive consumer is already connected")
+        self.consumers.append(consumer)
+        self.notify()
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        if consumer in self.consumers:
+            self.consumers.remove(consumer)
+            self._rewind(consumer)
+
+
+class FailoverDispatcher(SingleActiveDispatcher):
+    """Any number of consumers, one active: the first by (priority level, name); on a partition
+    of a partitioned topic, the (partition index mod n)-th of the highest-priority consumers by
+    name, so a group's consumers share a topic's partitions (Pulsar's rule). Consumers are told
+    their status when they join and whenever it changes. A displaced or leaving active consumer's
+    entries are taken back and the new one continues from the mark-delete position."""
+
+    type_name = "Failover"
+
+    def __init__(self, subscription: Subscription, settings: BrokerSettings) -> None:
+        super().__init__(subscription, settings)
+        self._partition_index = TopicName.parse(subscription.topic_name).partition_index
+        self._active: Consumer | None = None
+
+    def active_consumer(self) -> Consumer | None:
+        return self._active
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        self.consumers.append(consumer)
+        self._elect(joined=consumer)
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        if consumer not in self.consumers:
+            return
+        self.consumers.remove(consumer)
+        if consumer is self._active:
+            self._active = None
+            self._rewind(consumer)
+        self._elect(joined=None)
+
+    def _choose(self) -> Consumer | None:
+        if not self.consumers:
+            return None
+        ranked = sorted(self.consumers, key=lambda c: (c.priority_level, c.name))
+        top = [c for c in ranked if c.priority_level == ranked[0].priority_level]
+        return top[self._partition_index % len(top)] if self._partition_index >= 0 else top[0]
+
+    def _elect(self, joined: Consumer | None) -> None:
+        chosen = self._choose()
+        previous = self._active
+        if chosen is not previous:
+            if previous is not None:
+                self._rewind(previous)
+                previous.notify_event(ActiveConsumerChanged(False))
+            self._active = chosen
+            if chosen is not None:
+                chosen.notify_event(ActiveConsumerChanged(True))
+        if joined is not None and joined is not chosen:
+            joined.notify_event(ActiveConsumerChanged(False))
+        self.notify()
+
+
+class SharedDispatcher(Dispatcher):
+    """Entries go round-robin to the consumers with permits, highest priority (lowest level)
+    first, dispatch_round_robin_batch entries per turn (by default one, which gives Pulsar's
+    documented order: C1(level 0, 2 permits), C2(0, 1), C3(0, 1), C4(1, 2), C5(1, 1) are served
+    C1, C2, C3, C1, C4, C5, C4). A leaving consumer's unacknowledged entries are replayed to the
+    others, each with its redelivery count raised."""
+
+    type_name = "Shared"
+    delays_delivery = True
+
+    def __init__(self, subscription: Subscription, settings: BrokerSettings) -> None:
+        super().__init__(subscription, settings)
+        self._next = 0
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        self.consumers.append(consumer)
+        self.notify()
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        if consumer in self.consumers:
+            self.consumers.remove(consumer)
+            self._put_back(consumer, None)
+
+    def redeliver(self, consumer: Consumer, positions: list[Position] | None) -> None:
+        self._put_back(consumer, positions)
+
+    def negative_ack(self, consumer: Consumer, positions: list[Position], delay_ms: int) -> None:
+        _, nacked = self._delivered(consumer, positions)
+        if not nacked:
+            return
+        self._count_redelivery(nacked)
+        self._after(delay_ms, lambda: self._replay_now(nacked))
+
+    def _replay_now(self, positions: list[Position]) -> None:
+        self._add_replay(positions)
+        self.notify()
+
+    def _put_back(self, consumer: Consumer, positions: list[Position] | None) -> None:
+        undelivered, delivered = self._delivered(consumer, positions)
+        self._count_redelivery(delivered)
+        self._add_replay(undelivered)
+        self._add_replay(delivered)
+        self.notify()
+
+    def _read_budget(self) -> int:
+        return sum(self._room(c) for c in self.consumers if c.can_receive)
+
+    def _next_consumer(self) -> Consumer | None:
+        consumers = self.consumers
+        levels = [c.priority_level for c in consumers if c.can_receive]
+        if not levels:
+            return None
+        level = min(levels)
+        n = len(consumers)
+        for k in range(n):
+            index = (self._next + k) % n
+            consumer = consumers[index]
+            if consumer.priority_level == level and consumer.can_receive:
+                self._next = index + 1
+                return consumer
+        return None
+
+    def _dispatch(self, entries: Entries) -> Entries:
+        batch = max(1, self._settings.dispatch_round_robin_batch)
+        i = 0
+        while i < len(entries):
+            consumer = self._next_consumer()
+            if consumer is None:
+                break
+            sent = 0
+            while i < len(entries) and sent < batch and consumer.can_receive:
+                self._deliver(consumer, entries[i])
+                i += 1
+                sent += 1
+        return entries[i:]

@@ -1,0 +1,106 @@
+"""Message TTL (Pulsar's message expiry): entries published longer ago than the topic's
+`message_ttl_seconds` are acknowledged on every durable subscription, as if consumed, checked every
+`message_expiry_check_interval` seconds.
+
+A check reads each subscription's backlog from its oldest unacknowledged entry on and stops at the
+first entry still young, so over time every entry is read at most once for expiry (the expired
+ones are acknowledged and never read for it again). The cutoff is the producer's publish time.
+Readers (non-durable subscriptions) never expire anything: they hold nothing back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from herald.broker.core.ledger_list import Position
+from herald.common.codec.entry import read_metadata
+from herald.common.errors import HeraldError
+from herald.common.tasks import cancel_and_wait
+
+if TYPE_CHECKING:
+    from herald.broker.core.subscription import Subscription
+    from herald.broker.core.topic import PersistentTopic
+
+log = logging.getLogger(__name__)
+
+READ_CHUNK = 100  # entries read per step of a check
+
+
+class MessageExpiry:
+    """One topic's expiry checks: a task that runs them every `interval` seconds until stopped."""
+
+    def __init__(self, topic: PersistentTopic, interval: float) -> None:
+        self._topic = topic
+        self._interval = interval
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._task is None and self._interval > 0:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=f"expiry {self._topic.name}")
+
+    async def stop(self) -> None:
+        # Cancelling is safe: a check only acknowledges in memory (cursors are persisted elsewhere).
+        task, self._task = self._task, None
+        await cancel_and_wait(task)
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval)
+            try:
+                await self.expire()
+            except HeraldError as exc:
+                log.warning("topic %s: message expiry failed: %s", self._topic.name, exc)
+            except Exception:
+                log.exception("topic %s: message expiry failed", self._topic.name)
+
+    async def expire(self, now_ms: int | None = None) -> int:
+        """One check of every durable subscription; returns the messages expired."""
+        ttl = self._topic.message_ttl_seconds
+        if ttl <= 0 or self._topic.closed:
+            return 0
+        cutoff = (int(time.time() * 1000) if now_ms is None else now_ms) - ttl * 1000
+        expired = 0
+        for sub in list(self._topic.subscriptions.values()):
+            if sub.durable and not sub.closed:
+                expired += await self._expire_subscription(sub, cutoff)
+        return expired
+
+    async def _expire_subscription(self, sub: Subscription, cutoff_ms: int) -> int:
+        """Acknowledge, up to the first entry published after cutoff_ms, what is unacknowledged."""
+        ledger = self._topic.ledger
+        cursor = sub.cursor
+        started_at = cursor.mark_delete_position
+        candidates: list[tuple[Position, int]] = []  # (position, messages) of old unacked entries
+        position = ledger.normalize(Position(started_at.ledger_id, started_at.entry_id + 1))
+        young = False
+        while not young and ledger.has_entries_from(position):
+            entries = await ledger.read_entries(position, READ_CHUNK)
+            if not entries:
+                break
+            for entry_position, data in entries:
+                try:
+                    metadata = read_metadata(data, verify=False)
+                    published, messages = metadata.publish_time, max(1, metadata.num_messages)
+                except HeraldError:
+                    published, messages = 0, 1  # unreadable: as old as can be
+                if published > cutoff_ms:
+                    young = True
+                    break
+                candidates.append((entry_position, messages))
+            last = entries[-1][0]
+            position = ledger.normalize(Position(last.ledger_id, last.entry_id + 1))
+            await asyncio.sleep(0)  # cache hits never suspend: let the broker breathe
+        # A reset moved the cursor back meanwhile: what was read no longer says what to expire.
+        if not candidates or sub.closed or cursor.mark_delete_position < started_at:
+            return 0
+        messages = sum(count for entry_position, count in candidates if not cursor.is_acked(entry_position))
+        cursor.ack_cumulative(candidates[-1][0])
+        sub.msg_expired_counter += messages
+        sub.cursor_moved()
+        if messages:
+            log.info("topic %s: subscription %s: %d messages expired (TTL %ss)", self._topic.name, sub.name,
+                     messages, self._topic.message_ttl_seconds)
+        return messages

@@ -1,0 +1,110 @@
+"""The broker's side of a producer: its name, its topic, whether it is closed, its counters, and the
+checks every entry it sends must pass before the topic deduplicates and stores it."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from herald.common.codec.entry import (
+    ENTRY_FRAMING_ALLOWANCE,
+    MIN_RECORD_SIZE,
+    EntryMetadata,
+    decode_entry,
+    entry_checksum_ok,
+    records_capacity,
+)
+from herald.common.errors import (
+    ChecksumError,
+    InvalidArgumentError,
+    MessageTooLargeError,
+    MetadataError,
+    PersistenceError,
+)
+
+if TYPE_CHECKING:
+    from herald.broker.core.nonpersistent_topic import NonPersistentTopic
+    from herald.broker.core.topic import PersistentTopic
+
+
+class Producer:
+    def __init__(self, topic: PersistentTopic | NonPersistentTopic, name: str, producer_id: int) -> None:
+        self.topic = topic
+        self.name = name
+        self.producer_id = producer_id
+        self.closed = False
+        self.msg_in_counter = 0
+        self.bytes_in_counter = 0
+        self.entries_in_counter = 0
+        self.properties: dict[str, str] = {}  # the application's, for stats
+        self._closed_event = asyncio.Event()
+
+    def check(
+        self, entry: bytes, num_messages: int, *, encryption_required: bool, max_message_size: int,
+    ) -> EntryMetadata:
+        """The publish checks, in Pulsar's order, then those of the entry's metadata that
+        consumers rely on; returns the metadata (parsed once). Each failure says what to do."""
+        if self.closed:
+            raise PersistenceError("Producer is closed")
+        if not entry_checksum_ok(entry):
+            raise ChecksumError("Checksum failed on the broker")
+        metadata, payload = decode_entry(entry, verify=False)  # just verified
+        if encryption_required and not metadata.encryption_keys:
+            raise MetadataError("Messages must be encrypted")
+        if len(entry) > max_message_size + ENTRY_FRAMING_ALLOWANCE:
+            raise MessageTooLargeError(
+                f"entry of {len(entry)} bytes is larger than the maximum message size of "
+                f"{max_message_size} bytes: send smaller messages or smaller batches"
+            )
+        self._check_metadata(metadata, len(payload), num_messages, max_message_size)
+        return metadata
+
+    def _check_metadata(
+        self, metadata: EntryMetadata, payload_size: int, num_messages: int, max_message_size: int,
+    ) -> None:
+        """What consumers size their work by must be true: the producer's name, how many messages
+        the entry holds, what its payload decompresses to (consumers bound decompression by it).
+        The broker does not decompress: a count is checked against what the declared size can hold."""
+        if metadata.producer_name != self.name:
+            raise InvalidArgumentError(
+                f"entry metadata names producer {metadata.producer_name!r}, but it was sent by producer "
+                f"{self.name!r}: an entry carries the name its producer registered with")
+        claimed = metadata.num_messages
+        if claimed < 1:
+            raise InvalidArgumentError(
+                f"entry metadata says num_messages={claimed}: an entry holds one message or more")
+        if claimed != num_messages:
+            raise InvalidArgumentError(
+                f"the send says num_messages={num_messages}, but the entry's metadata says {claimed}: "
+                "they must agree")
+        if metadata.num_chunks > 0:
+            if claimed != 1:
+                raise InvalidArgumentError(
+                    f"entry metadata says num_messages={claimed} for a chunk: a chunk is part of one message")
+        elif metadata.compression and metadata.uncompressed_size > max_message_size + ENTRY_FRAMING_ALLOWANCE:
+            raise MessageTooLargeError(
+                f"entry metadata says its payload decompresses to {metadata.uncompressed_size} bytes, more than "
+                f"the maximum message size of {max_message_size} bytes: send smaller messages or smaller batches")
+        capacity = records_capacity(metadata, payload_size)
+        if claimed > capacity:
+            what, size = (("uncompressed_size", metadata.uncompressed_size) if metadata.compression
+                          else ("total_chunk_size", metadata.total_chunk_size) if metadata.num_chunks > 0
+                          else ("payload", payload_size))
+            raise InvalidArgumentError(
+                f"entry metadata says num_messages={claimed}, but its {what} of {size} bytes holds at most "
+                f"{capacity} (a message takes {MIN_RECORD_SIZE} bytes at least)")
+
+    def record(self, num_messages: int, size: int) -> None:
+        self.msg_in_counter += num_messages
+        self.bytes_in_counter += size
+        self.entries_in_counter += 1
+
+    def close(self) -> None:
+        """Refuse further entries (those already accepted still complete). Idempotent."""
+        self.closed = True
+        self._closed_event.set()
+
+    async def wait_closed(self) -> None:
+        """Returns once the producer is closed, by its client or by the broker (topic unloaded,
+        write failed): the adapter then ends the stream so the client reconnects."""
+        await self._closed_event.wait()

@@ -1,0 +1,559 @@
+"""A persistent topic on its owning broker: producers and their checks, deduplication, the managed
+ledger entries are appended to, and the subscriptions that read it.
+
+publish() is the hot path: checks, dedup and the add are queued synchronously, so the order of
+publish() calls is the order of entries in the log; completion (dedup's persisted mark, counters,
+waking dispatchers) runs in that order too, from the managed ledger's completion callback. A
+retention trimmer deletes the ledgers every subscription has consumed (broker.retention).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import itertools
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from herald.broker.core.backlog_quota import BacklogQuotaGuard
+from herald.broker.core.consumer import Consumer
+from herald.broker.core.cursor import InitialPosition, ManagedCursor, ResetTarget
+from herald.broker.core.dead_letters import DeadLetterQueue
+from herald.broker.core.dedup import DedupStatus, MessageDeduplication
+from herald.broker.core.expiry import MessageExpiry
+from herald.broker.core.managed_ledger import ManagedLedger, PendingAdd, Position
+from herald.broker.core.policies import broker_defaults, check_consumer_limits, check_producer_limit
+from herald.broker.core.producer import Producer
+from herald.broker.core.pull import AddWaiters
+from herald.broker.core.retention import RetentionPolicy, RetentionTrimmer
+from herald.broker.core.seek import first_after, first_at_or_after, resolve_target
+from herald.broker.core.stats import ConsumerStats as ConsumerStats  # the stats types, re-exported
+from herald.broker.core.stats import CursorStats as CursorStats
+from herald.broker.core.stats import InternalStats as InternalStats
+from herald.broker.core.stats import LedgerStats as LedgerStats
+from herald.broker.core.stats import ProducerStats as ProducerStats
+from herald.broker.core.stats import SubscriptionStats as SubscriptionStats
+from herald.broker.core.stats import TopicStats as TopicStats
+from herald.broker.core.stats import TopicStatsCollector
+from herald.broker.core.subscription import Subscription, SubscriptionType, validate_priority_level
+from herald.broker.settings import BrokerSettings
+from herald.common.codec.entry import read_metadata
+from herald.common.codec.message_id import check_position
+from herald.common.codec.names import TopicName, validate_subscription_name
+from herald.common.errors import (
+    AlreadyExistsError,
+    BadVersionError,
+    DuplicateUnknownError,
+    FencedError,
+    HeraldError,
+    InvalidArgumentError,
+    NotAllowedError,
+    NotFoundError,
+    PersistenceError,
+    PreconditionFailedError,
+    ProducerBusyError,
+    ServiceNotReadyError,
+    TopicTerminatedError,
+)
+from herald.common.tasks import wait_event
+from herald.metadata.policies import Policies
+from herald.metadata.store import MetadataStore
+
+if TYPE_CHECKING:
+    from herald.broker.core.metrics import BrokerMetrics
+
+log = logging.getLogger(__name__)
+
+PRODUCER_NAME_COUNTER = "/counters/producer-name"
+
+
+@dataclass(frozen=True, slots=True)
+class LastMessageId:
+    """The topic's last stored message (-1, -1 when it has none)."""
+
+    ledger_id: int
+    entry_id: int
+    partition: int  # -1: not a partition
+    batch_index: int  # the entry's last message in a batch; -1 when not batched
+# A reader's subscription whose cursor was just reset stays this long without consumers, so that
+# the reader reconnecting after the seek finds it where the seek put it.
+READER_RESET_GRACE_SECONDS = 30.0
+
+
+class PersistentTopic:
+    def __init__(
+        self,
+        name: str,
+        ledger: ManagedLedger,
+        dedup: MessageDeduplication,
+        settings: BrokerSettings,
+        store: MetadataStore,
+        *,
+        encryption_required: bool = False,
+        on_fenced: Callable[[PersistentTopic], None] | None = None,
+        dead_letters: DeadLetterQueue | None = None,
+        metrics: BrokerMetrics | None = None,
+    ) -> None:
+        self.name = name
+        self.ledger = ledger
+        self.dedup = dedup
+        self.settings = settings
+        self.encryption_required = encryption_required
+        # Effective policies (broker.policies applies them at load and when they change).
+        self.policies: Policies = broker_defaults(settings)
+        self.max_message_size = settings.max_message_size
+        self._store = store
+        self._on_fenced = on_fenced
+        self.dead_letters = dead_letters  # the broker's, lent to subscriptions with a dead-letter policy
+        self._metrics = metrics  # publish latency and entry size, observed per stored entry
+        ledger.on_fenced = self._ledger_fenced
+        self.producers: dict[str, Producer] = {}
+        self.subscriptions: dict[str, Subscription] = {}
+        self.msg_in_counter = 0
+        self.bytes_in_counter = 0
+        self.entries_in_counter = 0  # with msg_in_counter: the messages per entry stats report
+        self._stats = TopicStatsCollector(self, settings.stats_rate_window_seconds)
+        self.closed = False
+        self.fenced = False  # another broker owns the topic now: write no more metadata
+        self._producer_ids = itertools.count(1)
+        self._subscribe_lock = asyncio.Lock()
+        self._flush_task: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
+        self.retention = RetentionTrimmer(
+            ledger, self._mark_delete_positions, dedup,
+            RetentionPolicy(settings.retention_time_seconds, settings.retention_size_bytes),
+            settings.retention_check_interval,
+        )
+        ledger.on_ledger_closed = self.retention.request
+        self.backlog_quota = BacklogQuotaGuard(self, settings.backlog_quota_check_interval)
+        # Message TTL in seconds (0: off); policies set it per topic (broker.expiry acts on it).
+        self.message_ttl_seconds = settings.message_ttl_seconds
+        self.expiry = MessageExpiry(self, settings.message_expiry_check_interval)
+        self.add_waiters = AddWaiters()  # long-polling pulls, woken by each add
+        self._held_readers: dict[Subscription, asyncio.TimerHandle] = {}  # readers reset, kept a while
+        self._background: set[asyncio.Task[None]] = set()
+
+    async def load(self) -> None:
+        """Attach the subscriptions that already exist and start persisting cursors."""
+        for cursor in await ManagedCursor.load_all(self.ledger, self._store, self.ledger.name):
+            self._attach(cursor)
+        self._flush_task = asyncio.get_running_loop().create_task(
+            self._flush_cursors(), name=f"cursor flush {self.name}")
+        self.retention.start()
+        self.expiry.start()
+        self.backlog_quota.start()
+
+    def _mark_delete_positions(self) -> list[Position]:
+        # Readers (non-durable subscriptions) do not hold back retention.
+        return [sub.cursor.mark_delete_position for sub in self.subscriptions.values() if sub.durable]
+
+    @property
+    def terminated(self) -> bool:
+        return self.ledger.terminated
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ServiceNotReadyError(f"topic {self.name} is being unloaded: look it up again")
+
+    def _check_not_terminated(self) -> None:
+        if self.ledger.terminated:
+            raise TopicTerminatedError(f"topic {self.name} was terminated: no more messages are accepted")
+
+    # ---- producers ----
+
+    async def add_producer(self, name: str | None) -> tuple[Producer, int]:
+        """Register a producer (a unique name is assigned when none is given); returns it and the
+        last sequence id persisted under its name (-1 if none)."""
+        self._check_open()
+        self._check_not_terminated()
+        if not name:
+            number = await self._store.allocate_id(PRODUCER_NAME_COUNTER)
+            name = f"{self.settings.cluster}-{number}"
+            self._check_open()
+        if name in self.producers:
+            raise ProducerBusyError(f"producer {name!r} is already connected to {self.name}")
+        check_producer_limit(self.name, self.policies, len(self.producers))
+        self.backlog_quota.check_new_producer()
+        producer = Producer(self, name, next(self._producer_ids))
+        self.producers[name] = producer
+        self.dedup.producer_connected(name)
+        return producer, self.dedup.last_sequence_id(name)
+
+    def remove_producer(self, producer: Producer) -> None:
+        if self.producers.get(producer.name) is producer:
+            del self.producers[producer.name]
+            self.dedup.producer_disconnected(producer.name, time.monotonic())
+        producer.close()
+
+    def publish(
+        self, producer: Producer, sequence_id: int, highest_sequence_id: int, num_messages: int, entry: bytes,
+    ) -> asyncio.Future[tuple[int, int]]:
+        """Check, deduplicate and append an entry. The call queues the add at once (call order is
+        log order); the returned future gives (ledger id, entry id), (-1, -1) for a duplicate, or
+        the error (DuplicateUnknownError: the earlier copy is still being written, retry)."""
+        future: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
+        received = time.perf_counter()
+        try:
+            self._check_not_terminated()
+            producer.check(entry, num_messages, encryption_required=self.encryption_required,
+                           max_message_size=self.max_message_size)
+            admitted = self.backlog_quota.admit(len(entry))
+        except HeraldError as exc:
+            future.set_exception(exc)
+            return future
+        append = functools.partial(self._append, producer, sequence_id, highest_sequence_id, num_messages, entry,
+                                   future, received)
+        if admitted:
+            append()
+        else:  # producer_request_hold: stored in order once the backlog is back under quota
+            self.backlog_quota.hold(len(entry), append, functools.partial(_fail, future))
+        return future
+
+    def _append(
+        self, producer: Producer, sequence_id: int, highest_sequence_id: int, num_messages: int, entry: bytes,
+        future: asyncio.Future[tuple[int, int]], received: float,
+    ) -> None:
+        """Deduplicate and queue the add (the second half of publish; later for a held send)."""
+        if future.done():
+            return  # a held send its client gave up on
+        if producer.closed:
+            future.set_exception(PersistenceError("Producer is closed"))
+            return
+        highest = max(sequence_id, highest_sequence_id)
+        status = self.dedup.check(producer.name, sequence_id, highest)
+        if status is DedupStatus.DUP:
+            future.set_result((-1, -1))
+        elif status is DedupStatus.UNKNOWN:
+            future.set_exception(DuplicateUnknownError(
+                f"message {sequence_id} of producer {producer.name} may still be being written: retry"))
+        else:
+            callback = functools.partial(self._added, producer, highest, max(1, num_messages), future, received)
+            self.ledger.add_entry_nowait(entry, callback)
+
+    def _added(
+        self, producer: Producer, highest: int, num_messages: int, future: asyncio.Future[tuple[int, int]],
+        received: float, op: PendingAdd,
+    ) -> None:
+        if op.error is None and op.position is not None:
+            position = op.position
+            self.dedup.persisted(producer.name, highest, position)
+            size = len(op.data)
+            if self._metrics is not None:
+                self._metrics.publish_latency.observe(time.perf_counter() - received)
+                self._metrics.entry_size.observe(size)
+            producer.record(num_messages, size)
+            self.msg_in_counter += num_messages
+            self.bytes_in_counter += size
+            self.entries_in_counter += 1
+            for subscription in self.subscriptions.values():
+                subscription.notify()
+            self.add_waiters.wake()
+            if not future.done():
+                future.set_result((position.ledger_id, position.entry_id))
+            return
+        error = op.error if op.error is not None else HeraldError("write failed")
+        self.dedup.write_failed(producer.name)
+        if not isinstance(error, FencedError | TopicTerminatedError):
+            # Later entries of this producer may already be queued behind the failed one: close the
+            # producer so its client reconnects and resends from the failed one, in order.
+            self.remove_producer(producer)
+        if not future.done():
+            future.set_exception(error)
+
+    # ---- subscriptions ----
+
+    async def subscribe(
+        self,
+        subscription: str,
+        sub_type: SubscriptionType,
+        initial_position: InitialPosition = InitialPosition.LATEST,
+        consumer_name: str | None = None,
+        priority_level: int = 0,
+        *,
+        non_durable: bool = False,
+        start_position: Position | None = None,
+        start_inclusive: bool = False,
+    ) -> Consumer:
+        """Attach a consumer, creating the subscription when it does not exist: a durable one at
+        initial_position, or with non_durable a reader's, in memory only, starting at
+        start_position (inclusive or not; past the end: the end; None: initial_position), that
+        holds no data back and is dropped when its last consumer leaves."""
+        self._check_open()
+        validate_subscription_name(subscription)
+        validate_priority_level(priority_level)
+        if start_position is not None:
+            check_position(start_position.ledger_id, start_position.entry_id, "reader start")
+        async with self._subscribe_lock:
+            sub = self.subscriptions.get(subscription)
+            if sub is not None and sub.durable == non_durable:
+                raise NotAllowedError(
+                    f"subscription {subscription!r} on {self.name} is durable: a reader (non-durable subscription) "
+                    "needs a name of its own" if sub.durable else
+                    f"subscription {subscription!r} on {self.name} is a reader's (non-durable): a durable "
+                    "subscription needs a name of its own")
+            check_consumer_limits(self.name, self.policies, self.consumer_count,
+                                  len(sub.consumers) if sub is not None else 0)
+            if sub is None:
+                if non_durable:
+                    if start_position is None:
+                        read_from = await resolve_target(self.ledger, initial_position)
+                    elif start_inclusive:
+                        read_from = first_at_or_after(self.ledger, start_position)
+                    else:
+                        read_from = first_after(self.ledger, start_position)
+                    cursor = ManagedCursor.non_durable(
+                        self.ledger, self._store, self.ledger.name, subscription, read_from)
+                else:
+                    cursor = await ManagedCursor.open(
+                        self.ledger, self._store, self.ledger.name, subscription, initial_position)
+                self._check_open()
+                sub = self._attach(cursor)
+            try:
+                return await sub.add_consumer(sub_type, consumer_name, priority_level)
+            except BaseException:
+                self._subscription_idle(sub)  # a reader's subscription nobody could join goes
+                raise
+
+    def _attach(self, cursor: ManagedCursor) -> Subscription:
+        sub = self.subscriptions[cursor.name] = Subscription(
+            self.name, cursor, self.ledger, self.settings, dead_letters=self.dead_letters)
+        sub.on_idle = self._subscription_idle
+        return sub
+
+    def _subscription(self, subscription: str) -> Subscription:
+        sub = self.subscriptions.get(subscription)
+        if sub is None:
+            raise NotFoundError(f"subscription {subscription!r} does not exist on {self.name}")
+        return sub
+
+    def _subscription_idle(self, sub: Subscription) -> None:
+        """A reader's subscription without consumers is dropped, unless held after a reset."""
+        if (sub.durable or sub.consumers or sub in self._held_readers or self.closed
+                or self.subscriptions.get(sub.name) is not sub):
+            return
+        del self.subscriptions[sub.name]
+        self._in_background(sub.close("the reader's subscription was removed", persist=False))
+
+    def _hold_reader(self, sub: Subscription) -> None:
+        """Keep a reader's subscription a while without consumers (they reconnect after a reset)."""
+        loop = asyncio.get_running_loop()
+        old = self._held_readers.pop(sub, None)
+        if old is not None:
+            old.cancel()
+
+        def release() -> None:
+            self._held_readers.pop(sub, None)
+            self._subscription_idle(sub)
+
+        self._held_readers[sub] = loop.call_later(READER_RESET_GRACE_SECONDS, release)
+
+    def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def list_subscriptions(self) -> list[str]:
+        """Every subscription's name, readers' included."""
+        return sorted(self.subscriptions)
+
+    async def create_subscription(
+        self, subscription: str, start: Position | InitialPosition = InitialPosition.LATEST,
+    ) -> None:
+        """Create a durable subscription whose first entry is `start` (a position: the first
+        entry at or after it; or an edge). AlreadyExistsError when it exists."""
+        self._check_open()
+        validate_subscription_name(subscription)
+        async with self._subscribe_lock:
+            if subscription in self.subscriptions:
+                raise AlreadyExistsError(f"subscription {subscription!r} already exists on {self.name}")
+            read_from = await resolve_target(self.ledger, start)
+            cursor = await ManagedCursor.create(self.ledger, self._store, self.ledger.name, subscription, read_from)
+            self._check_open()
+            self._attach(cursor)
+
+    async def unsubscribe(self, subscription: str, force: bool = False, *, requester: Consumer | None = None) -> None:
+        """Delete a subscription and its cursor. NotFoundError when it does not exist; refused
+        (PreconditionFailedError) while consumers are connected, unless `force` (they are
+        disconnected) or the only one connected is `requester` (a consumer unsubscribing itself)."""
+        async with self._subscribe_lock:
+            sub = self._subscription(subscription)
+            others = [c for c in sub.consumers if c is not requester]
+            if others and not force:
+                raise PreconditionFailedError(
+                    f"subscription {subscription!r} on {self.name} has {len(others)} other consumer(s) connected: "
+                    "close them first, or force the deletion")
+            held = self._held_readers.pop(sub, None)
+            if held is not None:
+                held.cancel()
+            del self.subscriptions[subscription]
+            sub.disconnect_consumers("the subscription was deleted")
+            await sub.delete()
+        log.info("topic %s: subscription %s deleted", self.name, subscription)
+
+    async def reset_cursor(self, subscription: str, target: ResetTarget) -> None:
+        """Move a subscription: the next entry it delivers is the one at `target` (a position:
+        the first at or after it; a PublishTime: the first published at or after it; an edge).
+        Its consumers are disconnected (their clients reconnect, as in Pulsar) and a durable
+        cursor is persisted at once."""
+        self._check_open()
+        sub = self._subscription(subscription)
+        read_from = await resolve_target(self.ledger, target)
+        if self.subscriptions.get(subscription) is not sub:
+            raise NotFoundError(f"subscription {subscription!r} was deleted from {self.name} during the reset")
+        if not sub.durable:
+            self._hold_reader(sub)
+        sub.reset_cursor(read_from)
+        log.info("topic %s: subscription %s reset to %s", self.name, subscription, read_from)
+        if sub.durable:
+            await sub.cursor.flush()
+
+    async def skip_messages(self, subscription: str, count: int | None) -> int:
+        """Acknowledge the oldest `count` unacknowledged entries (None: the whole backlog);
+        returns how many were skipped."""
+        if count is not None and count < 0:
+            raise InvalidArgumentError(f"cannot skip {count} messages: give a count >= 0 (or skip all)")
+        self._check_open()
+        sub = self._subscription(subscription)
+        skipped = sub.cursor.skip(count)
+        sub.cursor_moved()
+        if sub.durable:
+            await sub.cursor.flush()
+        return skipped
+
+    async def peek_messages(self, subscription: str, count: int) -> list[tuple[Position, bytes, int]]:
+        """The oldest `count` unacknowledged entries with their redelivery counts, read without
+        dispatching them."""
+        if count < 1:
+            raise InvalidArgumentError(f"cannot peek {count} messages: give a count >= 1")
+        self._check_open()
+        sub = self._subscription(subscription)
+        positions = sub.cursor.unacked_positions(count)
+        counts = sub.redelivery_counts
+        peeked: list[tuple[Position, bytes, int]] = []
+        i = 0
+        while i < len(positions):  # one read per run of consecutive entries
+            j = i
+            while (j + 1 < len(positions) and positions[j + 1].ledger_id == positions[i].ledger_id
+                   and positions[j + 1].entry_id == positions[j].entry_id + 1):
+                j += 1
+            wanted = set(positions[i:j + 1])
+            for position, data in await self.ledger.read_entries(positions[i], j - i + 1):
+                if position in wanted:
+                    peeked.append((position, data, counts.get(position, 0)))
+            i = j + 1
+        return peeked
+
+    def mark_delete_position(self, subscription: str) -> Position:
+        return self._subscription(subscription).cursor.mark_delete_position
+
+    async def get_last_message_id(self) -> LastMessageId:
+        """The last stored message: its entry's position and, for a batch, its last index."""
+        last = self.ledger.last_confirmed_position
+        partition = TopicName.parse(self.name).partition_index
+        if last.entry_id < 0:
+            return LastMessageId(-1, -1, partition, -1)
+        batch_index = -1
+        entries = await self.ledger.read_entries(last, 1)
+        if entries:
+            try:
+                metadata = read_metadata(entries[0][1], verify=False)
+            except HeraldError:
+                pass
+            else:
+                if metadata.batched:
+                    batch_index = max(1, metadata.num_messages) - 1
+        return LastMessageId(last.ledger_id, last.entry_id, partition, batch_index)
+
+    async def terminate(self) -> Position:
+        """No more messages, for good (it survives unload and restart): producers get
+        TopicTerminatedError on register and on send, consumers ReachedEndOfTopic once their
+        subscription acknowledged everything, pulls end_of_topic. Returns the last entry's position."""
+        self._check_open()
+        last = await self.ledger.terminate()
+        self.add_waiters.wake()
+        for sub in list(self.subscriptions.values()):
+            sub.check_end_of_topic()
+        log.info("topic %s terminated at %s", self.name, last)
+        return last
+
+    async def _flush_cursors(self) -> None:
+        # Stopped by an event, never cancelled: a compare-and-set cut off in flight would leave the
+        # cursor's version unknown and its final flush refused.
+        while not self._stopping.is_set():
+            await wait_event(self._stopping, self.settings.cursor_flush_interval)
+            self.dedup.purge_inactive(time.monotonic(), self.settings.dedup_producer_inactivity_seconds)
+            for sub in list(self.subscriptions.values()):
+                if sub.cursor.dirty and not sub.cursor.fenced:
+                    try:
+                        await sub.cursor.flush()
+                    except BadVersionError:
+                        # Someone else wrote the cursor: ownership is in doubt. Unloading lets the
+                        # rightful owner (maybe us, after ownership is checked again) reload it.
+                        self._ledger_fenced()
+                        return
+                    except HeraldError as exc:
+                        log.warning("topic %s: persisting cursor %s failed: %s", self.name, sub.name, exc)
+
+    # ---- state ----
+
+    def stats(self) -> TopicStats:
+        return self._stats.stats()
+
+    def internal_stats(self) -> InternalStats:
+        return self._stats.internal_stats()
+
+    @property
+    def consumer_count(self) -> int:
+        return sum(len(s.consumers) for s in self.subscriptions.values())
+
+    @property
+    def msg_out_counter(self) -> int:
+        return sum(s.msg_out_counter for s in self.subscriptions.values())
+
+    def _ledger_fenced(self) -> None:
+        if self.fenced:
+            return
+        self.fenced = True
+        log.warning("topic %s: another broker took it over", self.name)
+        if self._on_fenced is not None:
+            self._on_fenced(self)
+
+    async def close(self, *, owned: bool = True) -> None:
+        """Disconnect producers and consumers, let accepted writes finish, persist cursors and the
+        dedup snapshot, close the managed ledger. owned=False (ownership was lost: another broker
+        may serve the topic already) persists nothing, as when fenced. Idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        if not owned:
+            self.fenced = True
+        for producer in list(self.producers.values()):
+            producer.close()
+        self.producers.clear()
+        await self.backlog_quota.stop()  # held sends fail: their clients resend after reconnecting
+        self._stopping.set()
+        task, self._flush_task = self._flush_task, None
+        if task is not None:
+            await task
+        await self.retention.stop()
+        await self.expiry.stop()
+        self.add_waiters.wake()  # long polls see the topic closed
+        for timer in self._held_readers.values():
+            timer.cancel()
+        self._held_readers.clear()
+        for sub in list(self.subscriptions.values()):
+            await sub.close(persist=not self.fenced)
+        if self._background:
+            await asyncio.wait(list(self._background))
+        await self.ledger.close(owned=not self.fenced)
+        if not self.fenced:
+            await self.dedup.close()
+        log.info("topic %s closed", self.name)
+
+
+def _fail(future: asyncio.Future[tuple[int, int]], error: HeraldError) -> None:
+    if not future.done():
+        future.set_exception(error)

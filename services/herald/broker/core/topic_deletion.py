@@ -1,0 +1,39 @@
+"""Deleting a persistent topic's stored state once nobody serves it any more: its cursors, dedup
+snapshot and ledger list from the metadata store, then its ledgers from storage.
+
+Metadata goes first and the ledger list last of it, so a deletion cut short leaves at worst a topic
+with fewer subscriptions (it loads again) or ledgers no list names (garbage in storage, never read).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from herald.broker.core.cursor import cursor_key
+from herald.broker.core.dedup import dedup_key
+from herald.broker.core.managed_ledger import LedgerStorage
+from herald.common.errors import HeraldError
+from herald.metadata.store import MetadataStore
+
+log = logging.getLogger(__name__)
+
+
+async def delete_topic_data(store: MetadataStore, storage: LedgerStorage, ledger_name: str) -> list[int]:
+    """Delete everything stored for managed ledger `ledger_name`; returns the ledger ids deleted
+    from storage (a ledger storage failed to delete is logged and left behind)."""
+    ledger_key = f"/managed-ledgers/{ledger_name}"
+    found = await store.get(ledger_key)
+    ledger_ids = [int(item["ledger_id"]) for item in json.loads(found.value).get("ledgers", [])] if found else []
+    for key in await store.list(cursor_key(ledger_name, "")):
+        await store.delete(key)
+    await store.delete(dedup_key(ledger_name))
+    await store.delete(ledger_key)
+    deleted = []
+    for ledger_id in ledger_ids:
+        try:
+            await storage.delete_ledger(ledger_id)
+            deleted.append(ledger_id)
+        except HeraldError as exc:
+            log.warning("managed ledger %s deleted, but not its ledger %s in storage: %s", ledger_name, ledger_id, exc)
+    return deleted

@@ -1,0 +1,227 @@
+"""The entry codec: one entry is one producer batch, written by the producer, stored and forwarded
+unchanged by broker and storage, and unpacked by the consumer.
+
+    entry   = magic:u16 | crc32c:u32 | metadata_length:u32 | EntryMetadata (protobuf) | payload
+    payload = record*             (after decompression, when compression is set)
+    record  = value_length:u32 | flags:u8 | [key_length:u16 key] | [event_time:i64]
+              | [sequence_id:i64] | [property_count:u16 (key_length:u16 key value_length:u32 value)*]
+              | value
+
+The checksum covers everything after itself. Records are packed with struct, never one protobuf
+object per message: this is the client's hot path.
+
+A record takes MIN_RECORD_SIZE bytes at least, which bounds how many messages an entry can hold
+(`records_capacity`): the broker refuses an entry whose num_messages says more, and both broker and
+consumer count an entry's flow permits with `permits_of`, so that a stored entry whose metadata lies
+cannot drive a subscription's permits far negative.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from typing import NamedTuple
+
+from google.protobuf.message import DecodeError
+
+from herald.api.v1 import common_pb2
+from herald.common.codec.checksum import crc32c
+from herald.common.errors import ChecksumError, HeraldError, InvalidArgumentError
+
+MAGIC = 0x0E0C
+_HEADER = struct.Struct(">HII")
+HEADER_SIZE = _HEADER.size
+_MAGIC_CRC = struct.Struct(">HI")
+_META_LENGTH = struct.Struct(">I")
+_CRC_START = _MAGIC_CRC.size  # the checksum covers everything after magic and crc
+
+RECORD_HEADER = struct.Struct("<IB")
+FLAG_KEY = 1
+FLAG_EVENT_TIME = 2
+FLAG_SEQUENCE_ID = 4
+FLAG_PROPERTIES = 8
+_U16 = struct.Struct("<H")
+_U32 = struct.Struct("<I")
+_I64 = struct.Struct("<q")
+MIN_RECORD_SIZE = RECORD_HEADER.size  # a record with an empty value and no flags
+# The max message size limits the message; its entry adds a header, metadata and record framing
+# (keys, properties) on top, and so may its uncompressed payload.
+ENTRY_FRAMING_ALLOWANCE = 10 * 1024
+
+EntryMetadata = common_pb2.EntryMetadata
+
+
+def encode_entry(metadata: common_pb2.EntryMetadata, payload: bytes | bytearray) -> bytes:
+    meta = metadata.SerializeToString()
+    body = _META_LENGTH.pack(len(meta)) + meta + payload  # what the checksum covers
+    return _MAGIC_CRC.pack(MAGIC, crc32c(body)) + body
+
+
+def read_metadata(entry: bytes, verify: bool = True) -> common_pb2.EntryMetadata:
+    """Parse an entry's metadata, checking the header and (by default) the checksum."""
+    return _split(entry, verify)[0]
+
+
+def decode_entry(entry: bytes, verify: bool = True) -> tuple[common_pb2.EntryMetadata, memoryview]:
+    """Split an entry into its metadata and payload; a corrupt entry raises ChecksumError, metadata
+    that does not parse InvalidArgumentError."""
+    return _split(entry, verify)
+
+
+def _split(entry: bytes, verify: bool) -> tuple[common_pb2.EntryMetadata, memoryview]:
+    if len(entry) < HEADER_SIZE:
+        raise ChecksumError(f"entry of {len(entry)} bytes is shorter than its {HEADER_SIZE}-byte header")
+    magic, crc, meta_length = _HEADER.unpack_from(entry)
+    if magic != MAGIC:
+        raise ChecksumError(f"entry has bad magic {magic:#06x}")
+    if verify and crc32c(memoryview(entry)[_CRC_START:]) != crc:
+        raise ChecksumError("Checksum failed: the entry is corrupt")
+    end = HEADER_SIZE + meta_length
+    if end > len(entry):
+        raise ChecksumError("entry metadata runs past the end of the entry")
+    metadata = common_pb2.EntryMetadata()
+    try:
+        metadata.ParseFromString(memoryview(entry)[HEADER_SIZE:end])  # type: ignore[arg-type]  # upb takes buffers
+    except DecodeError as exc:
+        raise InvalidArgumentError(f"entry metadata does not parse: {exc}") from None
+    return metadata, memoryview(entry)[end:]
+
+
+def records_capacity(metadata: common_pb2.EntryMetadata, payload_size: int) -> int:
+    """The most records the entry's payload can hold, MIN_RECORD_SIZE bytes each at least: its
+    uncompressed size says how large it is when compressed, total_chunk_size for a chunk (whose
+    payload is a slice of its message's), else its `payload_size`."""
+    if metadata.compression:
+        size = metadata.uncompressed_size
+    elif metadata.num_chunks > 0:
+        size = metadata.total_chunk_size
+    else:
+        size = payload_size
+    return max(0, size) // MIN_RECORD_SIZE
+
+
+def permits_of(metadata: common_pb2.EntryMetadata, payload_size: int) -> int:
+    """The flow permits an entry takes, reckoned alike by the broker that delivers it and the
+    consumer that gives back what it did not queue: its num_messages, but at least 1 and at most
+    what its payload can hold; a chunk takes 1."""
+    if metadata.num_chunks > 0:
+        return 1
+    return max(1, min(metadata.num_messages, records_capacity(metadata, payload_size)))
+
+
+def entry_permits(entry: bytes) -> int:
+    """permits_of an entry as stored (its checksum unchecked); 1 when its metadata cannot be read."""
+    try:
+        metadata, payload = _split(entry, False)
+    except HeraldError:
+        return 1
+    return permits_of(metadata, len(payload))
+
+
+def entry_checksum_ok(entry: bytes) -> bool:
+    if len(entry) < HEADER_SIZE:
+        return False
+    magic, crc, _ = _HEADER.unpack_from(entry)
+    return bool(magic == MAGIC and crc32c(memoryview(entry)[_CRC_START:]) == crc)
+
+
+def pack_record(
+    buffer: bytearray,
+    value: bytes,
+    key: str | None = None,
+    event_time: int = 0,
+    sequence_id: int | None = None,
+    properties: dict[str, str] | None = None,
+) -> None:
+    """Append one message to a batch payload. The plain case (value only) is one struct call."""
+    if key is None and not event_time and sequence_id is None and not properties:
+        buffer += RECORD_HEADER.pack(len(value), 0)
+        buffer += value
+        return
+    flags = 0
+    extra = bytearray()
+    if key is not None:
+        flags |= FLAG_KEY
+        raw = key.encode()
+        extra += _U16.pack(len(raw))
+        extra += raw
+    if event_time:
+        flags |= FLAG_EVENT_TIME
+        extra += _I64.pack(event_time)
+    if sequence_id is not None:
+        flags |= FLAG_SEQUENCE_ID
+        extra += _I64.pack(sequence_id)
+    if properties:
+        flags |= FLAG_PROPERTIES
+        extra += _U16.pack(len(properties))
+        for name, text in properties.items():
+            raw_name, raw_value = name.encode(), text.encode()
+            extra += _U16.pack(len(raw_name))
+            extra += raw_name
+            extra += _U32.pack(len(raw_value))
+            extra += raw_value
+    buffer += RECORD_HEADER.pack(len(value), flags)
+    buffer += extra
+    buffer += value
+
+
+class Record(NamedTuple):
+    value: bytes
+    key: str | None
+    event_time: int
+    sequence_id: int | None
+    properties: dict[str, str]
+
+
+_NO_PROPERTIES: dict[str, str] = {}
+
+
+def iter_records(payload: bytes | memoryview) -> Iterator[Record]:
+    """The messages of a batch payload, in order; a malformed payload raises InvalidArgumentError."""
+    data = bytes(payload)
+    end = len(data)
+    offset = 0
+    unpack_header = RECORD_HEADER.unpack_from
+    try:
+        while offset < end:
+            length, flags = unpack_header(data, offset)
+            offset += 5
+            if not flags:
+                stop = offset + length
+                if stop > end:
+                    raise InvalidArgumentError("batch record runs past the end of the entry")
+                yield Record(data[offset:stop], None, 0, None, _NO_PROPERTIES)
+                offset = stop
+                continue
+            key = None
+            event_time = 0
+            sequence_id = None
+            properties = _NO_PROPERTIES
+            if flags & FLAG_KEY:
+                (n,) = _U16.unpack_from(data, offset)
+                key = data[offset + 2 : offset + 2 + n].decode()
+                offset += 2 + n
+            if flags & FLAG_EVENT_TIME:
+                (event_time,) = _I64.unpack_from(data, offset)
+                offset += 8
+            if flags & FLAG_SEQUENCE_ID:
+                (sequence_id,) = _I64.unpack_from(data, offset)
+                offset += 8
+            if flags & FLAG_PROPERTIES:
+                (count,) = _U16.unpack_from(data, offset)
+                offset += 2
+                properties = {}
+                for _ in range(count):
+                    (n,) = _U16.unpack_from(data, offset)
+                    name = data[offset + 2 : offset + 2 + n].decode()
+                    offset += 2 + n
+                    (n,) = _U32.unpack_from(data, offset)
+                    properties[name] = data[offset + 4 : offset + 4 + n].decode()
+                    offset += 4 + n
+            stop = offset + length
+            if stop > end:
+                raise InvalidArgumentError("batch record runs past the end of the entry")
+            yield Record(data[offset:stop], key, event_time, sequence_id, properties)
+            offset = stop
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise InvalidArgumentError(f"malformed batch payload: {exc}") from exc

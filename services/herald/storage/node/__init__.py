@@ -1,0 +1,3 @@
+"""The storage service (a BookKeeper bookie): the journal that makes adds durable with group-commit
+fsync, the entry log that makes reads cheap, the index from (ledger, entry) to a position,
+compaction, and the gRPC server. Must not know: the storage client, the broker."""

@@ -1,0 +1,60 @@
+"""Settings of a storage node: one plain dataclass with defaults (loading from env/flags is the CLI's)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from herald.common.config import check_metrics_port, check_server_limits
+from herald.common.limits import DEFAULT_MAX_STREAMS_PER_CONNECTION
+from herald.common.security.settings import MetricsEndpointSettings, SecuritySettings
+
+MIB = 1024 * 1024
+
+
+@dataclass
+class StorageSettings(SecuritySettings, MetricsEndpointSettings):
+    # Where the journal, entry logs and index snapshot live (the node's PVC).
+    data_dir: str = "data/storage"
+    host: str = "127.0.0.1"
+    port: int = 0  # 0: pick a free port; the server reports the one it bound
+    # Seconds between checkpoints (entry log fsync + index snapshot + old journal files deleted).
+    checkpoint_interval: float = 10.0
+    # A journal file is closed and a new one started once it grows past this size.
+    journal_file_max_size: int = 256 * MIB
+    # At most this many bytes are written by one group commit (one fsync); the rest wait for the next.
+    journal_max_group_bytes: int = 8 * MIB
+    # Adds waiting for the journal beyond this many bytes make new adds wait (backpressure).
+    journal_max_queued_bytes: int = 128 * MIB
+    # An entry log file is closed and a new one started once it grows past this size.
+    entry_log_max_size: int = 512 * MIB
+    # Entry log compaction: every compaction_interval seconds, a sealed entry log file whose live
+    # bytes (entries of ledgers not deleted) are below this fraction of it has them copied to the
+    # current file and is deleted (BookKeeper's minor/major compaction in one). 0 disables it.
+    compaction_threshold: float = 0.5
+    compaction_interval: float = 60.0
+    # Default upper bound of the entry bytes in one ReadEntries response chunk.
+    read_chunk_max_bytes: int = 1 * MIB
+    # Adds of one AddEntries stream that may wait for their journal fsync at the same time.
+    max_pending_adds_per_stream: int = 10_000
+    # Entry ids of a ledger are dense: an add this far beyond the last entry held is refused.
+    max_entry_id_gap: int = 1_000_000
+    # Seconds that stop() lets running RPCs finish before cancelling them.
+    stop_grace: float = 5.0
+    # Requests larger than this are refused by gRPC with RESOURCE_EXHAUSTED (the server keeps serving),
+    # from their length prefix, before they are read. A broker packs adds into messages of at most
+    # 8 MiB (one bigger entry goes alone: keep this above the brokers' max_message_size plus
+    # framing); requests of methods other than the add streams are refused past 1 MiB.
+    grpc_max_receive_message_bytes: int = 16 * MIB
+    # Streams (producers, consumers, calls in progress) one client connection holds at once
+    # (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS): past it a client's new stream waits in the client
+    # until one ends. With grpc_max_receive_message_bytes it bounds the request bytes a connection
+    # has in flight.
+    max_streams_per_connection: int = DEFAULT_MAX_STREAMS_PER_CONNECTION
+    # Prometheus /metrics (herald.storage.node.metrics): 0 picks a free port, -1 serves none (an
+    # embedding process serves the registry itself).
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = 9103
+
+    def __post_init__(self) -> None:
+        check_metrics_port(self.metrics_port)
+        check_server_limits(self)
