@@ -31,7 +31,7 @@ from herald.client import (
 )
 from herald.client.admin import AdminClient
 from herald.client.consumer import AsyncConsumer
-from herald.common.errors import InvalidArgumentError
+from herald.common.errors import InvalidArgumentError, NotAllowedError
 from herald.common.rpc import error_from_rpc
 from herald.lookup.server import LookupServer
 from herald.lookup.settings import LookupSettings
@@ -283,6 +283,48 @@ async def test_a_request_naming_a_field_its_call_does_not_use_is_refused(
     assert not (await admin.namespace_policies(alice_ns)).HasField("message_ttl_seconds")
     assert not (await admin.topic_policies(alice_topic)).HasField("message_ttl_seconds")
     assert await admin.get_permissions(namespace=alice_ns) == {}
+
+
+@pytest.mark.parametrize("field", ["dead_letter_topic", "retry_letter_topic"])
+async def test_a_dead_letter_policy_removal_naming_another_tenants_topic_is_refused(
+    server: StandaloneProcess, pki: Pki, keys: Keys, admin: AdminClient, tenants: Tenants, field: str,
+) -> None:
+    # max_redeliver_count 0 removes the policy, so the topics it names were never authorized: the
+    # request must not pass for one that names bob's topic (found by tests/fuzz/test_hostile_fuzz.py).
+    topic, victim = tenants.topic(tenants.alice), tenants.topic(tenants.bob)
+    await admin.set_dead_letter_policy(topic, "s", 3)
+    removal = admin_pb2.SetSubscriptionDeadLetterPolicyRequest(
+        topic=topic, subscription="s", policy=broker_pb2.DeadLetterPolicy(max_redeliver_count=0, **{field: victim}))
+    for role in (tenants.admin_role(tenants.alice), ADMIN):
+        with pytest.raises(InvalidArgumentError, match=(
+                f"max_redeliver_count 0 removes the subscription's dead-letter policy: leave {field} empty "
+                f"\\(it is '{victim}'\\)")):
+            await _admin_call(server, pki, keys.token(role), "SetSubscriptionDeadLetterPolicy", removal)
+    assert (await admin.dead_letter_policy(topic, "s")).max_redeliver_count == 3  # refused whole
+    # Without topics, alice's admin removes its own subscription's policy.
+    await _admin_call(server, pki, keys.token(tenants.admin_role(tenants.alice)), "SetSubscriptionDeadLetterPolicy",
+                      admin_pb2.SetSubscriptionDeadLetterPolicyRequest(topic=topic, subscription="s"))
+    assert await admin.dead_letter_policy(topic, "s") == broker_pb2.DeadLetterPolicy()
+
+
+async def test_a_tenant_admin_cannot_make_a_topic_with_more_partitions_than_the_broker_allows(
+    server: StandaloneProcess, pki: Pki, keys: Keys, admin: AdminClient, tenants: Tenants,
+) -> None:
+    # Each call on a partitioned topic is made on every partition: a tenant admin's topic of 2^31-1
+    # partitions, then its stats, would take the broker down for every tenant (the fuzzer grew one
+    # to 116,331,285). The broker's max_partitions_per_topic (default 1,000) refuses it.
+    topic, partitioned = tenants.topic(tenants.alice), tenants.topic(tenants.alice)
+    async with _admin(server, pki, keys, tenants.admin_role(tenants.alice)) as alice:
+        for count in (2**31 - 1, 1001):
+            with pytest.raises(NotAllowedError, match=(
+                    f"{count} partitions are more than the {1000} a topic may have on this cluster "
+                    r"\(the brokers' max_partitions_per_topic\)")):
+                await alice.create_topic(topic, count)
+        await alice.create_topic(partitioned, 2)
+        with pytest.raises(NotAllowedError, match="1001 partitions are more than the 1000"):
+            await alice.update_partitions(partitioned, 1001)
+        assert await alice.update_partitions(partitioned, 1000) == 1000  # the limit itself is allowed
+    assert await admin.list_topics(f"{tenants.alice}/ns") == [partitioned]
 
 
 # ---- item 2: dead-letter and retry topics need produce for the subscriber's role ----

@@ -43,7 +43,7 @@ from herald.common.tls import PLAINTEXT, Dialer
 from herald.metadata.authorization import Permissions
 from herald.metadata.policies import Policies
 from herald.metadata.policies_proto import policies_from_proto, policies_to_proto
-from herald.metadata.resources import Resources, Tenant
+from herald.metadata.resources import Resources, StoredDeadLetterPolicy, Tenant
 
 log = logging.getLogger(__name__)
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -117,11 +117,19 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         self, context: Context, method: str, partitions: Sequence[str], request_for: Callable[[str], Any],
         local: Callable[[str], Awaitable[T]],
     ) -> list[T]:
-        """The same call on every partition (each here or on its owner), in partition order."""
-        return list(await asyncio.gather(*(
+        """The same call on every partition (each here or on its owner), in partition order. The
+        answer waits for every partition's call to end, failed or not (then the first error is
+        raised): one partition failing at once must not answer the call while the others still
+        run, acting after the caller was told otherwise and reading the call's context once gRPC
+        has freed it (found by tests/fuzz/test_hostile_fuzz.py: garbage in the metadata read)."""
+        results = await asyncio.gather(*(
             self._on_owner(context, method, request_for(partition), partition, functools.partial(local, partition))
             for partition in partitions
-        )))
+        ), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return cast(list[T], results)
 
     # ---- tenants ----
 
@@ -363,7 +371,11 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         # Kept with the role of the admin who sets it: the dlq-worker moves its letters as that role
         # (checked for produce on both topics by broker.authorization), none with authorization off.
         role = (current_role() or "") if self.service.settings.authorization_enabled else ""
-        stored = dead_letter_policy_from_proto(request.policy, role)
+
+        async def from_proto() -> StoredDeadLetterPolicy | None:
+            return dead_letter_policy_from_proto(request.policy, role)
+
+        stored = await self._answer(context, "SetSubscriptionDeadLetterPolicy", from_proto)
 
         async def local(topic: str) -> broker_pb2.DeadLetterPolicy:
             await self.service.set_dead_letter_policy(topic, request.subscription, stored)

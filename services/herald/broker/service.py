@@ -224,6 +224,13 @@ class BrokerService:
             return False
         return not (name.partition_index >= 0 and await self.resources.get_partitions(str(name.base)) > 0)
 
+    def _check_partition_count(self, name: TopicName, partitions: int) -> None:
+        limit = self.settings.max_partitions_per_topic
+        if 0 < limit < partitions:
+            raise NotAllowedError(
+                f"topic {name}: {partitions} partitions are more than the {limit} a topic may have on this cluster "
+                "(the brokers' max_partitions_per_topic): use fewer partitions, or ask an operator to raise the limit")
+
     async def _check_room_for_topics(self, name: TopicName, adding: int, policies: Policies | None = None) -> None:
         """NotAllowedError when `name`'s namespace cannot take `adding` more topics (max_topics).
         Brokers creating topics of one namespace at the same moment may overshoot it (as Pulsar's)."""
@@ -302,6 +309,7 @@ class BrokerService:
         if partitions < 0:
             raise InvalidArgumentError(f"partitions {partitions} is invalid: use 0 (not partitioned) or more")
         if partitions > 0:
+            self._check_partition_count(name, partitions)
             await self._check_room_for_topics(name, partitions)
             await self.resources.create_partitioned_topic(str(name), partitions)
             return
@@ -319,11 +327,12 @@ class BrokerService:
         return await self.resources.get_partitions(str(self.parse_topic(topic)))
 
     async def update_partitions(self, topic: str, partitions: int) -> int:
-        """Grow a partitioned topic (NotAllowedError when asked to shrink, or past the namespace's
-        max_topics); returns the count."""
+        """Grow a partitioned topic (NotAllowedError when asked to shrink, past the namespace's
+        max_topics or past max_partitions_per_topic); returns the count."""
         name = self.parse_topic(topic)
         current = await self.resources.get_partitions(str(name))
         if partitions > current > 0:
+            self._check_partition_count(name, partitions)
             await self._check_room_for_topics(name, partitions - current)
         return await self.resources.update_partitions(str(name), partitions)
 

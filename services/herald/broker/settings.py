@@ -118,6 +118,10 @@ class BrokerSettings(SecuritySettings, MetricsEndpointSettings):
     # Topics per namespace (0: unlimited; a partitioned topic counts its partitions), overridable
     # by the namespace's max_topics policy: creating one more, auto-creation included, is refused.
     max_topics_per_namespace: int = 0
+    # Partitions a partitioned topic may have (0: unlimited, Pulsar's maxNumPartitionsPerPartitionedTopic
+    # default): creating or growing one past it is refused. An admin call on a partitioned topic is
+    # made on each partition, so an unbounded count lets a tenant admin exhaust a broker.
+    max_partitions_per_topic: int = 1000
     # Properties a producer registers with (RegisterProducer.properties) or a consumer subscribes
     # with (Subscribe.properties): the broker keeps them while it is connected, for stats. More than
     # max_properties pairs, or more than max_properties_bytes of keys and values (UTF-8), and the
@@ -165,6 +169,9 @@ class BrokerSettings(SecuritySettings, MetricsEndpointSettings):
             raise InvalidArgumentError(
                 f"max_properties and max_properties_bytes must be 0 (none allowed) or more, got "
                 f"{self.max_properties} and {self.max_properties_bytes}")
+        if self.max_partitions_per_topic < 0:
+            raise InvalidArgumentError(
+                f"max_partitions_per_topic must be 0 (no limit) or more, got {self.max_partitions_per_topic}")
         needed = self.max_message_size + SEND_FRAMING_ALLOWANCE
         if self.grpc_max_receive_message_bytes < needed:
             raise InvalidArgumentError(
