@@ -9,7 +9,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 from herald.api.v1 import broker_pb2
 from herald.client.config import DEFAULT_MAX_MESSAGE_SIZE
 from herald.common.codec.compression import decompress
-from herald.common.codec.entry import ENTRY_FRAMING_ALLOWANCE, decode_entry, iter_records
+from herald.common.codec.entry import ENTRY_FRAMING_ALLOWANCE, decode_entry, iter_records, records_claimed
 from herald.common.codec.message_id import MessageId
 from herald.common.errors import InvalidArgumentError
 from pyspark.sql.types import (
@@ -92,7 +92,9 @@ class Columns:
         batched = metadata.batched
         keys, values, ids, events, properties = self.keys, self.values, self.ids, self.event_times, self.properties
         count = 0
-        for index, (value, key, event_time, _sequence_id, props) in enumerate(iter_records(payload)):
+        # Never more records than the entry claims; all read before any is added.
+        records = list(iter_records(payload, records_claimed(metadata)))
+        for index, (value, key, event_time, _sequence_id, props) in enumerate(records):
             if index < low or index >= high:
                 continue
             keys.append(key)

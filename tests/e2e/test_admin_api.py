@@ -104,6 +104,25 @@ async def test_errors_carry_their_code_and_a_matching_grpc_status(admin: AdminCl
         grpc.StatusCode.ALREADY_EXISTS, "25:Tenant public already exists")
 
 
+async def test_an_error_naming_a_huge_value_is_cut_to_fit_the_status_and_keeps_its_code(
+    admin: AdminClient, wire: WireClient,
+) -> None:
+    # An error's text travels in the call's trailing metadata, which clients take up to 16 KiB of:
+    # one quoting a 70,000-character name was dropped by the client's gRPC, the call failing with
+    # RESOURCE_EXHAUSTED "received metadata size exceeds hard limit" (found by tests/fuzz).
+    stub = admin_pb2_grpc.AdminServiceStub(wire.channel(await admin.broker_address()))
+    topic = f"persistent://public/default/{unique('huge-name')}"
+    await admin.create_topic(topic)
+    for name in ("s" * 70_000, "é" * 30_000):  # UTF-8, then escaped: three times longer again
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await stub.DeleteSubscription(admin_pb2.DeleteSubscriptionRequest(topic=topic, subscription=name))
+        details = refused.value.details() or ""
+        assert refused.value.code() == grpc.StatusCode.NOT_FOUND, (refused.value.code(), details[:200])
+        assert details.startswith(f"24:subscription '{name[:100]}")
+        assert details.endswith(" characters of this message cut)")
+        assert len(details.encode()) <= 4096
+
+
 # ---- namespaces and policies ----
 
 async def test_namespaces_with_policies_are_created_changed_cleared_and_deleted(admin: AdminClient) -> None:
@@ -323,6 +342,20 @@ async def test_a_partitioned_topics_stats_sum_its_partitions(admin: AdminClient,
     assert (await admin.topic_stats(topic)).subscriptions[0].backlog_entries == 0
     with pytest.raises(InvalidArgumentError, match="internal stats are per partition"):
         await admin.internal_stats(topic)
+
+
+async def test_a_call_on_a_partitioned_topic_answers_once_every_partition_has(admin: AdminClient) -> None:
+    # Partition 1 refuses at once (the subscription exists there); partition 0 has no owner yet, so
+    # its call goes through lookup to its owner. The answer used to come with partition 1's error
+    # while partition 0's call still ran, reading the finished call's metadata (garbage: found by
+    # tests/fuzz/test_hostile_fuzz.py): the subscription was not there when the caller looked.
+    for _ in range(3):
+        topic = f"persistent://public/default/{unique('fan-out')}"
+        await admin.create_topic(topic, partitions=2)
+        await admin.create_subscription(f"{topic}-partition-1", "s", InitialPosition.Earliest)
+        with pytest.raises(AlreadyExistsError, match=f"subscription 's' already exists on {topic}-partition-1"):
+            await admin.create_subscription(topic, "s", InitialPosition.Earliest)
+        assert await admin.list_subscriptions(f"{topic}-partition-0") == ["s"]
 
 
 async def test_internal_stats_show_ledgers_and_cursors(admin: AdminClient, wire: WireClient) -> None:

@@ -9,7 +9,9 @@
   RESOURCE_EXHAUSTED (MessageTooLargeError in the client) and the same connection serves the next;
 - pending sends per producer stream (broker `max_pending_sends`): flow control, every send arrives;
 - topics per namespace (namespace policy `max_topics`, broker default `max_topics_per_namespace`):
-  creating one more, by auto-creation on produce or by the admin API, is refused.
+  creating one more, by auto-creation on produce or by the admin API, is refused;
+- partitions per topic (broker `max_partitions_per_topic`): creating or growing a partitioned
+  topic past it is refused.
 
 The maximum message size and the producer / consumer limits per topic are tested in
 test_policies.py (with the others still working)."""
@@ -203,11 +205,11 @@ async def test_calls_multiplexed_on_one_connection_count_once(connection_limited
 def small_requests(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneProcess]:
     """Every server of the standalone takes requests of at most 256 KiB (and the broker messages of
     at most 128 KiB, which it checks fit); the broker keeps at most 2 sends of a producer stream
-    without receipts."""
+    without receipts, and partitioned topics of at most 3 partitions."""
     services = ("LOOKUP", "PROXY", "STORAGE")
     with running_standalone(
         tmp_path_factory.mktemp("small") / "data", grpc_max_receive_message_bytes=SMALL_GRPC_LIMIT,
-        max_message_size=SMALL_GRPC_LIMIT // 2, max_pending_sends=2,
+        max_message_size=SMALL_GRPC_LIMIT // 2, max_pending_sends=2, max_partitions_per_topic=3,
         extra_env={f"HERALD_{service}_GRPC_MAX_RECEIVE_MESSAGE_BYTES": str(SMALL_GRPC_LIMIT) for service in services},
     ) as server:
         yield server
@@ -352,3 +354,19 @@ async def test_a_namespace_at_max_topics_refuses_one_more_topic_however_it_is_ma
         await (await client.create_producer(second)).send(b"now it fits")
         with pytest.raises(NotAllowedError, match="limit of 4 topics"):
             await client.create_producer(f"persistent://{namespace}/t3")
+
+
+# ---- partitions per topic ----
+
+async def test_a_partitioned_topic_past_max_partitions_per_topic_is_refused(admin: AdminClient) -> None:
+    topic, grown = (f"persistent://public/default/{unique('parts')}" for _ in range(2))
+    with pytest.raises(NotAllowedError, match=re.escape(
+            f"topic {topic} cannot have 4 partitions: the limit is 3 per topic (the broker setting "
+            "max_partitions_per_topic)")):
+        await admin.create_topic(topic, 4)
+    await admin.create_topic(grown, 2)
+    with pytest.raises(NotAllowedError, match="cannot have 4 partitions: the limit is 3"):
+        await admin.update_partitions(grown, 4)
+    assert await admin.update_partitions(grown, 3) == 3
+    assert await admin.get_partitions(grown) == 3
+    assert await admin.get_partitions(topic) == 0  # never made

@@ -12,7 +12,7 @@ import struct
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.fuzz.conftest import FuzzTarget
+from tests.fuzz.target import FuzzTarget
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 SERVERS = ("lookup", "broker", "proxy", "storage")

@@ -23,8 +23,8 @@ from herald.api.v1 import admin_pb2, broker_pb2, common_pb2, deadletter_pb2, loo
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.fuzz.conftest import FuzzTarget
 from tests.fuzz.strategies import messages, mutated
+from tests.fuzz.target import FuzzTarget
 
 CALL_DEADLINE = 20.0
 BAD_STATUSES = {grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN}

@@ -79,12 +79,16 @@ def issue(directory: Path, common_name: str, ca: x509.Certificate, ca_key: ec.El
     return cert_path, key_path
 
 
-@pytest.fixture(scope="session")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    directory = tmp_path_factory.mktemp("pki")
+def new_pki(directory: Path) -> Pki:
+    """A CA in `directory` and a server certificate for 127.0.0.1 / localhost signed by it."""
     ca_path, ca_key, ca = make_ca(directory)
     server_cert, server_key = issue(directory, "herald-server", ca, ca_key, server=True)
     return Pki(directory, ca_path, ca_key, ca, server_cert, server_key)
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return new_pki(tmp_path_factory.mktemp("pki"))
 
 
 @pytest.fixture(scope="session")
@@ -107,12 +111,16 @@ class Keys:
         return path
 
 
-@pytest.fixture(scope="session")
-def keys(tmp_path_factory: pytest.TempPathFactory) -> Keys:
-    directory = tmp_path_factory.mktemp("keys")
+def new_keys(directory: Path) -> Keys:
+    """A token secret key (HS256) in `directory`."""
     secret = directory / "secret.key"
     secret.write_bytes(new_secret_key())
     return Keys(directory, secret)
+
+
+@pytest.fixture(scope="session")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> Keys:
+    return new_keys(tmp_path_factory.mktemp("keys"))
 
 
 @pytest.fixture(scope="session")

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import lz4.block
 import pytest
 import zstandard
 from herald.api.v1 import broker_pb2, common_pb2
@@ -44,6 +45,7 @@ from tests.security.conftest import ADMIN, Keys, Pki
 from tests.wire import WireClient, WireConsumer, WireError, WireProducer, make_entry, values_of
 
 MIB = 1024 * 1024
+MAX_MESSAGE_SIZE = 5 * MIB  # the broker's default
 BOMB_SIZE = 1024 * MIB  # what a bomb inflates to
 CLAIMED = 100  # the uncompressed size a bomb's metadata claims
 # Generous bounds on peak RSS: a Python process with the client imported takes 50-100 MiB; a bomb
@@ -464,6 +466,29 @@ async def test_a_compressed_entry_claiming_more_messages_than_its_uncompressed_s
         "entry metadata says num_messages=1000, but its uncompressed_size of 100 bytes holds at most 20 "
         "(a message takes 5 bytes at least)")
     receipt(await producer.send_entry(make_entry(producer.name, 1, b"fine"), 1))
+
+
+@pytest.mark.parametrize("codec", [common_pb2.NONE, common_pb2.LZ4], ids=["uncompressed", "LZ4"])
+async def test_an_entry_holding_more_messages_than_its_metadata_says_is_dropped_and_the_consumer_stays_small(
+    place: Place, wire: WireClient, tmp_path: Path, codec: int,
+) -> None:
+    # Found by tests/fuzz/test_hostile_fuzz.py: 5 MiB of zeros (20 KB with LZ4) are a million empty
+    # records; under num_messages=1 the broker takes the entry (one message fits), and the consumer
+    # made a message of every record: a million messages, hundreds of MiB, for one permit.
+    topic = place.topic("swarm")
+    producer = await registered(wire, topic)
+    zeros = bytes(MAX_MESSAGE_SIZE)
+    data = zeros if codec == common_pb2.NONE else lz4.block.compress(zeros, store_size=False)
+    swarm = compressed_entry(producer.name, 0, codec, data, len(zeros) if codec else 0)
+    receipt(await producer.send_entry(swarm, 0))
+    receipt(await producer.send_entry(make_entry(producer.name, 1, b"after the swarm"), 1))
+    got, finished = consume_in_a_process(place, topic, 1, tmp_path)
+    report(f"consumer, an entry of {len(swarm)} bytes holding {len(zeros) // 5} empty records under "
+           f"num_messages=1 ({NAMES.get(codec, 'uncompressed')}): peak RSS {finished.peak_rss / MIB:.0f} MiB")
+    assert got == {"values": ["after the swarm"], "dropped": 1}
+    assert finished.peak_rss < CLIENT_RSS_BOUND
+    assert "the entry holds more than the 1 message(s) its metadata says (num_messages)" in finished.stderr, \
+        finished.stderr[-4000:]
 
 
 # ---- item 11 (part): spoofed producer names ----

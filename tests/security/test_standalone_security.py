@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
+import gc
 import subprocess
 import time
 import uuid
@@ -27,8 +29,10 @@ from herald.client import (
 )
 from herald.client.admin import AdminClient
 from herald.common.errors import ConnectionError_, HeraldError, HeraldTimeoutError, NotFoundError
+from herald.common.security.credentials import auth_interceptors
 from herald.common.security.tokens import create_token
 from herald.common.transport.rpc import error_from_rpc
+from herald.common.transport.tls import Dialer
 
 from tests.conftest import VENV_BIN, StandaloneProcess, service_env
 from tests.security.conftest import ADMIN, Keys, Pki
@@ -332,6 +336,48 @@ async def test_only_proxy_roles_may_name_another_principal(
                           ("x-herald-original-principal", ADMIN)])
     assert failure.value.code() == grpc.StatusCode.PERMISSION_DENIED
     assert "proxy_roles" in (failure.value.details() or "")
+
+
+# ---- streams the services end, on channels that put a token on every call ----
+
+@pytest.mark.parametrize("kind", ["Produce", "Consume"])
+async def test_a_stream_the_broker_ends_leaves_no_task_behind_on_a_channel_carrying_a_token(
+    secure_standalone: StandaloneProcess, pki: Pki, keys: Keys, kind: str,
+) -> None:
+    # Services (the proxy relaying streams, brokers, the dlq-worker) and clients put their token on
+    # calls with an interceptor; grpc.aio then feeds each stream from a task of its own, which
+    # waited for ever once the server ended the call before the caller half-closed it (a proxy
+    # relaying a client's close): the garbage collector destroyed it pending, logging ERRORs
+    # ("Task was destroyed but it is pending!"; grpc/grpc#29518). Found in the proxy's log by
+    # tests/fuzz/test_hostile_fuzz.py. The channel here is the proxy's: Dialer and token interceptors.
+    topic = _topic()
+    opening = (broker_pb2.ProduceRequest(register=broker_pb2.RegisterProducer(topic=topic)) if kind == "Produce"
+               else broker_pb2.ConsumeRequest(subscribe=broker_pb2.Subscribe(topic=topic, subscription="s")))
+    closing = (broker_pb2.ProduceRequest(close=broker_pb2.CloseProducer()) if kind == "Produce"
+               else broker_pb2.ConsumeRequest(close=broker_pb2.CloseConsumer()))
+    loop = asyncio.get_running_loop()
+    reported: list[str] = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _loop, context: reported.append(str(context["message"])))
+    dialer = Dialer(ca_file=str(pki.ca_cert), interceptors=auth_interceptors(AuthenticationToken(keys.token(ADMIN))))
+    channel = dialer.channel(f"127.0.0.1:{secure_standalone.broker_port}")
+    try:
+        for _ in range(3):
+            call = channel.stream_stream(f"/herald.v1.BrokerService/{kind}", None, None)(None)
+            await call.write(opening.SerializeToString())
+            assert await call.read() is not grpc.aio.EOF  # registered / subscribed
+            with contextlib.suppress(asyncio.InvalidStateError):  # the broker may have ended it already
+                await call.write(closing.SerializeToString())  # the broker ends the stream; no half-close
+            while await call.read() is not grpc.aio.EOF:
+                pass
+            assert await call.code() == grpc.StatusCode.OK
+            call.cancel()  # what a relay does once the broker's side ended: too late to stop the feeding task
+            del call
+        gc.collect()  # what nothing holds any more is destroyed now, and reported if it was pending
+    finally:
+        await channel.close()
+        loop.set_exception_handler(previous)
+    assert reported == []
 
 
 # ---- the command line ----

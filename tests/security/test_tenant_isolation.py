@@ -285,6 +285,28 @@ async def test_a_request_naming_a_field_its_call_does_not_use_is_refused(
     assert await admin.get_permissions(namespace=alice_ns) == {}
 
 
+@pytest.mark.parametrize("field", ["dead_letter_topic", "retry_letter_topic"])
+async def test_a_dead_letter_policy_removal_naming_another_tenants_topic_is_refused(
+    server: StandaloneProcess, pki: Pki, keys: Keys, admin: AdminClient, tenants: Tenants, field: str,
+) -> None:
+    # max_redeliver_count 0 removes the policy, so the topics it names were never authorized: the
+    # request must not pass for one that names bob's topic (found by tests/fuzz/test_hostile_fuzz.py).
+    topic, victim = tenants.topic(tenants.alice), tenants.topic(tenants.bob)
+    await admin.set_dead_letter_policy(topic, "s", 3)
+    removal = admin_pb2.SetSubscriptionDeadLetterPolicyRequest(
+        topic=topic, subscription="s", policy=broker_pb2.DeadLetterPolicy(max_redeliver_count=0, **{field: victim}))
+    for role in (tenants.admin_role(tenants.alice), ADMIN):
+        with pytest.raises(InvalidArgumentError, match=(
+                f"max_redeliver_count 0 removes the subscription's dead-letter policy: leave {field} empty "
+                f"\\(it is '{victim}'\\)")):
+            await _admin_call(server, pki, keys.token(role), "SetSubscriptionDeadLetterPolicy", removal)
+    assert (await admin.dead_letter_policy(topic, "s")).max_redeliver_count == 3  # refused whole
+    # Without topics, alice's admin removes its own subscription's policy.
+    await _admin_call(server, pki, keys.token(tenants.admin_role(tenants.alice)), "SetSubscriptionDeadLetterPolicy",
+                      admin_pb2.SetSubscriptionDeadLetterPolicyRequest(topic=topic, subscription="s"))
+    assert await admin.dead_letter_policy(topic, "s") == broker_pb2.DeadLetterPolicy()
+
+
 # ---- item 2: dead-letter and retry topics need produce for the subscriber's role ----
 
 @pytest.mark.parametrize("field", ["dead_letter_topic", "retry_letter_topic"])

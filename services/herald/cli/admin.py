@@ -33,7 +33,7 @@ from herald.cli.admin_security import (
 )
 from herald.client.admin import AdminClient
 from herald.client.config import DEFAULT_MAX_MESSAGE_SIZE, InitialPosition
-from herald.common.codec.entry import decode_entry, iter_records
+from herald.common.codec.entry import decode_entry, iter_records, records_claimed
 from herald.common.errors import ConnectionError_, HeraldError, InvalidArgumentError
 from herald.dlq.letters import ORIGIN_PROPERTIES
 from herald.dlq.peek import DeadMessage, dead_letter_topic, peek, topic_exists
@@ -488,7 +488,7 @@ def decoded_entries(entries: Sequence[Any]) -> list[dict[str, Any]]:
     for entry in entries:
         try:
             metadata, payload = decode_entry(bytes(entry.data))
-            records = list(iter_records(payload))
+            records = list(iter_records(payload, records_claimed(metadata)))
         except HeraldError as error:  # shown as it is stored: never hide an entry
             out.append({"ledger_id": entry.ledger_id, "entry_id": entry.entry_id,
                         "redelivery_count": entry.redelivery_count, "producer_name": None, "sequence_id": None,

@@ -68,7 +68,7 @@ class ChunkedMessages:
         data = assembled.payload
         if metadata.compression:
             data = decompress(metadata.compression, data, metadata.uncompressed_size, self._max_size)
-        records = list(iter_records(data))
+        records = list(iter_records(data, 1))  # a chunked message is one record
         if len(records) != 1:
             raise InvalidArgumentError(f"chunked message {metadata.uuid} holds {len(records)} records, not one")
         value, key, event_time, sequence_id, properties = records[0]

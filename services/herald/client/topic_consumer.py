@@ -40,7 +40,14 @@ from herald.client.stream import CLOSED, CLOSING, OPEN, BrokerStream
 from herald.client.unacked_tracker import UnackedTracker
 from herald.common import tracing
 from herald.common.codec.compression import decompress
-from herald.common.codec.entry import ENTRY_FRAMING_ALLOWANCE, decode_entry, entry_permits, iter_records, permits_of
+from herald.common.codec.entry import (
+    ENTRY_FRAMING_ALLOWANCE,
+    decode_entry,
+    entry_permits,
+    iter_records,
+    permits_of,
+    records_claimed,
+)
 from herald.common.codec.message_id import MessageId
 from herald.common.codec.names import TopicName
 from herald.common.errors import (
@@ -360,7 +367,7 @@ class TopicConsumer(
         if metadata.compression:
             payload = memoryview(decompress(metadata.compression, payload, metadata.uncompressed_size,
                                             self._max_payload))
-        records = list(iter_records(payload))
+        records = list(iter_records(payload, records_claimed(metadata)))
         count = len(records)
         ledger_id, entry_id = delivered.ledger_id, delivered.entry_id
         info = EntryInfo(self._topic, ledger_id, entry_id, self._partition, metadata.producer_name,

@@ -12,7 +12,7 @@ from herald.api.v1 import deadletter_pb2
 from herald.client.config import DEFAULT_MAX_MESSAGE_SIZE
 from herald.client.retry_letters import ORIGIN_MESSAGE_ID, REAL_TOPIC
 from herald.common.codec.compression import decompress
-from herald.common.codec.entry import ENTRY_FRAMING_ALLOWANCE, Record, decode_entry, iter_records
+from herald.common.codec.entry import ENTRY_FRAMING_ALLOWANCE, Record, decode_entry, iter_records, records_claimed
 from herald.common.codec.message_id import MessageId
 from herald.common.codec.names import TopicName
 from herald.common.errors import HeraldError
@@ -54,7 +54,8 @@ def letter_publication(letter: deadletter_pb2.DeadLetter, max_message_size: int 
         return Publication(opaque=(metadata, bytes(payload)))
     try:
         records = list(iter_records(decompress(metadata.compression, payload, metadata.uncompressed_size,
-                                               max_message_size + ENTRY_FRAMING_ALLOWANCE)))
+                                               max_message_size + ENTRY_FRAMING_ALLOWANCE),
+                                    records_claimed(metadata)))
     except HeraldError as exc:
         log.warning("dead letter %d:%d of %s %s: its messages cannot be unpacked (%s); it is moved as it is",
                     letter.position.ledger_id, letter.position.entry_id, letter.topic, letter.subscription, exc)

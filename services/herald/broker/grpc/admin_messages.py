@@ -166,8 +166,16 @@ def dead_letter_policy_to_proto(stored: StoredDeadLetterPolicy | None) -> broker
 def dead_letter_policy_from_proto(
     policy: broker_pb2.DeadLetterPolicy, role: str = "",
 ) -> StoredDeadLetterPolicy | None:
-    """None (remove the policy) for max_redeliver_count 0; `role`: the admin's who sets it."""
+    """None (remove the policy) for max_redeliver_count 0; `role`: the admin's who sets it.
+    InvalidArgumentError for a removal that names topics: nothing would use them, so nothing
+    authorizes them (broker.authorization checks a policy's topics only when it sets one), and a
+    request may not name a resource it does not act on."""
     if policy.max_redeliver_count == 0:
+        for name in ("dead_letter_topic", "retry_letter_topic"):
+            if value := getattr(policy, name):
+                raise InvalidArgumentError(
+                    f"max_redeliver_count 0 removes the subscription's dead-letter policy: leave {name} empty "
+                    f"(it is {value!r}), or give a max_redeliver_count of 1 or more to set a policy")
         return None
     return StoredDeadLetterPolicy(policy.max_redeliver_count, policy.dead_letter_topic, policy.retry_letter_topic,
                                   role)

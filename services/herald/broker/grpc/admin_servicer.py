@@ -45,7 +45,7 @@ from herald.common.transport.tls import PLAINTEXT, Dialer
 from herald.metadata.authorization import Permissions
 from herald.metadata.policies import Policies
 from herald.metadata.policies_proto import policies_from_proto, policies_to_proto
-from herald.metadata.resources import Resources, Tenant
+from herald.metadata.resources import Resources, StoredDeadLetterPolicy, Tenant
 
 log = logging.getLogger(__name__)
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -137,15 +137,25 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         local: Callable[[str], Awaitable[T]],
     ) -> list[T]:
         """The same call on every partition of `topic` (each here or on its owner), in partition
-        order, IN_FLIGHT at a time (names made as they are reached, never all at once)."""
+        order, IN_FLIGHT at a time (names made as they are reached, never all at once). Every
+        partition's call runs to its end, failed or not, and only then is the first error raised,
+        as Pulsar's admin does: a call is never cut off half made on some partitions, and never
+        answered while others still act on it (found by tests/fuzz/test_hostile_fuzz.py)."""
         base = TopicName.parse(topic)
 
-        async def one(index: int) -> T:
+        async def one(index: int) -> T | Exception:
             partition = str(base.partition(index))
-            return await self._on_owner(context, method, request_for(partition), partition,
-                                        functools.partial(local, partition))
+            try:
+                return await self._on_owner(context, method, request_for(partition), partition,
+                                            functools.partial(local, partition))
+            except Exception as exc:
+                return exc
 
-        return await map_bounded(one, range(partitions))
+        answers = await map_bounded(one, range(partitions))
+        for answer in answers:
+            if isinstance(answer, Exception):
+                raise answer
+        return cast(list[T], answers)
 
     # ---- tenants ----
 
@@ -391,7 +401,11 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         # Kept with the role of the admin who sets it: the dlq-worker moves its letters as that role
         # (checked for produce on both topics by broker.authorization), none with authorization off.
         role = (current_role() or "") if self.service.settings.authorization_enabled else ""
-        stored = dead_letter_policy_from_proto(request.policy, role)
+
+        async def from_proto() -> StoredDeadLetterPolicy | None:
+            return dead_letter_policy_from_proto(request.policy, role)
+
+        stored = await self._answer(context, "SetSubscriptionDeadLetterPolicy", from_proto)
 
         async def local(topic: str) -> broker_pb2.DeadLetterPolicy:
             await self.service.set_dead_letter_policy(topic, request.subscription, stored)

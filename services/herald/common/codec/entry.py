@@ -100,6 +100,12 @@ def records_capacity(metadata: common_pb2.EntryMetadata, payload_size: int) -> i
     return max(0, size) // MIN_RECORD_SIZE
 
 
+def records_claimed(metadata: common_pb2.EntryMetadata) -> int:
+    """How many records an entry's (restored) payload may hold, for iter_records' max_records:
+    its num_messages (the broker checks it at publish), 1 for a chunked message's payload."""
+    return 1 if metadata.num_chunks > 0 else max(1, metadata.num_messages)
+
+
 def permits_of(metadata: common_pb2.EntryMetadata, payload_size: int) -> int:
     """The flow permits an entry takes, reckoned alike by the broker that delivers it and the
     consumer that gives back what it did not queue: its num_messages, but at least 1 and at most
@@ -176,14 +182,22 @@ class Record(NamedTuple):
 _NO_PROPERTIES: dict[str, str] = {}
 
 
-def iter_records(payload: bytes | memoryview) -> Iterator[Record]:
-    """The messages of a batch payload, in order; a malformed payload raises InvalidArgumentError."""
+def iter_records(payload: bytes | memoryview, max_records: int | None = None) -> Iterator[Record]:
+    """The messages of a batch payload, in order; a malformed payload raises InvalidArgumentError,
+    and so does one holding more than `max_records` (the count its metadata claims: a consumer
+    makes an object of each record, and 5 MiB of zeros, a few KB compressed, are a million empty
+    records under metadata claiming one)."""
     data = bytes(payload)
     end = len(data)
     offset = 0
     unpack_header = RECORD_HEADER.unpack_from
+    left = end if max_records is None else max_records  # a record takes MIN_RECORD_SIZE bytes at least
     try:
         while offset < end:
+            if left <= 0:
+                raise InvalidArgumentError(
+                    f"the entry holds more than the {max_records} message(s) its metadata says (num_messages)")
+            left -= 1
             length, flags = unpack_header(data, offset)
             offset += 5
             if not flags:

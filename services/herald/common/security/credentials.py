@@ -6,6 +6,7 @@ own calls and the admin client alike; the checking side is herald.common.securit
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -161,13 +162,37 @@ class _UnaryStream(_US):
         return await continuation(_with_metadata(client_call_details, self._pairs), request)
 
 
+def _stop_request_poller(call: Any) -> None:
+    """When an intercepted streaming call ends, end the task that feeds it its requests.
+
+    grpc.aio gives an intercepted stream written with write() a request iterator of its own, and
+    a task reading it; the task ends on done_writing() or cancel(), but not when the server ends
+    the call first (a cancel() then comes too late: the call is done). It would wait for the next
+    write for ever, held in a reference cycle, and be destroyed pending by the garbage collector,
+    which logs "Task was destroyed but it is pending!" and "aclose(): asynchronous generator is
+    already running" at ERROR: a proxy relaying streams with a token did, once per stream a broker
+    ended (grpc/grpc#29518; a fix, grpc/grpc#37355, was never merged). Cancelling the task is
+    what cancel() does on a call still running."""
+    poller = getattr(call, "_async_request_poller", None)
+    if isinstance(poller, asyncio.Task):
+        poller.cancel()
+
+
+def _feeding_ends_with(call: Any) -> Any:
+    add_done_callback = getattr(call, "add_done_callback", None)
+    if add_done_callback is not None:
+        add_done_callback(_stop_request_poller)
+    return call
+
+
 class _StreamUnary(_SU):
     def __init__(self, pairs: MetadataPairs) -> None:
         self._pairs = pairs
 
     async def intercept_stream_unary(self, continuation: Any, client_call_details: Any,
                                      request_iterator: Any) -> Any:
-        return await continuation(_with_metadata(client_call_details, self._pairs), request_iterator)
+        return _feeding_ends_with(
+            await continuation(_with_metadata(client_call_details, self._pairs), request_iterator))
 
 
 class _StreamStream(_SS):
@@ -176,7 +201,8 @@ class _StreamStream(_SS):
 
     async def intercept_stream_stream(self, continuation: Any, client_call_details: Any,
                                       request_iterator: Any) -> Any:
-        return await continuation(_with_metadata(client_call_details, self._pairs), request_iterator)
+        return _feeding_ends_with(
+            await continuation(_with_metadata(client_call_details, self._pairs), request_iterator))
 
 
 def call_interceptors(pairs: MetadataPairs) -> list[Any]:

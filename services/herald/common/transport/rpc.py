@@ -25,6 +25,8 @@ MIB = 1024 * 1024
 # What clients and services accept in what they receive from a server (replies: a consumer's
 # EntryBatch of several entries, a storage read chunk): servers are trusted more than clients.
 MAX_GRPC_MESSAGE_BYTES = 64 * MIB
+# The most of an error's text a failed call's status carries (status_details), in UTF-8 bytes.
+MAX_ERROR_DETAILS_BYTES = 2048
 
 _STATUS_BY_CODE: dict[int, grpc.StatusCode] = {
     common_pb2.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
@@ -82,8 +84,22 @@ def status_for(error: errors.HeraldError) -> grpc.StatusCode:
     return _STATUS_BY_CODE.get(error.code, grpc.StatusCode.UNKNOWN)
 
 
+def status_details(error: errors.HeraldError) -> str:
+    """A failed call's status details, "<code>:<message>", cut to MAX_ERROR_DETAILS_BYTES: they
+    travel in the call's trailing metadata (grpc-message, percent-encoded: a non-ASCII byte takes
+    three), of which gRPC clients take 8 KiB (16 KiB at most). An error quoting a huge value (a
+    name of 70,000 characters) was dropped by the caller's gRPC, the call failing with
+    RESOURCE_EXHAUSTED and no word of what was wrong."""
+    details = f"{error.code}:{error}"
+    raw = details.encode()
+    if len(raw) <= MAX_ERROR_DETAILS_BYTES:
+        return details
+    kept = raw[:MAX_ERROR_DETAILS_BYTES - 64].decode(errors="ignore")
+    return f"{kept}... ({len(details) - len(kept)} characters of this message cut)"
+
+
 async def abort(context: grpc.aio.ServicerContext, error: errors.HeraldError) -> NoReturn:  # type: ignore[type-arg]
-    await context.abort(status_for(error), f"{error.code}:{error}")
+    await context.abort(status_for(error), status_details(error))
     raise AssertionError("context.abort returned")  # pragma: no cover - abort always raises
 
 
