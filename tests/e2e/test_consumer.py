@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from herald.api.v1 import common_pb2
+from herald.api.v1 import entry_pb2
 from herald.client import (
     AsyncClient,
     AsyncConsumer,
@@ -657,12 +657,12 @@ async def test_compressed_batches_and_chunked_messages_from_the_wire_arrive_whol
     for text in ("one", "two", "three"):
         pack_record(payload, text.encode())
     batch = EntryMetadata(producer_name="raw", sequence_id=0, highest_sequence_id=2, num_messages=3, batched=True,
-                          compression=common_pb2.ZSTD, uncompressed_size=len(payload), publish_time=1)
-    reply = await producer.send_entry(encode_entry(batch, compress(common_pb2.ZSTD, payload)), 0, 3)
+                          compression=entry_pb2.ZSTD, uncompressed_size=len(payload), publish_time=1)
+    reply = await producer.send_entry(encode_entry(batch, compress(entry_pb2.ZSTD, payload)), 0, 3)
     assert reply.HasField("receipt"), reply
     big = "".join(f"{i:05d}" for i in range(4000))
     receipts = []
-    for metadata, data in chunks(big.encode(), 1000, key="k", compression=common_pb2.LZ4, sequence_id=3,
+    for metadata, data in chunks(big.encode(), 1000, key="k", compression=entry_pb2.LZ4, sequence_id=3,
                                  uuid="raw-3"):
         metadata.producer_name = "raw"
         reply = await producer.send_entry(encode_entry(metadata, data), metadata.sequence_id)
@@ -691,7 +691,7 @@ async def test_an_entry_that_does_not_decompress_is_dropped_with_an_error_and_th
     consumer = await client.subscribe(topic, "s", initial_position=EARLIEST)
     producer = await wire.producer(topic)
     garbage = EntryMetadata(producer_name=producer.name, sequence_id=0, highest_sequence_id=0, num_messages=1,
-                            batched=False, compression=common_pb2.LZ4, uncompressed_size=100, publish_time=1)
+                            batched=False, compression=entry_pb2.LZ4, uncompressed_size=100, publish_time=1)
     with caplog.at_level(logging.ERROR, logger="herald.client.topic_consumer"):
         await producer.send_entry(encode_entry(garbage, b"\xff" * 20), 0)
         await producer.send_entry(make_entry(producer.name, 1, b"fine"), 1)

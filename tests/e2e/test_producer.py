@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from herald.api.v1 import admin_pb2, broker_pb2, common_pb2
+from herald.api.v1 import admin_pb2, broker_pb2, common_pb2, entry_pb2
 from herald.client import (
     AsyncClient,
     BatchingType,
@@ -256,7 +256,7 @@ async def test_a_compressed_message_is_chunked_after_compression(
     entries = await stored(shared_standalone.port, topic)
     metas = [decode_entry(entry.data)[0] for entry in entries]
     assert [m.num_chunks for m in metas] == [4, 4, 4, 4, 1]
-    assert {m.compression for m in metas} == {common_pb2.ZSTD}
+    assert {m.compression for m in metas} == {entry_pb2.ZSTD}
     assert [record.value for _, record in rebuild(entries)] == [noise, text]
 
 

@@ -28,7 +28,7 @@ import zstandard
 from google.protobuf.descriptor import Descriptor, FieldDescriptor, MethodDescriptor
 from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
-from herald.api.v1 import admin_pb2, broker_pb2, common_pb2
+from herald.api.v1 import admin_pb2, broker_pb2, common_pb2, entry_pb2
 from herald.common.codec.checksum import crc32c
 from herald.common.codec.compression import compress
 from herald.common.codec.entry import (
@@ -61,7 +61,7 @@ MIB = 1 << 20
 MAX_MESSAGE_SIZE = 5 * MIB  # the broker's default
 INT32 = (0, 1, -1, 2, 2**31 - 1, -(2**31))
 INT64 = (0, 1, -1, 2**31 - 1, 2**53, 2**63 - 1, -(2**63))
-CODECS = (common_pb2.LZ4, common_pb2.ZLIB, common_pb2.ZSTD)
+CODECS = (entry_pb2.LZ4, entry_pb2.ZLIB, entry_pb2.ZSTD)
 UNKNOWN_CODECS = (4, 99, -1, 2**31 - 1)
 _U16, _U32 = struct.Struct("<H"), struct.Struct("<I")
 
@@ -89,7 +89,7 @@ def bomb(kind: str) -> tuple[int, bytes]:
 
 
 BOMBS: dict[int, tuple[str, ...]] = {
-    common_pb2.ZLIB: ("zlib",), common_pb2.ZSTD: ("zstd", "zstd-unsized", "zstd-window"), common_pb2.LZ4: ("lz4",)}
+    entry_pb2.ZLIB: ("zlib",), entry_pb2.ZSTD: ("zstd", "zstd-unsized", "zstd-window"), entry_pb2.LZ4: ("lz4",)}
 
 
 # ---- payloads: records, honest and lying ----
@@ -151,10 +151,10 @@ def payloads(draw: st.DrawFn) -> tuple[bytes, int, str]:
 @st.composite
 def compressed(draw: st.DrawFn, payload: bytes) -> tuple[int, bytes, int, str]:
     """(codec, the entry's payload, uncompressed_size claimed, what it is) for `payload`."""
-    codec = draw(st.sampled_from((common_pb2.NONE, common_pb2.NONE, *CODECS, *CODECS, *UNKNOWN_CODECS)))
-    if codec == common_pb2.NONE:
+    codec = draw(st.sampled_from((entry_pb2.NONE, entry_pb2.NONE, *CODECS, *CODECS, *UNKNOWN_CODECS)))
+    if codec == entry_pb2.NONE:
         return codec, payload, draw(st.sampled_from((0, len(payload), 2**31 - 1, -1))), "uncompressed"
-    honest_codec = codec if codec in CODECS else common_pb2.ZLIB
+    honest_codec = codec if codec in CODECS else entry_pb2.ZLIB
     honest = compress(honest_codec, payload)
     how = draw(st.sampled_from(("honest", "honest", "bomb", "truncated", "flipped", "mismatched", "doubled",
                                 "garbage")))
@@ -171,7 +171,7 @@ def compressed(draw: st.DrawFn, payload: bytes) -> tuple[int, bytes, int, str]:
     elif how == "mismatched":
         other = draw(st.sampled_from([c for c in CODECS if c != honest_codec]))
         data = compress(other, payload)
-        how = f"compressed with {common_pb2.CompressionType.Name(other)}"
+        how = f"compressed with {entry_pb2.CompressionType.Name(other)}"
     elif how == "doubled":  # two streams (ZSTD reads across frames)
         data = honest + honest
     elif how == "garbage":
@@ -180,7 +180,7 @@ def compressed(draw: st.DrawFn, payload: bytes) -> tuple[int, bytes, int, str]:
         data, how = honest, "honest"
     claimed = draw(st.sampled_from((true_size, true_size, max(0, true_size - 1), true_size + 1, 0, -1, 100,
                                     MAX_MESSAGE_SIZE + 10 * 1024 + 1, 2**31 - 1, -(2**31))))
-    name = common_pb2.CompressionType.Name(codec) if codec in CODECS else f"codec {codec}"  # type: ignore[arg-type]
+    name = entry_pb2.CompressionType.Name(codec) if codec in CODECS else f"codec {codec}"  # type: ignore[arg-type]
     return codec, data, claimed, f"{name} ({how}), claiming {claimed} bytes of {true_size}"
 
 
@@ -191,7 +191,7 @@ class HostileEntry:
     """An entry to send: its metadata (the producer's name filled in at send unless `spoofed`),
     payload, what the SendEntry says, and a header made to lie."""
 
-    metadata: common_pb2.EntryMetadata
+    metadata: entry_pb2.EntryMetadata
     payload: bytes
     spoofed: bool
     send_sequence_ids: tuple[int, int] | None  # (sequence_id, highest_sequence_id); None: the metadata's
@@ -217,7 +217,7 @@ class HostileEntry:
         return f"HostileEntry({self.what}; metadata {_short(self.metadata)})"
 
 
-def _short(metadata: common_pb2.EntryMetadata) -> str:
+def _short(metadata: entry_pb2.EntryMetadata) -> str:
     shown = EntryMetadata()
     shown.CopyFrom(metadata)
     for name in ("partition_key", "traceparent"):

@@ -18,7 +18,7 @@ import grpc.aio
 import pytest
 from herald.api.v1 import common_pb2, storage_pb2, storage_pb2_grpc
 from herald.common import errors
-from herald.common.transport.rpc import channel_options, error_from_rpc
+from herald.common.transport.rpc import channel_options, error_from_proto, error_from_rpc
 from herald.storage.node.entry_log import SUFFIX as ENTRY_LOG_SUFFIX
 from herald.storage.node.journal import SUFFIX as JOURNAL_SUFFIX
 from herald.storage.node.journal import JournalRecord, RecordKind, encode_header
@@ -291,7 +291,7 @@ async def test_a_fenced_ledger_refuses_adds_but_takes_recovery_adds(node: Node) 
 
     (refused,) = await add_all(node, [add_request(1, 3, b"stale writer", request_id=9)])
     assert (refused.request_id, refused.error.code) == (9, common_pb2.FENCED)
-    assert isinstance(errors.from_proto(refused.error), errors.FencedError)
+    assert isinstance(error_from_proto(refused.error), errors.FencedError)
 
     (recovered,) = await add_all(node, [add_request(1, 3, b"recovery", recovery=True)])
     assert not recovered.HasField("error")

@@ -34,7 +34,7 @@ import grpc
 import lz4.block
 import pytest
 import zstandard
-from herald.api.v1 import broker_pb2, common_pb2
+from herald.api.v1 import broker_pb2, common_pb2, entry_pb2
 from herald.client import AsyncClient, AuthenticationToken, AuthorizationError, InitialPosition
 from herald.client.admin import AdminClient
 from herald.common.codec.entry import EntryMetadata, encode_entry, pack_record
@@ -52,8 +52,8 @@ CLAIMED = 100  # the uncompressed size a bomb's metadata claims
 # inflated would take more than BOMB_SIZE.
 CLIENT_RSS_BOUND = 300 * MIB
 APP = "app"  # the producing (and consuming) role: a namespace grant, no super-user
-BOMBS = [common_pb2.ZLIB, common_pb2.ZSTD]
-NAMES = {common_pb2.LZ4: "LZ4", common_pb2.ZLIB: "ZLIB", common_pb2.ZSTD: "ZSTD"}
+BOMBS = [entry_pb2.ZLIB, entry_pb2.ZSTD]
+NAMES = {entry_pb2.LZ4: "LZ4", entry_pb2.ZLIB: "ZLIB", entry_pb2.ZSTD: "ZSTD"}
 
 
 # ---- the hostile entries ----
@@ -63,7 +63,7 @@ def bomb_payload(codec: int) -> bytes:
     """BOMB_SIZE zero bytes compressed (about 1 MiB with ZLIB, 32 KiB with ZSTD, whose frame header
     declares the true size), made a megabyte at a time."""
     chunk = bytes(MIB)
-    if codec == common_pb2.ZLIB:
+    if codec == entry_pb2.ZLIB:
         deflater = zlib.compressobj(6)
         return b"".join(deflater.compress(chunk) for _ in range(BOMB_SIZE // MIB)) + deflater.flush()
     zstd = zstandard.ZstdCompressor().compressobj(size=BOMB_SIZE)
@@ -293,7 +293,7 @@ async def test_a_decompression_bomb_is_dropped_by_the_consumer_with_an_error_and
             ), finished.stderr
 
 
-@pytest.mark.parametrize("codec", [common_pb2.LZ4, *BOMBS], ids=["LZ4", *[NAMES[c] for c in BOMBS]])
+@pytest.mark.parametrize("codec", [entry_pb2.LZ4, *BOMBS], ids=["LZ4", *[NAMES[c] for c in BOMBS]])
 async def test_an_entry_claiming_to_decompress_past_the_max_message_size_is_refused_at_publish(
     place: Place, wire: WireClient, codec: int,
 ) -> None:
@@ -305,8 +305,8 @@ async def test_an_entry_claiming_to_decompress_past_the_max_message_size_is_refu
                                   f"a consumer of {topic}")
         await reader.flow(10)
         producer = await registered(wire, topic)
-        data = {common_pb2.LZ4: b"\x00" * 16, common_pb2.ZLIB: zlib.compress(b"x" * 16),
-                common_pb2.ZSTD: zstandard.ZstdCompressor().compress(b"x" * 16)}[codec]
+        data = {entry_pb2.LZ4: b"\x00" * 16, entry_pb2.ZLIB: zlib.compress(b"x" * 16),
+                entry_pb2.ZSTD: zstandard.ZstdCompressor().compress(b"x" * 16)}[codec]
         refused = await producer.send_entry(compressed_entry(producer.name, 0, codec, data, 1 << 30), 0)
         code, message = send_error(refused)
         assert (code, message) == (
@@ -459,7 +459,7 @@ async def test_a_compressed_entry_claiming_more_messages_than_its_uncompressed_s
     producer = await registered(wire, topic)
     payload = bytearray()
     pack_record(payload, b"x" * 95)
-    entry = compressed_entry(producer.name, 0, common_pb2.ZLIB, zlib.compress(payload), len(payload), 1000)
+    entry = compressed_entry(producer.name, 0, entry_pb2.ZLIB, zlib.compress(payload), len(payload), 1000)
     code, message = send_error(await producer.send_entry(entry, 0, 1000))
     assert (code, message) == (
         "INVALID_ARGUMENT",
@@ -468,7 +468,7 @@ async def test_a_compressed_entry_claiming_more_messages_than_its_uncompressed_s
     receipt(await producer.send_entry(make_entry(producer.name, 1, b"fine"), 1))
 
 
-@pytest.mark.parametrize("codec", [common_pb2.NONE, common_pb2.LZ4], ids=["uncompressed", "LZ4"])
+@pytest.mark.parametrize("codec", [entry_pb2.NONE, entry_pb2.LZ4], ids=["uncompressed", "LZ4"])
 async def test_an_entry_holding_more_messages_than_its_metadata_says_is_dropped_and_the_consumer_stays_small(
     place: Place, wire: WireClient, tmp_path: Path, codec: int,
 ) -> None:
@@ -478,7 +478,7 @@ async def test_an_entry_holding_more_messages_than_its_metadata_says_is_dropped_
     topic = place.topic("swarm")
     producer = await registered(wire, topic)
     zeros = bytes(MAX_MESSAGE_SIZE)
-    data = zeros if codec == common_pb2.NONE else lz4.block.compress(zeros, store_size=False)
+    data = zeros if codec == entry_pb2.NONE else lz4.block.compress(zeros, store_size=False)
     swarm = compressed_entry(producer.name, 0, codec, data, len(zeros) if codec else 0)
     receipt(await producer.send_entry(swarm, 0))
     receipt(await producer.send_entry(make_entry(producer.name, 1, b"after the swarm"), 1))

@@ -7,7 +7,7 @@ import asyncio
 import time
 
 import pytest
-from herald.api.v1 import common_pb2
+from herald.api.v1 import entry_pb2
 from herald.client.accumulator import BatchAccumulator, KeyBasedAccumulator, PendingOp, Waiter
 from herald.common.codec.compression import decompress
 from herald.common.codec.entry import decode_entry, entry_checksum_ok, iter_records
@@ -324,7 +324,7 @@ async def test_a_message_sent_alone_follows_the_open_batch_in_an_unbatched_entry
 
 # ---- compression ----
 
-@pytest.mark.parametrize("codec", [common_pb2.LZ4, common_pb2.ZLIB, common_pb2.ZSTD])
+@pytest.mark.parametrize("codec", [entry_pb2.LZ4, entry_pb2.ZLIB, entry_pb2.ZSTD])
 async def test_closed_batch_payload_is_compressed_once_and_decompresses_to_its_records(codec: int) -> None:
     emitted: list[PendingOp] = []
     acc = BatchAccumulator(max_messages=1000, max_bytes=1 << 20, max_delay=60.0, batched=True, emit=emitted.append,
@@ -347,7 +347,7 @@ async def test_an_uncompressed_batch_says_so() -> None:
     add(acc, b"plain", 0)
     acc.flush()
     metadata, payload = decode_entry(emitted[0].entry)
-    assert metadata.compression == common_pb2.NONE and metadata.uncompressed_size == len(payload)
+    assert metadata.compression == entry_pb2.NONE and metadata.uncompressed_size == len(payload)
 
 
 # ---- KeyBased batching ----

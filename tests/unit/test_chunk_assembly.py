@@ -9,7 +9,7 @@ import logging
 import time
 
 import pytest
-from herald.api.v1 import broker_pb2, common_pb2
+from herald.api.v1 import broker_pb2, entry_pb2
 from herald.client.chunk_assembly import ChunkAssembler
 from herald.client.config import ClientConfig, ConsumerConfig
 from herald.client.connection import ConnectionPool
@@ -26,7 +26,7 @@ TOPIC = "persistent://public/default/chunks"
 
 def chunks(
     value: bytes, size: int, *, key: str | None = None, properties: dict[str, str] | None = None,
-    compression: int = common_pb2.NONE, sequence_id: int = 10, uuid: str = "p-10", publish_time: int | None = None,
+    compression: int = entry_pb2.NONE, sequence_id: int = 10, uuid: str = "p-10", publish_time: int | None = None,
 ) -> list[tuple[EntryMetadata, bytes]]:
     """The chunks of one message as the producer writes them: its record (compressed) in slices."""
     record = bytearray()
@@ -173,7 +173,7 @@ def delivered(pieces: list[tuple[EntryMetadata, bytes]], first_entry: int = 0) -
             for i, (metadata, data) in enumerate(pieces)]
 
 
-@pytest.mark.parametrize("compression", [common_pb2.NONE, common_pb2.LZ4, common_pb2.ZLIB, common_pb2.ZSTD])
+@pytest.mark.parametrize("compression", [entry_pb2.NONE, entry_pb2.LZ4, entry_pb2.ZLIB, entry_pb2.ZSTD])
 async def test_the_consumer_queues_a_chunked_message_once_whole_under_its_last_chunks_id(compression: int) -> None:
     consumer = offline_consumer(ack_group_time=0)
     text = "chunked " * 500
@@ -206,7 +206,7 @@ async def test_a_chunked_message_that_does_not_decompress_is_dropped_with_an_err
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     consumer = offline_consumer()
-    pieces = chunks(b"z" * 100, 30, compression=common_pb2.ZSTD)
+    pieces = chunks(b"z" * 100, 30, compression=entry_pb2.ZSTD)
     metadata, data = pieces[-1]
     pieces[-1] = (metadata, bytes(len(data)))  # the right size, but not zstd
     with caplog.at_level(logging.ERROR):
@@ -223,8 +223,8 @@ async def test_a_compressed_batch_is_decompressed_by_the_consumer() -> None:
     for value in ("one", "two", "three"):
         pack_record(payload, value.encode())
     metadata = EntryMetadata(producer_name="p", sequence_id=0, highest_sequence_id=2, num_messages=3, batched=True,
-                             compression=common_pb2.LZ4, uncompressed_size=len(payload), publish_time=1)
-    entry = encode_entry(metadata, compress(common_pb2.LZ4, payload))
+                             compression=entry_pb2.LZ4, uncompressed_size=len(payload), publish_time=1)
+    entry = encode_entry(metadata, compress(entry_pb2.LZ4, payload))
     consumer._on_entries([broker_pb2.DeliveredEntry(ledger_id=1, entry_id=0, data=entry)])
     assert [m.value for m in consumer._queue] == ["one", "two", "three"]
     await consumer._shutdown()
@@ -234,9 +234,9 @@ async def test_a_payload_that_does_not_decompress_to_its_announced_size_is_dropp
     consumer = offline_consumer()
     payload = bytearray()
     pack_record(payload, b"x" * 50)
-    metadata = EntryMetadata(producer_name="p", num_messages=1, batched=False, compression=common_pb2.ZLIB,
+    metadata = EntryMetadata(producer_name="p", num_messages=1, batched=False, compression=entry_pb2.ZLIB,
                              uncompressed_size=len(payload) + 1, publish_time=1)
-    entry = encode_entry(metadata, compress(common_pb2.ZLIB, payload))
+    entry = encode_entry(metadata, compress(entry_pb2.ZLIB, payload))
     consumer._on_entries([broker_pb2.DeliveredEntry(ledger_id=1, entry_id=0, data=entry)])
     assert not consumer._queue and consumer.corrupt_entries == 1
     await consumer._shutdown()

@@ -8,7 +8,7 @@ import asyncio
 import os
 
 import pytest
-from herald.api.v1 import common_pb2
+from herald.api.v1 import entry_pb2
 from herald.client import chunking
 from herald.client.accumulator import BatchAccumulator, PendingOp
 from herald.common.codec.compression import decompress
@@ -67,7 +67,7 @@ def test_a_payload_past_what_a_chunked_message_may_carry_is_refused(monkeypatch:
 
 # ---- the accumulator's side ----
 
-def make(emitted: list[PendingOp], chunk_limit: int, compression: int = common_pb2.NONE) -> BatchAccumulator:
+def make(emitted: list[PendingOp], chunk_limit: int, compression: int = entry_pb2.NONE) -> BatchAccumulator:
     return BatchAccumulator(max_messages=1000, max_bytes=1 << 20, max_delay=60.0, batched=False,
                             emit=emitted.append, loop=asyncio.get_running_loop(), producer_name="prod",
                             compression=compression, chunk_limit=chunk_limit)
@@ -116,7 +116,7 @@ async def test_a_message_that_fits_is_not_chunked() -> None:
     assert (meta.num_chunks, meta.uuid, op.chunks_after) == (0, "", 0)
 
 
-@pytest.mark.parametrize("codec", [common_pb2.LZ4, common_pb2.ZLIB, common_pb2.ZSTD])
+@pytest.mark.parametrize("codec", [entry_pb2.LZ4, entry_pb2.ZLIB, entry_pb2.ZSTD])
 async def test_a_compressed_message_is_chunked_after_compression(codec: int) -> None:
     emitted: list[PendingOp] = []
     acc = make(emitted, chunk_limit=1024, compression=codec)
@@ -133,7 +133,7 @@ async def test_compression_that_makes_a_message_fit_sends_it_as_one_chunk() -> N
     # Larger than the limit before compression: an unchunked entry may not declare that much
     # uncompressed (consumers bound decompression by the max message size), a chunk may.
     emitted: list[PendingOp] = []
-    acc = make(emitted, chunk_limit=1024, compression=common_pb2.ZSTD)
+    acc = make(emitted, chunk_limit=1024, compression=entry_pb2.ZSTD)
     send(acc, b"a" * 50_000)
     (op,) = emitted
     metadata = decode_entry(op.entry)[0]

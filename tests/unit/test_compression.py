@@ -14,16 +14,16 @@ from collections.abc import Iterator
 import lz4.block
 import pytest
 import zstandard
-from herald.api.v1 import common_pb2
+from herald.api.v1 import entry_pb2
 from herald.common.codec.compression import compress, decompress
 from herald.common.errors import InvalidArgumentError, MessageTooLargeError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-CODECS = [common_pb2.LZ4, common_pb2.ZLIB, common_pb2.ZSTD]
+CODECS = [entry_pb2.LZ4, entry_pb2.ZLIB, entry_pb2.ZSTD]
 LIMIT = 5 * 1024 * 1024 + 10 * 1024  # a consumer's default: a 5 MiB message and its framing
 MIB = 1024 * 1024
-NAMES = [common_pb2.CompressionType.Name(codec) for codec in CODECS]
+NAMES = [entry_pb2.CompressionType.Name(codec) for codec in CODECS]
 
 
 @pytest.mark.parametrize("codec", CODECS)
@@ -42,8 +42,8 @@ def test_every_codec_shrinks_a_repetitive_payload_and_takes_a_bytearray(codec: i
 
 
 def test_none_leaves_the_payload_as_it_is() -> None:
-    assert compress(common_pb2.NONE, bytearray(b"abc")) == b"abc"
-    assert decompress(common_pb2.NONE, b"abc", 3, LIMIT) == b"abc"
+    assert compress(entry_pb2.NONE, bytearray(b"abc")) == b"abc"
+    assert decompress(entry_pb2.NONE, b"abc", 3, LIMIT) == b"abc"
 
 
 def test_an_unknown_codec_is_refused() -> None:
@@ -53,7 +53,7 @@ def test_an_unknown_codec_is_refused() -> None:
 
 @pytest.mark.parametrize("codec", CODECS)
 def test_corrupt_data_is_refused(codec: int) -> None:
-    name = common_pb2.CompressionType.Name(codec)  # type: ignore[arg-type]
+    name = entry_pb2.CompressionType.Name(codec)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match=f"does not decompress with {name}"):
         decompress(codec, os.urandom(64), 1000, LIMIT)
 
@@ -63,7 +63,7 @@ def test_a_size_other_than_the_metadata_says_is_refused(codec: int) -> None:
     payload = b"0123456789" * 100
     with pytest.raises(InvalidArgumentError):
         decompress(codec, compress(codec, payload), len(payload) - 1, LIMIT)
-    if codec != common_pb2.LZ4:  # LZ4 raw blocks need the exact size to decode at all
+    if codec != entry_pb2.LZ4:  # LZ4 raw blocks need the exact size to decode at all
         with pytest.raises(InvalidArgumentError, match="decompressed to 1000 bytes, its metadata says 2000"):
             decompress(codec, compress(codec, payload), 2000, LIMIT)
 
@@ -79,10 +79,10 @@ def zeros(total: int) -> Iterator[bytes]:
 def bomb(codec: int, inflated: int) -> bytes:
     """`inflated` zero bytes compressed: a few kilobytes (LZ4: a few megabytes) that restore to far
     more; the ZSTD frame declares its true content size in its header, as a compressor writes it."""
-    if codec == common_pb2.ZLIB:
+    if codec == entry_pb2.ZLIB:
         deflater = zlib.compressobj(9)
         return b"".join(deflater.compress(chunk) for chunk in zeros(inflated)) + deflater.flush()
-    if codec == common_pb2.ZSTD:
+    if codec == entry_pb2.ZSTD:
         zstd = zstandard.ZstdCompressor().compressobj(size=inflated)
         return b"".join(zstd.compress(chunk) for chunk in zeros(inflated)) + zstd.flush()
     return bytes(lz4.block.compress(bytes(inflated), store_size=False))
@@ -96,7 +96,7 @@ def test_a_payload_of_exactly_the_limit_is_restored(codec: int) -> None:
 
 @pytest.mark.parametrize("codec", CODECS, ids=NAMES)
 def test_a_declared_size_above_the_limit_is_refused_before_any_allocation(codec: int) -> None:
-    name = common_pb2.CompressionType.Name(codec)  # type: ignore[arg-type]
+    name = entry_pb2.CompressionType.Name(codec)  # type: ignore[arg-type]
     data = compress(codec, b"small")
     tracemalloc.start()
     try:
@@ -127,13 +127,13 @@ def test_a_bomb_is_refused_without_inflating_it(codec: int) -> None:
     finally:
         tracemalloc.stop()
     assert peak < 2 * MIB + len(data), f"refusing the bomb took {peak} bytes"
-    name = common_pb2.CompressionType.Name(codec)  # type: ignore[arg-type]
+    name = entry_pb2.CompressionType.Name(codec)  # type: ignore[arg-type]
     assert name in str(refused.value)
-    if codec != common_pb2.LZ4:  # LZ4's block decoder fails on its own: it writes into the declared size only
+    if codec != entry_pb2.LZ4:  # LZ4's block decoder fails on its own: it writes into the declared size only
         assert "to more than the 1000 bytes its metadata says" in str(refused.value)
 
 
-@pytest.mark.parametrize("codec", [common_pb2.ZLIB, common_pb2.ZSTD], ids=["ZLIB", "ZSTD"])
+@pytest.mark.parametrize("codec", [entry_pb2.ZLIB, entry_pb2.ZSTD], ids=["ZLIB", "ZSTD"])
 def test_a_bomb_declaring_the_limit_inflates_no_further(codec: int) -> None:
     data = bomb(codec, 64 * MIB)
     with pytest.raises(InvalidArgumentError, match=f"to more than the {LIMIT} bytes its metadata says"):
@@ -143,7 +143,7 @@ def test_a_bomb_declaring_the_limit_inflates_no_further(codec: int) -> None:
 def test_a_truncated_zlib_stream_is_refused() -> None:
     payload = b"0123456789" * 100
     with pytest.raises(InvalidArgumentError, match="ZLIB stream is truncated"):
-        decompress(common_pb2.ZLIB, compress(common_pb2.ZLIB, payload)[:-4], len(payload), LIMIT)
+        decompress(entry_pb2.ZLIB, compress(entry_pb2.ZLIB, payload)[:-4], len(payload), LIMIT)
 
 
 def test_a_zstd_frame_needing_a_window_larger_than_the_limit_allows_is_refused() -> None:
@@ -153,4 +153,4 @@ def test_a_zstd_frame_needing_a_window_larger_than_the_limit_allows_is_refused()
     data = compressor.compress(bytes(MIB)) + compressor.flush()
     assert zstandard.get_frame_parameters(data).window_size == 128 * MIB
     with pytest.raises(InvalidArgumentError, match=r"ZSTD: .*too much memory"):
-        decompress(common_pb2.ZSTD, data, MIB, LIMIT)
+        decompress(entry_pb2.ZSTD, data, MIB, LIMIT)

@@ -4,7 +4,7 @@ dedup can resume from, retry delays, settings, and the default dead-letter topic
 from __future__ import annotations
 
 import pytest
-from herald.api.v1 import common_pb2, deadletter_pb2
+from herald.api.v1 import common_pb2, deadletter_pb2, entry_pb2
 from herald.broker.core.dead_letters import DeadLetterPolicy
 from herald.common.codec.compression import compress, decompress
 from herald.common.codec.entry import EntryMetadata, Record, decode_entry, encode_entry, iter_records, pack_record
@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 TOPIC = "persistent://public/default/orders"
 
 
-def entry(*records: Record, batched: bool = True, codec: int = common_pb2.NONE, **metadata: object) -> bytes:
+def entry(*records: Record, batched: bool = True, codec: int = entry_pb2.NONE, **metadata: object) -> bytes:
     payload = bytearray()
     for record in records:
         pack_record(payload, record.value, record.key, record.event_time, None, record.properties or None)
@@ -36,7 +36,7 @@ def letter(data: bytes, topic: str = TOPIC, ledger: int = 12, entry_id: int = 3)
                                      redelivery_count=5, dead_letter_topic=f"{topic}-billing-DLQ")
 
 
-def unpack(send: object) -> tuple[common_pb2.EntryMetadata, list[Record]]:
+def unpack(send: object) -> tuple[entry_pb2.EntryMetadata, list[Record]]:
     metadata, payload = decode_entry(send.entry)  # type: ignore[attr-defined]
     return metadata, list(iter_records(decompress(metadata.compression, payload, metadata.uncompressed_size,
                                                   metadata.uncompressed_size)))
@@ -46,8 +46,8 @@ def unpack(send: object) -> tuple[common_pb2.EntryMetadata, list[Record]]:
 
 def test_a_letter_keeps_each_message_and_adds_its_origin() -> None:
     records = [Record(b"a", "k1", 1_700_000_000_000, None, {"app": "x"}), Record(b"b", None, 0, None, {})]
-    publication = letter_publication(letter(entry(*records, codec=common_pb2.ZSTD, ordering_key=b"ok")))
-    assert (publication.compression, publication.ordering_key, publication.batched) == (common_pb2.ZSTD, b"ok", True)
+    publication = letter_publication(letter(entry(*records, codec=entry_pb2.ZSTD, ordering_key=b"ok")))
+    assert (publication.compression, publication.ordering_key, publication.batched) == (entry_pb2.ZSTD, b"ok", True)
     origin = {"REAL_TOPIC": TOPIC, "SUBSCRIPTION": "billing", "REDELIVERY_COUNT": "5",
               "REASON": "max redeliveries reached"}
     assert list(publication.messages) == [
@@ -108,12 +108,12 @@ def messages(count: int, size: int = 10) -> list[Record]:
 
 
 def test_a_publication_goes_as_one_entry_numbered_from_zero() -> None:
-    (send,) = entries_after(Publication(messages(4), compression=common_pb2.LZ4, ordering_key=b"o"), "dlq-a", -1,
+    (send,) = entries_after(Publication(messages(4), compression=entry_pb2.LZ4, ordering_key=b"o"), "dlq-a", -1,
                             5 * 1024 * 1024)
     metadata, records = unpack(send)
     assert (send.sequence_id, send.highest_sequence_id, send.num_messages) == (0, 3, 4)
     assert (metadata.producer_name, metadata.compression, metadata.ordering_key, metadata.batched) == (
-        "dlq-a", common_pb2.LZ4, b"o", True)
+        "dlq-a", entry_pb2.LZ4, b"o", True)
     assert [(r.value, r.key, r.event_time, r.properties) for r in records] == [
         (m.value, m.key, m.event_time, m.properties) for m in messages(4)]
 

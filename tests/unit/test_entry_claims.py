@@ -12,7 +12,7 @@ import tracemalloc
 import zlib
 
 import pytest
-from herald.api.v1 import broker_pb2, common_pb2
+from herald.api.v1 import broker_pb2, entry_pb2
 from herald.broker.core.dispatcher import ReadEntry
 from herald.broker.core.managed_ledger import Position
 from herald.client.chunk_assembly import ChunkAssembler
@@ -64,8 +64,8 @@ def deliver(consumer: TopicConsumer[bytes], data: bytes, entry_id: int = 0) -> N
     (2**31 - 1, {}, 8, 1, 1),  # one record of 3 bytes
     (0, {}, 8, 1, 1),
     (-1, {}, 8, 1, 1),
-    (1000, {"compression": common_pb2.ZLIB, "uncompressed_size": 100}, 20, 20, 20),
-    (5, {"compression": common_pb2.ZLIB, "uncompressed_size": -7}, 20, 0, 1),
+    (1000, {"compression": entry_pb2.ZLIB, "uncompressed_size": 100}, 20, 20, 20),
+    (5, {"compression": entry_pb2.ZLIB, "uncompressed_size": -7}, 20, 0, 1),
     (1, {"num_chunks": 3, "total_chunk_size": 3000}, 1000, 600, 1),  # a chunk takes 1
     (2**31 - 1, {"num_chunks": 3, "total_chunk_size": 3000}, 1000, 600, 1),
 ], ids=["honest", "int32-max", "zero", "negative", "compressed", "negative-size", "chunk", "lying-chunk"])
@@ -158,7 +158,7 @@ async def test_a_bomb_in_a_batch_is_dropped_with_an_error_and_its_permits_back(
     bomb = zlib.compress(bytes(64 * MIB), 9)
     with caplog.at_level(logging.ERROR):
         deliver(consumer, encode_entry(EntryMetadata(
-            producer_name="p", num_messages=1, batched=True, compression=common_pb2.ZLIB, uncompressed_size=100),
+            producer_name="p", num_messages=1, batched=True, compression=entry_pb2.ZLIB, uncompressed_size=100),
             bomb))
     assert consumer.corrupt_entries == 1 and not consumer._queue and consumer._permits == 1
     assert "decompresses with ZLIB to more than the 100 bytes its metadata says" in caplog.text
@@ -173,7 +173,7 @@ async def test_an_entry_decompressing_past_the_consumers_max_message_size_is_dro
     pack_record(payload, bytes(20_000))
     with caplog.at_level(logging.ERROR):
         deliver(consumer, encode_entry(EntryMetadata(
-            producer_name="p", num_messages=1, batched=True, compression=common_pb2.ZLIB,
+            producer_name="p", num_messages=1, batched=True, compression=entry_pb2.ZLIB,
             uncompressed_size=len(payload)), zlib.compress(payload)))
     assert consumer.corrupt_entries == 1
     assert f"to {len(payload)} bytes, more than the {1000 + 10 * 1024} bytes taken here" in caplog.text
@@ -202,7 +202,7 @@ async def test_a_chunked_message_larger_than_max_chunked_message_size_is_dropped
 async def test_a_compressed_chunked_bomb_is_dropped_without_being_inflated() -> None:
     consumer = offline_consumer()
     # The whole payload (32 KiB of chunks) inflates to 64 MiB but claims the 100 bytes of its record.
-    pieces = chunks(b"z" * 90, 10_000, compression=common_pb2.ZLIB)
+    pieces = chunks(b"z" * 90, 10_000, compression=entry_pb2.ZLIB)
     bomb = zlib.compress(bytes(64 * MIB), 9)
     parts = [bomb[at:at + 10_000] for at in range(0, len(bomb), 10_000)]
     template = pieces[0][0]

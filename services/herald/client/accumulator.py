@@ -145,7 +145,7 @@ class BatchAccumulator:
 
     `emit` receives each closed batch as a PendingOp. With `batched` false every message is closed
     at once into an entry of its own (batch index -1 in its id). `compression` is a
-    common_pb2.CompressionType; `chunk_limit` (0: off) is the largest entry allowed, above which a
+    entry_pb2.CompressionType; `chunk_limit` (0: off) is the largest entry allowed, above which a
     message is split into chunks (as it is when its payload is larger before compression).
     `assign` (for KeyBasedAccumulator) gives a closing batch its sequence ids instead of numbering
     messages as they come.

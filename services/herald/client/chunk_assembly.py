@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from herald.api.v1 import common_pb2
+from herald.api.v1 import entry_pb2
 from herald.client.chunking import MAX_CHUNKED_SIZE
 from herald.common.errors import InvalidArgumentError, MessageTooLargeError
 
@@ -70,7 +70,7 @@ class ChunkAssembler:
         return len(self._partial)
 
     def add(
-        self, position: Position, metadata: common_pb2.EntryMetadata, data: bytes | memoryview, now: float,
+        self, position: Position, metadata: entry_pb2.EntryMetadata, data: bytes | memoryview, now: float,
         now_ms: int,
     ) -> Assembled | None:
         """Take one chunk; the whole message once this was its last chunk. `now` is the clock the
@@ -148,7 +148,7 @@ class ChunkAssembler:
                     self._max_pending, oldest.uuid, len(oldest.positions), oldest.num_chunks,
                     "acknowledging its chunks" if self._auto_ack_oldest else "leaving its chunks for redelivery")
 
-    def _stray(self, position: Position, metadata: common_pb2.EntryMetadata, found: _Partial | None,
+    def _stray(self, position: Position, metadata: entry_pb2.EntryMetadata, found: _Partial | None,
                now_ms: int) -> None:
         """A chunk that does not continue its message: drop both."""
         if found is not None:

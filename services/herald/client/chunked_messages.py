@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from herald.api.v1 import broker_pb2, common_pb2
+from herald.api.v1 import broker_pb2, entry_pb2
 from herald.client.ack_group import AckGroup
 from herald.client.acks import AckTracker
 from herald.client.chunk_assembly import ChunkAssembler
@@ -55,7 +55,7 @@ class ChunkedMessages:
         return self._assembler.dropped
 
     def unpack(
-        self, delivered: broker_pb2.DeliveredEntry, metadata: common_pb2.EntryMetadata, payload: memoryview,
+        self, delivered: broker_pb2.DeliveredEntry, metadata: entry_pb2.EntryMetadata, payload: memoryview,
     ) -> list[Message[Any]]:
         """One chunk: nothing to queue until its message's last chunk (each chunk's permit goes
         back at once, as in Pulsar), then the whole message. Raises for a chunk or a message that

@@ -23,7 +23,7 @@ What the chunks of one message carry, in EntryMetadata (proto/herald/v1/common.p
 
 from __future__ import annotations
 
-from herald.api.v1 import common_pb2
+from herald.api.v1 import entry_pb2
 from herald.common.codec.entry import HEADER_SIZE, encode_entry
 from herald.common.errors import MessageTooLargeError
 
@@ -37,11 +37,11 @@ def chunk_uuid(producer_name: str, sequence_id: int) -> str:
     return f"{producer_name}-{sequence_id}"
 
 
-def chunk_payload_size(metadata: common_pb2.EntryMetadata, max_entry_size: int) -> int:
+def chunk_payload_size(metadata: entry_pb2.EntryMetadata, max_entry_size: int) -> int:
     """How many payload bytes one chunk entry of this message holds and stays within
     `max_entry_size` with its header and metadata (measured with the largest values the chunk
     fields can take, so that no chunk's metadata comes out bigger)."""
-    widest = common_pb2.EntryMetadata()
+    widest = entry_pb2.EntryMetadata()
     widest.CopyFrom(metadata)
     widest.sequence_id = widest.highest_sequence_id = _MAX_INT64
     widest.chunk_id = widest.num_chunks = widest.total_chunk_size = widest.num_messages = _MAX_INT32
@@ -55,7 +55,7 @@ def chunk_payload_size(metadata: common_pb2.EntryMetadata, max_entry_size: int) 
     return size
 
 
-def split(metadata: common_pb2.EntryMetadata, payload: bytes, max_entry_size: int) -> list[bytes]:
+def split(metadata: entry_pb2.EntryMetadata, payload: bytes, max_entry_size: int) -> list[bytes]:
     """The chunk entries of one message, in order. `metadata` is the message's own (its
     sequence_id the first chunk's); each chunk i gets sequence id sequence_id + i."""
     total = len(payload)
@@ -66,7 +66,7 @@ def split(metadata: common_pb2.EntryMetadata, payload: bytes, max_entry_size: in
     size = chunk_payload_size(metadata, max_entry_size)
     count = -(-total // size)
     first = metadata.sequence_id
-    chunk = common_pb2.EntryMetadata()
+    chunk = entry_pb2.EntryMetadata()
     chunk.CopyFrom(metadata)
     chunk.num_messages = 1
     chunk.batched = False

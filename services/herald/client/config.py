@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from herald.api.v1 import broker_pb2, common_pb2
+from herald.api.v1 import broker_pb2, entry_pb2
 from herald.common.codec.message_id import MessageId, check_position
 from herald.common.codec.properties import check_properties
 from herald.common.errors import InvalidArgumentError
@@ -49,10 +49,10 @@ class InitialPosition(enum.Enum):
 class CompressionType(enum.Enum):
     """How the producer compresses each batch's payload (the consumer decompresses it)."""
 
-    NONE = common_pb2.NONE
-    LZ4 = common_pb2.LZ4
-    ZLIB = common_pb2.ZLIB
-    ZSTD = common_pb2.ZSTD
+    NONE = entry_pb2.NONE
+    LZ4 = entry_pb2.LZ4
+    ZLIB = entry_pb2.ZLIB
+    ZSTD = entry_pb2.ZSTD
 
 
 class PartitionsRoutingMode(enum.Enum):

@@ -11,7 +11,8 @@ import itertools
 
 from herald.api.v1 import broker_pb2, common_pb2
 from herald.common.codec.message_id import MessageId, check_position
-from herald.common.errors import HeraldError, HeraldTimeoutError, InvalidArgumentError, from_proto
+from herald.common.errors import HeraldError, HeraldTimeoutError, InvalidArgumentError
+from herald.common.transport.rpc import error_from_proto
 
 _EDGES = {MessageId.earliest: broker_pb2.EARLIEST, MessageId.latest: broker_pb2.LATEST}
 
@@ -50,7 +51,7 @@ class PendingCommands:
         kind, future = pending
         if result.HasField("error"):
             if not future.done():
-                future.set_exception(from_proto(result.error))
+                future.set_exception(error_from_proto(result.error))
             return None
         if not future.done():
             future.set_result(None)

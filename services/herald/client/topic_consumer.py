@@ -55,9 +55,8 @@ from herald.common.errors import (
     ConsumerClosedError,
     InvalidArgumentError,
     NotAllowedError,
-    from_proto,
 )
-from herald.common.transport.rpc import EOF, error_from_rpc
+from herald.common.transport.rpc import EOF, error_from_proto, error_from_rpc
 
 if TYPE_CHECKING:
     from herald.api.v1.broker_pb2_grpc import BrokerServiceAsyncStub
@@ -564,7 +563,7 @@ class TopicConsumer(
         assert isinstance(reply, broker_pb2.ConsumeResponse)
         kind = reply.WhichOneof("reply")
         if kind == "error":
-            raise from_proto(reply.error)
+            raise error_from_proto(reply.error)
         if kind != "subscribed":
             raise ConnectionError_(f"the broker answered a subscription with {kind!r}")
         self._name = reply.subscribed.consumer_name or self._name
@@ -622,7 +621,7 @@ class TopicConsumer(
         elif kind == "end_of_topic":
             self._end_of_topic = True
         elif kind == "error":
-            raise from_proto(reply.error)
+            raise error_from_proto(reply.error)
 
     def _on_active_change(self, active: bool) -> None:
         listener = self._config.consumer_event_listener

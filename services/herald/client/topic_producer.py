@@ -54,9 +54,8 @@ from herald.common.errors import (
     ProducerQueueIsFullError,
     SendTimeoutError,
     TopicTerminatedError,
-    from_proto,
 )
-from herald.common.transport.rpc import EOF
+from herald.common.transport.rpc import EOF, error_from_proto
 
 if TYPE_CHECKING:
     from herald.api.v1.broker_pb2_grpc import BrokerServiceAsyncStub
@@ -503,7 +502,7 @@ class TopicProducer(BrokerStream[broker_pb2.ProduceRequest, broker_pb2.ProduceRe
         if kind == "registered":
             return reply.registered
         if kind == "error":
-            raise from_proto(reply.error)
+            raise error_from_proto(reply.error)
         raise ConnectionError_(f"the broker answered a producer registration with {kind!r}")
 
     def _first_connect_failed(self, error: HeraldError) -> None:
@@ -552,7 +551,7 @@ class TopicProducer(BrokerStream[broker_pb2.ProduceRequest, broker_pb2.ProduceRe
         elif kind == "send_error":
             self._on_send_error(reply.send_error)
         elif kind == "error":
-            error = from_proto(reply.error)
+            error = error_from_proto(reply.error)
             if isinstance(error, TopicTerminatedError):
                 self._terminate(error)
                 raise Reconnect("topic terminated")  # ends the stream; _run sees the state and stops
@@ -583,7 +582,7 @@ class TopicProducer(BrokerStream[broker_pb2.ProduceRequest, broker_pb2.ProduceRe
         self._stats.receipt(settles, op.size, _monotonic() - op.created)
 
     def _on_send_error(self, send_error: broker_pb2.SendError) -> None:
-        error = from_proto(send_error.error)
+        error = error_from_proto(send_error.error)
         if isinstance(error, TopicTerminatedError):
             self._terminate(error)
             raise Reconnect("topic terminated")  # ends the stream; _run sees the state and stops

@@ -1,25 +1,59 @@
-"""One exception hierarchy for client and services, mapped to wire error codes in one place.
-
-Every error says what was wrong; `retryable` says whether trying again may help.
+"""One exception hierarchy for client and services. Every error says what was wrong; `retryable`
+says whether trying again may help; `code` names its kind. Protocol-neutral: what a code is on a
+wire (Herald's gRPC Error message, a gRPC status, a Pulsar ServerError) is each transport's
+mapping (herald.common.transport.rpc for gRPC).
 """
 
 from __future__ import annotations
 
-from herald.api.v1 import common_pb2
+import enum
+
+
+class ErrorCode(enum.IntEnum):
+    """The kinds of error; the numbers are the wire's (proto/herald/v1/common.proto ErrorCode, kept
+    equal by tests/unit/test_errors.py)."""
+
+    ERROR_CODE_UNSPECIFIED = 0
+    UNKNOWN_ERROR = 1
+    INVALID_ARGUMENT = 2
+    CHECKSUM_ERROR = 3
+    PERSISTENCE_ERROR = 4
+    METADATA_ERROR = 5
+    NOT_OWNER = 6
+    TOPIC_NOT_FOUND = 7
+    PRODUCER_BUSY = 8
+    CONSUMER_BUSY = 9
+    MESSAGE_TOO_LARGE = 10
+    TOPIC_TERMINATED = 11
+    FENCED = 12
+    LEDGER_NOT_FOUND = 13
+    ENTRY_NOT_FOUND = 14
+    SERVICE_NOT_READY = 15
+    TIMEOUT = 16
+    DUPLICATE_UNKNOWN = 17
+    PRODUCER_NOT_FOUND = 18
+    CONSUMER_NOT_FOUND = 19
+    NOT_ALLOWED = 20
+    BAD_VERSION = 21
+    TOO_MANY_REQUESTS = 22
+    BACKLOG_QUOTA_EXCEEDED = 23
+    NOT_FOUND = 24
+    ALREADY_EXISTS = 25
+    PRECONDITION_FAILED = 26
+    AUTHENTICATION_ERROR = 27
+    AUTHORIZATION_ERROR = 28
 
 
 class HeraldError(Exception):
     """Base of every Herald error."""
 
-    code: int = common_pb2.UNKNOWN_ERROR
+    code: int = ErrorCode.UNKNOWN_ERROR
     retryable: bool = False
 
-    def to_proto(self) -> common_pb2.Error:
-        return common_pb2.Error(code=self.code, message=str(self))  # type: ignore[arg-type]
 
 
 class InvalidArgumentError(HeraldError, ValueError):
-    code = common_pb2.INVALID_ARGUMENT
+    code = ErrorCode.INVALID_ARGUMENT
 
 
 class InvalidTopicNameError(InvalidArgumentError):
@@ -27,135 +61,135 @@ class InvalidTopicNameError(InvalidArgumentError):
 
 
 class ChecksumError(HeraldError):
-    code = common_pb2.CHECKSUM_ERROR
+    code = ErrorCode.CHECKSUM_ERROR
 
 
 class PersistenceError(HeraldError):
-    code = common_pb2.PERSISTENCE_ERROR
+    code = ErrorCode.PERSISTENCE_ERROR
     retryable = True
 
 
 class MetadataError(HeraldError):
-    code = common_pb2.METADATA_ERROR
+    code = ErrorCode.METADATA_ERROR
 
 
 class NotOwnerError(HeraldError):
     """This broker does not own the topic; the client looks it up again."""
 
-    code = common_pb2.NOT_OWNER
+    code = ErrorCode.NOT_OWNER
     retryable = True
 
 
 class TopicNotFoundError(HeraldError):
-    code = common_pb2.TOPIC_NOT_FOUND
+    code = ErrorCode.TOPIC_NOT_FOUND
 
 
 class ProducerBusyError(HeraldError):
-    code = common_pb2.PRODUCER_BUSY
+    code = ErrorCode.PRODUCER_BUSY
     retryable = True
 
 
 class ConsumerBusyError(HeraldError):
-    code = common_pb2.CONSUMER_BUSY
+    code = ErrorCode.CONSUMER_BUSY
 
 
 class MessageTooLargeError(HeraldError):
-    code = common_pb2.MESSAGE_TOO_LARGE
+    code = ErrorCode.MESSAGE_TOO_LARGE
 
 
 class TopicTerminatedError(HeraldError):
-    code = common_pb2.TOPIC_TERMINATED
+    code = ErrorCode.TOPIC_TERMINATED
 
 
 class FencedError(HeraldError):
     """The ledger was fenced by a newer writer: this writer lost the topic."""
 
-    code = common_pb2.FENCED
+    code = ErrorCode.FENCED
 
 
 class LedgerNotFoundError(HeraldError):
-    code = common_pb2.LEDGER_NOT_FOUND
+    code = ErrorCode.LEDGER_NOT_FOUND
 
 
 class EntryNotFoundError(HeraldError):
-    code = common_pb2.ENTRY_NOT_FOUND
+    code = ErrorCode.ENTRY_NOT_FOUND
 
 
 class ServiceNotReadyError(HeraldError):
-    code = common_pb2.SERVICE_NOT_READY
+    code = ErrorCode.SERVICE_NOT_READY
     retryable = True
 
 
 class HeraldTimeoutError(HeraldError, TimeoutError):
-    code = common_pb2.TIMEOUT
+    code = ErrorCode.TIMEOUT
     retryable = True
 
 
 class DuplicateUnknownError(HeraldError):
     """Dedup cannot tell yet whether the message is a duplicate; the producer retries."""
 
-    code = common_pb2.DUPLICATE_UNKNOWN
+    code = ErrorCode.DUPLICATE_UNKNOWN
     retryable = True
 
 
 class ProducerNotFoundError(HeraldError):
-    code = common_pb2.PRODUCER_NOT_FOUND
+    code = ErrorCode.PRODUCER_NOT_FOUND
 
 
 class ConsumerNotFoundError(HeraldError):
-    code = common_pb2.CONSUMER_NOT_FOUND
+    code = ErrorCode.CONSUMER_NOT_FOUND
 
 
 class NotAllowedError(HeraldError):
-    code = common_pb2.NOT_ALLOWED
+    code = ErrorCode.NOT_ALLOWED
 
 
 class BadVersionError(HeraldError):
     """A compare-and-set lost against a concurrent writer."""
 
-    code = common_pb2.BAD_VERSION
+    code = ErrorCode.BAD_VERSION
     retryable = True
 
 
 class TooManyRequestsError(HeraldError):
-    code = common_pb2.TOO_MANY_REQUESTS
+    code = ErrorCode.TOO_MANY_REQUESTS
     retryable = True
 
 
 class BacklogQuotaExceededError(HeraldError):
     """The topic's backlog is over its quota and its policy is producer_exception."""
 
-    code = common_pb2.BACKLOG_QUOTA_EXCEEDED
+    code = ErrorCode.BACKLOG_QUOTA_EXCEEDED
 
 
 class NotFoundError(HeraldError):
     """A tenant, namespace or subscription that does not exist."""
 
-    code = common_pb2.NOT_FOUND
+    code = ErrorCode.NOT_FOUND
 
 
 class AlreadyExistsError(HeraldError):
-    code = common_pb2.ALREADY_EXISTS
+    code = ErrorCode.ALREADY_EXISTS
 
 
 class PreconditionFailedError(HeraldError):
     """The operation needs a state the resource is not in (e.g. no clients connected)."""
 
-    code = common_pb2.PRECONDITION_FAILED
+    code = ErrorCode.PRECONDITION_FAILED
 
 
 class AuthenticationError(HeraldError):
     """The call carried no credentials, or ones the service could not verify (an expired token, a
     bad signature, an unknown key): get a valid token or certificate; retrying the same will not help."""
 
-    code = common_pb2.AUTHENTICATION_ERROR
+    code = ErrorCode.AUTHENTICATION_ERROR
 
 
 class AuthorizationError(HeraldError):
     """The authenticated role may not do this (produce, consume, administer the tenant): an
     administrator must grant the permission."""
 
-    code = common_pb2.AUTHORIZATION_ERROR
+    code = ErrorCode.AUTHORIZATION_ERROR
 
 
 # Client-side errors (never sent on the wire).
@@ -203,6 +237,6 @@ _BY_CODE: dict[int, type[HeraldError]] = {
 }
 
 
-def from_proto(error: common_pb2.Error) -> HeraldError:
-    """The exception a wire error stands for."""
-    return _BY_CODE.get(error.code, HeraldError)(error.message)
+def error_for_code(code: int, message: str) -> HeraldError:
+    """The exception an error code and message stand for (unknown codes: HeraldError)."""
+    return _BY_CODE.get(code, HeraldError)(message)

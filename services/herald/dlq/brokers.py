@@ -23,9 +23,9 @@ import grpc.aio
 from herald.api.v1 import deadletter_pb2, deadletter_pb2_grpc, lookup_pb2, lookup_pb2_grpc
 from herald.client.connection import ConnectionPool
 from herald.common.backoff import Backoff
-from herald.common.errors import HeraldError, HeraldTimeoutError, from_proto
+from herald.common.errors import HeraldError, HeraldTimeoutError
 from herald.common.tasks import cancel_and_wait, wait_event
-from herald.common.transport.rpc import EOF, error_from_rpc
+from herald.common.transport.rpc import EOF, error_from_proto, error_from_rpc
 from herald.dlq.letters import letter_key
 from herald.dlq.metrics import DlqMetrics
 from herald.dlq.mover import LetterMover
@@ -180,7 +180,7 @@ class BrokerLetters:
                 else:
                     # A report about a letter the broker no longer lends us (acknowledged some other
                     # way, or taken back): nothing to do.
-                    log.info("broker %s: %s", self.address, from_proto(reply.error))
+                    log.info("broker %s: %s", self.address, error_from_proto(reply.error))
         finally:
             if self._stream is stream:
                 self._stream = None

@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from herald.api.v1 import broker_pb2, common_pb2
+from herald.api.v1 import broker_pb2, entry_pb2
 from herald.common.codec.compression import compress
 from herald.common.codec.entry import (
     HEADER_SIZE,
@@ -38,10 +38,10 @@ class Publication:
     unbatched (batch index -1) when `batched` is false, as its origin was."""
 
     messages: Sequence[Record] = ()
-    compression: int = common_pb2.NONE
+    compression: int = entry_pb2.NONE
     ordering_key: bytes = b""
     batched: bool = True
-    opaque: tuple[common_pb2.EntryMetadata, bytes] | None = field(default=None)
+    opaque: tuple[entry_pb2.EntryMetadata, bytes] | None = field(default=None)
 
     def __len__(self) -> int:
         return 1 if self.opaque is not None else len(self.messages)
@@ -106,7 +106,7 @@ def _fill(
 
 def _metadata(
     publication: Publication, producer_name: str, messages: list[tuple[int, Record]], size: int,
-) -> common_pb2.EntryMetadata:
+) -> entry_pb2.EntryMetadata:
     keys = {record.key for _, record in messages}
     key = keys.pop() if len(keys) == 1 else None
     return EntryMetadata(
@@ -117,7 +117,7 @@ def _metadata(
     )
 
 
-def _send(entry: bytes, metadata: common_pb2.EntryMetadata) -> broker_pb2.SendEntry:
+def _send(entry: bytes, metadata: entry_pb2.EntryMetadata) -> broker_pb2.SendEntry:
     return broker_pb2.SendEntry(sequence_id=metadata.sequence_id, highest_sequence_id=metadata.highest_sequence_id,
                                 num_messages=max(1, metadata.num_messages), entry=entry)
 

@@ -30,9 +30,8 @@ from herald.common.errors import (
     HeraldTimeoutError,
     NotOwnerError,
     ServiceNotReadyError,
-    from_proto,
 )
-from herald.common.transport.rpc import EOF, error_from_rpc
+from herald.common.transport.rpc import EOF, error_from_proto, error_from_rpc
 from herald.dlq.publication import Publication, entries_after
 
 log = logging.getLogger(__name__)
@@ -137,7 +136,7 @@ class IdempotentPublisher:
             topic=topic, producer_name=producer_name)))
         reply = await _read(call, topic)
         if reply.HasField("error"):
-            raise from_proto(reply.error)
+            raise error_from_proto(reply.error)
         registered = reply.registered
         sends = entries_after(publication, producer_name, registered.last_sequence_id, registered.max_message_size)
         for send in sends:
@@ -150,9 +149,9 @@ class IdempotentPublisher:
                 if reply.receipt.ledger_id >= 0:  # -1: a duplicate dedup recognised
                     stored += send.num_messages
             elif kind == "send_error":
-                raise from_proto(reply.send_error.error)
+                raise error_from_proto(reply.send_error.error)
             else:
-                raise from_proto(reply.error)
+                raise error_from_proto(reply.error)
         await call.write(_CLOSE)
         await call.done_writing()
         return Published(topic, stored, len(publication) - stored)

@@ -24,7 +24,7 @@ from herald.api.v1 import broker_pb2, common_pb2
 from herald.common import errors
 from herald.common.backoff import Backoff
 from herald.common.tasks import cancel_and_wait, wait_event
-from herald.common.transport.rpc import EOF, abort, error_from_rpc
+from herald.common.transport.rpc import EOF, abort, error_from_proto, error_from_rpc, error_to_proto
 from herald.proxy.broker_pool import BrokerPool
 from herald.proxy.drain import DRAINING_MESSAGE, Drain
 from herald.proxy.lookups import Lookups
@@ -78,10 +78,10 @@ class StreamKind:
             reply = self.reply_type.FromString(raw)
         except DecodeError:
             return None
-        return errors.from_proto(reply.error) if reply.WhichOneof("reply") == "error" else None
+        return error_from_proto(reply.error) if reply.WhichOneof("reply") == "error" else None
 
     def error_reply(self, error: errors.HeraldError) -> bytes:
-        return bytes(self.reply_type(error=error.to_proto()).SerializeToString())
+        return bytes(self.reply_type(error=error_to_proto(error)).SerializeToString())
 
 
 PRODUCE = StreamKind("produce", "/herald.v1.BrokerService/Produce", "register", "RegisterProducer",

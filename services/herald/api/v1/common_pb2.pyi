@@ -4,10 +4,8 @@
 isort:skip_file
 Types shared by every Herald service contract."""
 
-from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
 import sys
@@ -126,25 +124,6 @@ AUTHORIZATION_ERROR: ErrorCode.ValueType  # 28
 """the role may not do this (produce, consume, administer this tenant)"""
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
 
-class _CompressionType:
-    ValueType = _typing.NewType("ValueType", _builtins.int)
-    V: _TypeAlias = ValueType  # noqa: Y015
-
-class _CompressionTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_CompressionType.ValueType], _builtins.type):
-    DESCRIPTOR: _descriptor.EnumDescriptor
-    NONE: _CompressionType.ValueType  # 0
-    LZ4: _CompressionType.ValueType  # 1
-    ZLIB: _CompressionType.ValueType  # 2
-    ZSTD: _CompressionType.ValueType  # 3
-
-class CompressionType(_CompressionType, metaclass=_CompressionTypeEnumTypeWrapper): ...
-
-NONE: CompressionType.ValueType  # 0
-LZ4: CompressionType.ValueType  # 1
-ZLIB: CompressionType.ValueType  # 2
-ZSTD: CompressionType.ValueType  # 3
-Global___CompressionType: _TypeAlias = CompressionType  # noqa: Y015
-
 @_typing.final
 class Position(_message.Message):
     """Where an entry lives: a ledger and an entry within it."""
@@ -222,88 +201,3 @@ class Error(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Error: _TypeAlias = Error  # noqa: Y015
-
-@_typing.final
-class EntryMetadata(_message.Message):
-    """The metadata at the head of every entry (one per producer batch), written by the producer.
-    The payload after it holds the batch's single messages (see herald.common.entry).
-    """
-
-    DESCRIPTOR: _descriptor.Descriptor
-
-    PRODUCER_NAME_FIELD_NUMBER: _builtins.int
-    SEQUENCE_ID_FIELD_NUMBER: _builtins.int
-    HIGHEST_SEQUENCE_ID_FIELD_NUMBER: _builtins.int
-    NUM_MESSAGES_FIELD_NUMBER: _builtins.int
-    PUBLISH_TIME_FIELD_NUMBER: _builtins.int
-    COMPRESSION_FIELD_NUMBER: _builtins.int
-    UNCOMPRESSED_SIZE_FIELD_NUMBER: _builtins.int
-    BATCHED_FIELD_NUMBER: _builtins.int
-    ENCRYPTION_KEYS_FIELD_NUMBER: _builtins.int
-    DELIVER_AT_TIME_FIELD_NUMBER: _builtins.int
-    PARTITION_KEY_FIELD_NUMBER: _builtins.int
-    ORDERING_KEY_FIELD_NUMBER: _builtins.int
-    UUID_FIELD_NUMBER: _builtins.int
-    CHUNK_ID_FIELD_NUMBER: _builtins.int
-    NUM_CHUNKS_FIELD_NUMBER: _builtins.int
-    TOTAL_CHUNK_SIZE_FIELD_NUMBER: _builtins.int
-    TRACEPARENT_FIELD_NUMBER: _builtins.int
-    producer_name: _builtins.str
-    sequence_id: _builtins.int
-    highest_sequence_id: _builtins.int
-    num_messages: _builtins.int
-    publish_time: _builtins.int
-    """unix milliseconds, set by the producer"""
-    compression: Global___CompressionType.ValueType
-    uncompressed_size: _builtins.int
-    batched: _builtins.bool
-    """false: one message sent with batching off (batch index -1)"""
-    deliver_at_time: _builtins.int
-    """unix milliseconds, 0 = now"""
-    partition_key: _builtins.str
-    """The key shared by the entry's messages (Key_Shared dispatch hashes ordering_key, or else
-    partition_key; a producer batching for Key_Shared puts one key per entry). Empty: no key.
-    """
-    ordering_key: _builtins.bytes
-    uuid: _builtins.str
-    """Chunking: a message larger than the max message size travels as num_chunks entries (each
-    unbatched, chunk_id 0..num_chunks-1, sharing uuid), reassembled by the consumer.
-    total_chunk_size is the whole payload's size. num_chunks 0: not a chunk.
-    """
-    chunk_id: _builtins.int
-    num_chunks: _builtins.int
-    total_chunk_size: _builtins.int
-    traceparent: _builtins.str
-    """W3C trace context (traceparent) of the producer's send span for this entry, when the producer
-    traced it: the broker's deliver spans are its children (docs/tracing.md). Empty: not traced.
-    """
-    @_builtins.property
-    def encryption_keys(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
-    def __init__(
-        self,
-        *,
-        producer_name: _builtins.str = ...,
-        sequence_id: _builtins.int = ...,
-        highest_sequence_id: _builtins.int = ...,
-        num_messages: _builtins.int = ...,
-        publish_time: _builtins.int = ...,
-        compression: Global___CompressionType.ValueType = ...,
-        uncompressed_size: _builtins.int = ...,
-        batched: _builtins.bool = ...,
-        encryption_keys: _abc.Iterable[_builtins.str] | None = ...,
-        deliver_at_time: _builtins.int = ...,
-        partition_key: _builtins.str = ...,
-        ordering_key: _builtins.bytes = ...,
-        uuid: _builtins.str = ...,
-        chunk_id: _builtins.int = ...,
-        num_chunks: _builtins.int = ...,
-        total_chunk_size: _builtins.int = ...,
-        traceparent: _builtins.str = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batched", b"batched", "chunk_id", b"chunk_id", "compression", b"compression", "deliver_at_time", b"deliver_at_time", "encryption_keys", b"encryption_keys", "highest_sequence_id", b"highest_sequence_id", "num_chunks", b"num_chunks", "num_messages", b"num_messages", "ordering_key", b"ordering_key", "partition_key", b"partition_key", "producer_name", b"producer_name", "publish_time", b"publish_time", "sequence_id", b"sequence_id", "total_chunk_size", b"total_chunk_size", "traceparent", b"traceparent", "uncompressed_size", b"uncompressed_size", "uuid", b"uuid"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___EntryMetadata: _TypeAlias = EntryMetadata  # noqa: Y015

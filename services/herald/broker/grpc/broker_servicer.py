@@ -32,7 +32,7 @@ from herald.common import errors, tracing
 from herald.common.codec.properties import check_properties
 from herald.common.security.authentication import current_role
 from herald.common.tasks import cancel_and_wait
-from herald.common.transport.rpc import EOF, abort
+from herald.common.transport.rpc import EOF, abort, error_to_proto
 from herald.common.transport.tracing import handshake_span
 from herald.metadata.authorization import CONSUME, PRODUCE, Authorizer
 
@@ -163,7 +163,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                 ledger_id, entry_id = await publish
             except errors.HeraldError as error:
                 await replies.write(broker_pb2.ProduceResponse(
-                    send_error=broker_pb2.SendError(sequence_id=send.sequence_id, error=error.to_proto())
+                    send_error=broker_pb2.SendError(sequence_id=send.sequence_id, error=error_to_proto(error))
                 ))
                 pending.release()
                 continue
@@ -280,7 +280,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         except Exception as exc:
             error = _as_herald_error(exc, "unsubscribing" if unsubscribing else "seeking")
             await replies.write(broker_pb2.ConsumeResponse(result=broker_pb2.CommandResult(
-                request_id=request_id, error=error.to_proto())))
+                request_id=request_id, error=error_to_proto(error))))
             return False
         await replies.write(broker_pb2.ConsumeResponse(result=broker_pb2.CommandResult(request_id=request_id)))
         return unsubscribing
@@ -431,8 +431,8 @@ def _as_herald_error(exc: Exception, operation: str) -> errors.HeraldError:
 
 
 def _produce_error(error: errors.HeraldError) -> broker_pb2.ProduceResponse:
-    return broker_pb2.ProduceResponse(error=error.to_proto())
+    return broker_pb2.ProduceResponse(error=error_to_proto(error))
 
 
 def _consume_error(error: errors.HeraldError) -> broker_pb2.ConsumeResponse:
-    return broker_pb2.ConsumeResponse(error=error.to_proto())
+    return broker_pb2.ConsumeResponse(error=error_to_proto(error))

@@ -16,7 +16,7 @@ from herald.api.v1 import common_pb2, deadletter_pb2, deadletter_pb2_grpc
 from herald.broker.core.dead_letters import DeadLetter, DeadLetterQueue, DeadLetterWorker
 from herald.common import errors
 from herald.common.tasks import cancel_and_wait
-from herald.common.transport.rpc import EOF
+from herald.common.transport.rpc import EOF, error_to_proto
 
 Context = grpc.aio.ServicerContext[Any, Any]
 Write = Callable[[deadletter_pb2.DeadLetterResponse], Awaitable[None]]
@@ -51,7 +51,7 @@ class DeadLetterServicer(deadletter_pb2_grpc.DeadLetterServiceServicer):
                 try:
                     self._handle(worker, request)
                 except errors.HeraldError as error:
-                    await write(deadletter_pb2.DeadLetterResponse(error=error.to_proto()))
+                    await write(deadletter_pb2.DeadLetterResponse(error=error_to_proto(error)))
         finally:
             worker.close()
             if read is not None:  # a read left pending when the call was cancelled (server stopping)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import lz4.block
 import zstandard
 
-from herald.api.v1 import common_pb2
+from herald.api.v1 import entry_pb2
 from herald.common.errors import InvalidArgumentError, MessageTooLargeError
 
 # codec -> (compress(payload) -> bytes, decompress(data, uncompressed_size) -> bytes); a decompress
@@ -65,15 +65,15 @@ def _zstd_decompress(data: bytes, size: int) -> bytes:
 
 
 _CODECS: dict[int, tuple[_Compress, _Decompress]] = {
-    common_pb2.LZ4: (_lz4_compress, _lz4_decompress),
-    common_pb2.ZLIB: (zlib.compress, _zlib_decompress),
-    common_pb2.ZSTD: (_zstd_compressor.compress, _zstd_decompress),
+    entry_pb2.LZ4: (_lz4_compress, _lz4_decompress),
+    entry_pb2.ZLIB: (zlib.compress, _zlib_decompress),
+    entry_pb2.ZSTD: (_zstd_compressor.compress, _zstd_decompress),
 }
 
 
 def compress(codec: int, payload: bytes | bytearray) -> bytes:
-    """The payload compressed with `codec` (a common_pb2.CompressionType); NONE returns it as is."""
-    if codec == common_pb2.NONE:
+    """The payload compressed with `codec` (a entry_pb2.CompressionType); NONE returns it as is."""
+    if codec == entry_pb2.NONE:
         return bytes(payload)
     return _CODECS[codec][0](bytes(payload))
 
@@ -84,13 +84,13 @@ def decompress(codec: int, data: bytes | memoryview, uncompressed_size: int, lim
     unknown codec or data that is corrupt or restores to another size than declared (never more
     than the declared size is produced). The consumer drops such an entry with an error rather
     than handing out garbage."""
-    if codec == common_pb2.NONE:
+    if codec == entry_pb2.NONE:
         return bytes(data)
     try:
         decompress_with = _CODECS[codec][1]
     except KeyError:
         raise InvalidArgumentError(f"entry compressed with unknown codec {codec}") from None
-    name = common_pb2.CompressionType.Name(codec)  # type: ignore[arg-type]
+    name = entry_pb2.CompressionType.Name(codec)  # type: ignore[arg-type]
     if uncompressed_size < 0:
         raise InvalidArgumentError(f"entry metadata says its {name} payload restores to {uncompressed_size} bytes")
     if uncompressed_size > limit:

@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 from google.protobuf.message import DecodeError
 
-from herald.api.v1 import common_pb2
+from herald.api.v1 import entry_pb2
 from herald.common.codec.checksum import crc32c
 from herald.common.errors import ChecksumError, HeraldError, InvalidArgumentError
 
@@ -48,27 +48,27 @@ MIN_RECORD_SIZE = RECORD_HEADER.size  # a record with an empty value and no flag
 # (keys, properties) on top, and so may its uncompressed payload.
 ENTRY_FRAMING_ALLOWANCE = 10 * 1024
 
-EntryMetadata = common_pb2.EntryMetadata
+EntryMetadata = entry_pb2.EntryMetadata
 
 
-def encode_entry(metadata: common_pb2.EntryMetadata, payload: bytes | bytearray) -> bytes:
+def encode_entry(metadata: entry_pb2.EntryMetadata, payload: bytes | bytearray) -> bytes:
     meta = metadata.SerializeToString()
     body = _META_LENGTH.pack(len(meta)) + meta + payload  # what the checksum covers
     return _MAGIC_CRC.pack(MAGIC, crc32c(body)) + body
 
 
-def read_metadata(entry: bytes, verify: bool = True) -> common_pb2.EntryMetadata:
+def read_metadata(entry: bytes, verify: bool = True) -> entry_pb2.EntryMetadata:
     """Parse an entry's metadata, checking the header and (by default) the checksum."""
     return _split(entry, verify)[0]
 
 
-def decode_entry(entry: bytes, verify: bool = True) -> tuple[common_pb2.EntryMetadata, memoryview]:
+def decode_entry(entry: bytes, verify: bool = True) -> tuple[entry_pb2.EntryMetadata, memoryview]:
     """Split an entry into its metadata and payload; a corrupt entry raises ChecksumError, metadata
     that does not parse InvalidArgumentError."""
     return _split(entry, verify)
 
 
-def _split(entry: bytes, verify: bool) -> tuple[common_pb2.EntryMetadata, memoryview]:
+def _split(entry: bytes, verify: bool) -> tuple[entry_pb2.EntryMetadata, memoryview]:
     if len(entry) < HEADER_SIZE:
         raise ChecksumError(f"entry of {len(entry)} bytes is shorter than its {HEADER_SIZE}-byte header")
     magic, crc, meta_length = _HEADER.unpack_from(entry)
@@ -79,7 +79,7 @@ def _split(entry: bytes, verify: bool) -> tuple[common_pb2.EntryMetadata, memory
     end = HEADER_SIZE + meta_length
     if end > len(entry):
         raise ChecksumError("entry metadata runs past the end of the entry")
-    metadata = common_pb2.EntryMetadata()
+    metadata = entry_pb2.EntryMetadata()
     try:
         metadata.ParseFromString(memoryview(entry)[HEADER_SIZE:end])  # type: ignore[arg-type]  # upb takes buffers
     except DecodeError as exc:
@@ -87,7 +87,7 @@ def _split(entry: bytes, verify: bool) -> tuple[common_pb2.EntryMetadata, memory
     return metadata, memoryview(entry)[end:]
 
 
-def records_capacity(metadata: common_pb2.EntryMetadata, payload_size: int) -> int:
+def records_capacity(metadata: entry_pb2.EntryMetadata, payload_size: int) -> int:
     """The most records the entry's payload can hold, MIN_RECORD_SIZE bytes each at least: its
     uncompressed size says how large it is when compressed, total_chunk_size for a chunk (whose
     payload is a slice of its message's), else its `payload_size`."""
@@ -100,13 +100,13 @@ def records_capacity(metadata: common_pb2.EntryMetadata, payload_size: int) -> i
     return max(0, size) // MIN_RECORD_SIZE
 
 
-def records_claimed(metadata: common_pb2.EntryMetadata) -> int:
+def records_claimed(metadata: entry_pb2.EntryMetadata) -> int:
     """How many records an entry's (restored) payload may hold, for iter_records' max_records:
     its num_messages (the broker checks it at publish), 1 for a chunked message's payload."""
     return 1 if metadata.num_chunks > 0 else max(1, metadata.num_messages)
 
 
-def permits_of(metadata: common_pb2.EntryMetadata, payload_size: int) -> int:
+def permits_of(metadata: entry_pb2.EntryMetadata, payload_size: int) -> int:
     """The flow permits an entry takes, reckoned alike by the broker that delivers it and the
     consumer that gives back what it did not queue: its num_messages, but at least 1 and at most
     what its payload can hold; a chunk takes 1."""

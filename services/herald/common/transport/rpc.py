@@ -80,6 +80,16 @@ def server_options(max_receive_message_bytes: int,
     ]
 
 
+def error_to_proto(error: errors.HeraldError) -> common_pb2.Error:
+    """The Error message a HeraldError travels as inside a stream's replies."""
+    return common_pb2.Error(code=error.code, message=str(error))  # type: ignore[arg-type]
+
+
+def error_from_proto(error: common_pb2.Error) -> errors.HeraldError:
+    """The HeraldError an Error message stands for."""
+    return errors.error_for_code(error.code, error.message)
+
+
 def status_for(error: errors.HeraldError) -> grpc.StatusCode:
     return _STATUS_BY_CODE.get(error.code, grpc.StatusCode.UNKNOWN)
 
@@ -108,7 +118,7 @@ def error_from_rpc(exc: grpc.aio.AioRpcError, operation: str = "") -> errors.Her
     details = exc.details() or ""
     match = _DETAILS.match(details)
     if match:
-        return errors.from_proto(common_pb2.Error(code=int(match.group(1)), message=match.group(2)))  # type: ignore[arg-type]
+        return errors.error_for_code(int(match.group(1)), match.group(2))
     where = f"{operation}: " if operation else ""
     code = exc.code()
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:

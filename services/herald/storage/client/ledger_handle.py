@@ -34,6 +34,7 @@ from opentelemetry import trace
 
 from herald.api.v1 import storage_pb2
 from herald.common import errors, tracing
+from herald.common.transport.rpc import error_from_proto
 from herald.metadata.store import MetadataStore
 from herald.storage.client import replica_read
 from herald.storage.client.ledger_metadata import LedgerMetadata, ledger_key, read_ledger_metadata
@@ -147,7 +148,7 @@ class LedgerHandle:
             error = exc if isinstance(exc, errors.HeraldError) else errors.ConnectionError_(repr(exc))
         else:
             response = done.result()
-            error = errors.from_proto(response.error) if response.HasField("error") else None
+            error = error_from_proto(response.error) if response.HasField("error") else None
         if error is None:
             if address in op.write_set:
                 op.acked.add(address)

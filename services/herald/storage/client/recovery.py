@@ -33,6 +33,7 @@ from collections import deque
 
 from herald.api.v1 import storage_pb2
 from herald.common import errors
+from herald.common.transport.rpc import error_from_proto
 from herald.metadata.store import MetadataStore
 from herald.storage.client.ledger_metadata import LedgerMetadata, ledger_key, read_ledger_metadata
 from herald.storage.client.node_connection import NODE_FAILURES, NodePool
@@ -219,7 +220,7 @@ class LedgerRecoveryOp:
             exc: BaseException | None = (errors.ConnectionError_("cancelled") if future.cancelled()
                                          else future.exception())
             if exc is None and future.result().HasField("error"):
-                exc = errors.from_proto(future.result().error)
+                exc = error_from_proto(future.result().error)
             if exc is None:
                 stored += 1
                 continue

@@ -33,7 +33,7 @@ from herald.common.http.endpoint import HttpEndpoint, serve_endpoint
 from herald.common.security.service import ServiceSecurity
 from herald.common.tasks import cancel_and_wait
 from herald.common.transport.health import ServiceHealth
-from herald.common.transport.rpc import abort, server_options
+from herald.common.transport.rpc import abort, error_to_proto, server_options
 from herald.common.transport.tls import add_port
 from herald.common.transport.tracing import server_interceptors
 from herald.storage.node.ledger_store import LedgerStore
@@ -141,7 +141,7 @@ class _AddStream:
         response = storage_pb2.AddResponse(
             request_id=request.request_id, ledger_id=request.ledger_id, entry_id=request.entry_id)
         if error is not None:
-            response.error.CopyFrom(error.to_proto())
+            response.error.CopyFrom(error_to_proto(error))
         return response
 
     def abandon(self) -> None:
