@@ -111,7 +111,7 @@ def test_every_copied_path_exists_and_is_in_the_build_context() -> None:
 def test_the_dockerignore_check_can_refuse() -> None:
     assert not in_build_context("tests/conftest.py")
     assert not in_build_context("services/herald/__pycache__")
-    assert in_build_context("services/herald/cli.py")
+    assert in_build_context("services/herald/cli/main.py")
 
 
 def test_the_build_context_has_every_package_root_setuptools_searches() -> None:

@@ -15,7 +15,9 @@ import grpc
 import grpc.aio
 import pytest
 from herald.api.v1 import lookup_pb2, lookup_pb2_grpc
-from herald.cli.main import SERVICE_SECURITY_FLAGS, build_parser, operator_settings
+from herald.cli.main import build_parser
+from herald.cli.service_flags import SERVICE_SECURITY_FLAGS
+from herald.cli.services import operator_settings
 from herald.client import AsyncClient, AuthenticationToken
 from herald.common.errors import AuthenticationError, AuthorizationError
 from herald.common.transport.rpc import error_from_rpc
