@@ -2,4 +2,4 @@
 dead-letter topic with its origin, exactly once, and reports it moved so the broker acknowledges
 it; and the dead-letter topics' other side, peek and replay (`herald admin dlq`). It is a client of
 Herald (herald.client, the contracts in herald.api, herald.common) and knows nothing of broker or
-lookup code; no service imports it (cli, admin_cli and standalone may)."""
+lookup code; no service imports it (herald.cli and standalone may)."""

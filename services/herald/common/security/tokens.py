@@ -1,7 +1,7 @@
 """JWT tokens, as Pulsar's token authentication uses them: the role is the token's `sub` claim,
 signed with HS256 (one secret key shared by whoever makes and checks tokens) or RS256 (a private
 key makes them, the services hold only the public key). Keys, tokens and their checking live here;
-the gRPC side is herald.common.security.authentication, the `herald admin tokens` commands in admin_cli.
+the gRPC side is herald.common.security.authentication, the `herald admin tokens` commands in herald.cli.admin.tokens.
 """
 
 from __future__ import annotations
