@@ -46,7 +46,7 @@ def offline_producer(batch: int) -> TopicProducer:
     """A producer that never connects: batches pile up as pending ops, as they would while the
     writer is busy."""
     config, pool, lookup = offline_parts()
-    producer = TopicProducer(
+    producer: TopicProducer[bytes] = TopicProducer(
         TOPIC, ProducerConfig(max_pending_messages=10**9, batching_max_messages=batch, send_timeout=0),
         config, pool, lookup, lambda _p: None,
     )
@@ -66,12 +66,11 @@ def offline_partitioned(batch: int, partitions: int, **options: Any) -> Partitio
         made._acc.producer_name = "bench"
         return made
 
-    producer = PartitionedProducer(TOPIC, partitions, producer_config, lookup, make, lambda _p: None)
-    producer._producers = [make(f"{TOPIC}-partition-{i}", producer_config, 10**9) for i in range(partitions)]
-    return producer
+    made = [make(f"{TOPIC}-partition-{i}", producer_config, 10**9) for i in range(partitions)]
+    return PartitionedProducer(TOPIC, made, producer_config, make, lookup.partitions, lambda _p: None)
 
 
-def offline_consumer(queue_size: int) -> TopicConsumer:
+def offline_consumer(queue_size: int) -> TopicConsumer[bytes]:
     config, pool, lookup = offline_parts()
     return TopicConsumer(TOPIC, ConsumerConfig("bench", receiver_queue_size=queue_size), config, pool, lookup,
                          lambda _c: None)
@@ -85,8 +84,9 @@ async def bench_send_async(messages: int, payload: bytes, batch: int) -> float:
         await send_async(payload)
     producer._acc.flush()
     elapsed = time.perf_counter() - started
-    assert sum(op.num_messages for op in producer._pending) == messages
-    producer._pending.clear()  # nobody awaits these futures: drop them rather than fail them
+    pending = producer._protocol.pending
+    assert sum(op.num_messages for op in pending) == messages
+    pending.clear()  # nobody awaits these futures: drop them rather than fail them
     await producer._shutdown()
     return elapsed
 
@@ -107,7 +107,7 @@ async def bench_partitioned_send_async(messages: int, payload: bytes, batch: int
     elapsed = time.perf_counter() - started
     for partition in producer.partitions:
         assert isinstance(partition, TopicProducer)
-        partition._pending.clear()
+        partition._protocol.pending.clear()
         await partition._shutdown()
     return elapsed * messages / (rounds * len(names))
 
@@ -146,14 +146,15 @@ async def bench_receipts(messages: int, payload: bytes, batch: int) -> float:
     for _ in range(messages):
         await producer.send_async(payload)
     producer._acc.flush()
-    ops = list(producer._pending)
+    protocol = producer._protocol
+    ops = list(protocol.pending)
     started = time.perf_counter()
     for entry_id, op in enumerate(ops):
-        producer._on_receipt(broker_pb2.SendReceipt(
+        protocol.on_receipt(broker_pb2.SendReceipt(
             sequence_id=op.sequence_id, highest_sequence_id=op.highest_sequence_id, ledger_id=1, entry_id=entry_id,
         ))
     elapsed = time.perf_counter() - started
-    assert not producer._pending
+    assert not protocol.pending
     await producer._shutdown()
     return elapsed
 
@@ -178,7 +179,7 @@ def entries(messages: int, payload: bytes, batch: int, keyed: bool) -> list[brok
 async def bench_unpack(messages: int, payload: bytes, batch: int, keyed: bool = False) -> float:
     consumer = offline_consumer(messages)
     delivered = entries(messages, payload, batch, keyed)
-    unpack = consumer._unpack
+    unpack = consumer._protocol.unpack
     started = time.perf_counter()
     count = 0
     for entry in delivered:
@@ -194,7 +195,7 @@ async def bench_deliver_and_receive(messages: int, payload: bytes, batch: int) -
     receive = consumer.receive
     started = time.perf_counter()
     for at in range(0, len(delivered), 10):  # as the broker sends them: several entries per EntryBatch
-        consumer._on_entries(delivered[at:at + 10])
+        consumer._protocol.on_entries(delivered[at:at + 10])
         while consumer._queue:
             message = await receive()
             consumer.acknowledge(message)  # type: ignore[arg-type]
@@ -218,7 +219,7 @@ async def bench_multi_deliver_and_receive(messages: int, payload: bytes, batch: 
     receive, acknowledge = consumer.receive, consumer.acknowledge
     started = time.perf_counter()
     for at in range(0, len(delivered), 10):
-        members[(at // 10) % partitions]._on_entries(delivered[at:at + 10])
+        members[(at // 10) % partitions]._protocol.on_entries(delivered[at:at + 10])
         while consumer._queue:
             acknowledge(await receive())  # type: ignore[arg-type]
     elapsed = time.perf_counter() - started
@@ -251,7 +252,7 @@ CASES: list[tuple[str, Callable[[int, bytes, int], Awaitable[float]]]] = [
     ("routing: choose, Murmur3, 10000 keys (computed)",
      lambda n, p, b: bench_route(n, p, b, HashingScheme.Murmur3_32Hash, 10_000)),
     ("consumer: decode_entry + iter_records only (floor)", bench_raw_iter_records),
-    ("consumer: entry -> Message objects (_unpack)", bench_unpack),
+    ("consumer: entry -> Message objects (unpack)", bench_unpack),
     ("consumer: keyed entry -> Message objects", lambda n, p, b: bench_unpack(n, p, b, keyed=True)),
     ("consumer: deliver + receive() + acknowledge()", bench_deliver_and_receive),
     ("multi-topic: the same, 4 partitions, shared queue", bench_multi_deliver_and_receive),

@@ -577,7 +577,7 @@ async def test_a_seek_the_broker_does_not_answer_times_out_or_fails_with_the_con
             seeking = asyncio.ensure_future(consumer.seek(MessageId.earliest))
             await asyncio.sleep(0)  # a yield, not a wait: the seek is queued for the writer
             # Written to the connection (the client's outbox is empty), never answered:
-            await eventually(lambda: not consumer._outbox, "the seek written")  # type: ignore[attr-defined]
+            await eventually(lambda: not consumer._protocol.outbox, "the seek written")  # type: ignore[attr-defined]
         finally:
             standalone.kill()  # the connection is reset
         with pytest.raises(ConnectionError_, match="lost before it answered"):

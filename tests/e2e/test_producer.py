@@ -286,7 +286,7 @@ async def test_a_message_larger_than_a_chunked_message_may_be_is_refused(
 async def test_chunked_and_compressed_messages_resent_across_a_crash_are_stored_once(
     standalone: StandaloneProcess, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="herald.client.topic_producer")
+    caplog.set_level(logging.INFO, logger="herald.client")
     topic = new_topic("chunks-restart")
     async with AdminClient(standalone.service_url, timeout=20) as admin:
         await admin.set_topic_policies(topic, admin_pb2.Policies(max_message_size=32 * 1024))
@@ -323,7 +323,7 @@ def crash_and_start(server: StandaloneProcess) -> None:
 async def test_a_chunk_the_broker_refuses_fails_its_whole_message_and_the_producer_carries_on(
     client: AsyncClient, admin: AdminClient, shared_standalone: StandaloneProcess, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="herald.client.topic_producer")
+    caplog.set_level(logging.INFO, logger="herald.client")
     topic = await small_limit_topic(admin, 32 * 1024, "chunk-refused")
     producer = await client.create_producer(topic, producer_name="refused", chunking_enabled=True,
                                             batching_enabled=False, batching_max_publish_delay=10.0)
@@ -661,7 +661,7 @@ async def test_stats_count_messages_that_failed_after_being_queued(client: Async
 async def test_stats_are_logged_every_stats_interval(
     shared_standalone: StandaloneProcess, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="herald.client.topic_producer")
+    caplog.set_level(logging.INFO, logger="herald.client")
     async with AsyncClient(shared_standalone.service_url, stats_interval=0.1) as client:
         producer = await client.create_producer(new_topic("stats-logged"), producer_name="logged")
         await producer.send(b"x")
@@ -675,7 +675,7 @@ async def test_stats_are_logged_every_stats_interval(
 async def test_a_stats_interval_of_zero_logs_no_stats(
     shared_standalone: StandaloneProcess, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="herald.client.topic_producer")
+    caplog.set_level(logging.INFO, logger="herald.client")
     async with AsyncClient(shared_standalone.service_url, stats_interval=0) as client:
         producer = await client.create_producer(new_topic("stats-off"), producer_name="silent")
         await producer.send(b"x")

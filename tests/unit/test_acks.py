@@ -136,20 +136,20 @@ async def test_consumer_skips_messages_it_acked_when_their_batch_comes_again() -
     data = encode_entry(EntryMetadata(producer_name="p", sequence_id=7, highest_sequence_id=9, num_messages=3,
                                       batched=True), payload)
     entry = broker_pb2.DeliveredEntry(ledger_id=1, entry_id=2, data=data)
-    consumer._on_entries([entry])
+    consumer._protocol.on_entries([entry])
     first = [await consumer.receive(timeout=0) for _ in range(3)]
     assert [m.value if m else None for m in first] == [b"a", b"b", b"c"]
     assert [m.sequence_id for m in first if m] == [7, 8, 9]
     assert first[1] is not None
     consumer.acknowledge(first[1])
-    consumer._on_entries([broker_pb2.DeliveredEntry(ledger_id=1, entry_id=2, data=data, redelivery_count=1)])
+    consumer._protocol.on_entries([broker_pb2.DeliveredEntry(ledger_id=1, entry_id=2, data=data, redelivery_count=1)])
     again = [await consumer.receive(timeout=0) for _ in range(3)]
     assert [m.value if m else None for m in again] == [b"a", b"c", None]
     assert [m.redelivery_count for m in again if m] == [1, 1]
     # A corrupt entry is dropped, not delivered.
     corrupt = bytearray(data)
     corrupt[-1] ^= 1
-    consumer._on_entries([broker_pb2.DeliveredEntry(ledger_id=1, entry_id=3, data=bytes(corrupt))])
+    consumer._protocol.on_entries([broker_pb2.DeliveredEntry(ledger_id=1, entry_id=3, data=bytes(corrupt))])
     assert await consumer.receive(timeout=0) is None
     assert consumer.corrupt_entries == 1
     await consumer.close()

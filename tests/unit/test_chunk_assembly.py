@@ -179,9 +179,9 @@ async def test_the_consumer_queues_a_chunked_message_once_whole_under_its_last_c
     text = "chunked " * 500
     pieces = chunks(text.encode(), 700, key="k", properties={"a": "b"}, compression=compression, sequence_id=20)
     entries = delivered(pieces)
-    consumer._on_entries(entries[:-1])
+    consumer._protocol.on_entries(entries[:-1])
     assert not consumer._queue
-    consumer._on_entries(entries[-1:])
+    consumer._protocol.on_entries(entries[-1:])
     (message,) = consumer._queue
     assert (message.value, message.key, message.properties) == (text, "k", {"a": "b"})
     assert message.message_id == MessageId(7, len(entries) - 1, -1, -1)
@@ -193,11 +193,11 @@ async def test_the_consumer_queues_a_chunked_message_once_whole_under_its_last_c
 async def test_acknowledging_a_chunked_message_acknowledges_every_chunk() -> None:
     consumer = offline_consumer(ack_group_time=10.0)
     pieces = chunks(b"y" * 100, 30)
-    consumer._on_entries(delivered(pieces, first_entry=3))
+    consumer._protocol.on_entries(delivered(pieces, first_entry=3))
     message = await consumer.receive(0)
     assert message is not None
     consumer.acknowledge(message.message_id)  # by id works as well as by message
-    individual, _ = consumer._tracker.take()
+    individual, _ = consumer._protocol.tracker.take()
     assert individual == [(7, 3), (7, 4), (7, 5), (7, 6)]
     await consumer._shutdown()
 
@@ -210,7 +210,7 @@ async def test_a_chunked_message_that_does_not_decompress_is_dropped_with_an_err
     metadata, data = pieces[-1]
     pieces[-1] = (metadata, bytes(len(data)))  # the right size, but not zstd
     with caplog.at_level(logging.ERROR):
-        consumer._on_entries(delivered(pieces))
+        consumer._protocol.on_entries(delivered(pieces))
     assert not consumer._queue
     assert consumer.stats().dropped_entries == 1
     assert "dropped corrupt entry" in caplog.text
@@ -225,7 +225,7 @@ async def test_a_compressed_batch_is_decompressed_by_the_consumer() -> None:
     metadata = EntryMetadata(producer_name="p", sequence_id=0, highest_sequence_id=2, num_messages=3, batched=True,
                              compression=entry_pb2.LZ4, uncompressed_size=len(payload), publish_time=1)
     entry = encode_entry(metadata, compress(entry_pb2.LZ4, payload))
-    consumer._on_entries([broker_pb2.DeliveredEntry(ledger_id=1, entry_id=0, data=entry)])
+    consumer._protocol.on_entries([broker_pb2.DeliveredEntry(ledger_id=1, entry_id=0, data=entry)])
     assert [m.value for m in consumer._queue] == ["one", "two", "three"]
     await consumer._shutdown()
 
@@ -237,7 +237,7 @@ async def test_a_payload_that_does_not_decompress_to_its_announced_size_is_dropp
     metadata = EntryMetadata(producer_name="p", num_messages=1, batched=False, compression=entry_pb2.ZLIB,
                              uncompressed_size=len(payload) + 1, publish_time=1)
     entry = encode_entry(metadata, compress(entry_pb2.ZLIB, payload))
-    consumer._on_entries([broker_pb2.DeliveredEntry(ledger_id=1, entry_id=0, data=entry)])
+    consumer._protocol.on_entries([broker_pb2.DeliveredEntry(ledger_id=1, entry_id=0, data=entry)])
     assert not consumer._queue and consumer.corrupt_entries == 1
     await consumer._shutdown()
 
@@ -247,9 +247,9 @@ async def test_the_oldest_incomplete_message_dropped_by_the_consumer_is_acknowle
                                 ack_group_time=10.0)
     first = chunks(b"a" * 30, 10, uuid="a")
     second = chunks(b"b" * 30, 10, uuid="b")
-    consumer._on_entries(delivered(first[:2], first_entry=0))
-    consumer._on_entries(delivered(second[:1], first_entry=5))
-    individual, _ = consumer._tracker.take()
+    consumer._protocol.on_entries(delivered(first[:2], first_entry=0))
+    consumer._protocol.on_entries(delivered(second[:1], first_entry=5))
+    individual, _ = consumer._protocol.tracker.take()
     assert individual == [(7, 0), (7, 1)]
     assert consumer.stats().dropped_entries == 1
     await consumer._shutdown()

@@ -54,7 +54,7 @@ def offline_consumer(**options: object) -> TopicConsumer[bytes]:
 
 
 def deliver(consumer: TopicConsumer[bytes], data: bytes, entry_id: int = 0) -> None:
-    consumer._on_entries([broker_pb2.DeliveredEntry(ledger_id=1, entry_id=entry_id, data=data)])
+    consumer._protocol.on_entries([broker_pb2.DeliveredEntry(ledger_id=1, entry_id=entry_id, data=data)])
 
 
 # ---- what an entry can hold, and the permits it takes ----
@@ -113,7 +113,7 @@ async def test_a_batch_claiming_int32_max_messages_costs_the_consumer_one_messag
     assert peak < MIB, f"unpacking the entry took {peak} bytes"  # an ack bitmap of the claim: 256 MiB
     message = await consumer.receive(timeout=0)
     assert message is not None and message.value == b"one" and message._entry.num_messages == 1
-    assert consumer._permits == 1  # the broker took 1 (permits_of); the message taken gave it back
+    assert consumer._protocol.permits == 1  # the broker took 1 (permits_of); the message taken gave it back
     await consumer._shutdown()
 
 
@@ -126,7 +126,7 @@ async def test_a_batch_holding_more_records_than_it_claims_is_dropped_with_its_p
     with caplog.at_level(logging.ERROR):
         deliver(consumer, batch(1, b"a", b"b", b"c"))
     assert consumer.corrupt_entries == 1 and not consumer._queue
-    assert consumer._permits == 1  # the broker took 1 permit: given back at once
+    assert consumer._protocol.permits == 1  # the broker took 1 permit: given back at once
     assert "the entry holds more than the 1 message(s) its metadata says (num_messages)" in caplog.text
     deliver(consumer, batch(3, b"a", b"b", b"c"), entry_id=1)  # as many as it claims: delivered
     assert [m.value for m in consumer._queue] == [b"a", b"b", b"c"]
@@ -136,7 +136,7 @@ async def test_a_batch_holding_more_records_than_it_claims_is_dropped_with_its_p
 async def test_a_batch_claiming_more_than_it_holds_gives_the_difference_back_at_once() -> None:
     consumer = offline_consumer()
     deliver(consumer, batch(10, b"x" * 20, b"y" * 20))  # 50 bytes: room for 10 claimed, 2 held
-    assert consumer._permits == 8
+    assert consumer._protocol.permits == 8
     assert [m.value for m in consumer._queue] == [b"x" * 20, b"y" * 20]
     await consumer._shutdown()
 
@@ -147,7 +147,7 @@ async def test_a_dropped_entry_gives_its_permits_back() -> None:
     corrupt[-1] ^= 1
     deliver(consumer, bytes(corrupt))
     assert consumer.corrupt_entries == 1 and not consumer._queue
-    assert consumer._permits == 3
+    assert consumer._protocol.permits == 3
     await consumer._shutdown()
 
 
@@ -160,7 +160,7 @@ async def test_a_bomb_in_a_batch_is_dropped_with_an_error_and_its_permits_back(
         deliver(consumer, encode_entry(EntryMetadata(
             producer_name="p", num_messages=1, batched=True, compression=entry_pb2.ZLIB, uncompressed_size=100),
             bomb))
-    assert consumer.corrupt_entries == 1 and not consumer._queue and consumer._permits == 1
+    assert consumer.corrupt_entries == 1 and not consumer._queue and consumer._protocol.permits == 1
     assert "decompresses with ZLIB to more than the 100 bytes its metadata says" in caplog.text
     await consumer._shutdown()
 
@@ -193,9 +193,9 @@ def test_a_chunk_announcing_more_than_the_largest_chunked_message_is_refused() -
 async def test_a_chunked_message_larger_than_max_chunked_message_size_is_dropped_chunk_by_chunk() -> None:
     consumer = offline_consumer(max_chunked_message_size=1000)
     pieces = chunks(b"v" * 20_000, 5_000)
-    consumer._on_entries(delivered(pieces))
+    consumer._protocol.on_entries(delivered(pieces))
     assert not consumer._queue and consumer.corrupt_entries == len(pieces)
-    assert consumer._permits == len(pieces)  # a chunk takes one permit, given back
+    assert consumer._protocol.permits == len(pieces)  # a chunk takes one permit, given back
     await consumer._shutdown()
 
 
@@ -214,7 +214,7 @@ async def test_a_compressed_chunked_bomb_is_dropped_without_being_inflated() -> 
         entries.append((metadata, part))
     tracemalloc.start()
     try:
-        consumer._on_entries(delivered(entries))
+        consumer._protocol.on_entries(delivered(entries))
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

@@ -54,10 +54,13 @@ async def test_fewer_partitions_reported_are_logged_and_ignored(caplog: pytest.L
         return TopicProducer(topic, config, client_config, pool, lookup, lambda _p: None,
                              max_pending_messages=max_pending)
 
-    producer: PartitionedProducer[bytes] = PartitionedProducer(TOPIC, 3, ProducerConfig(), lookup, make,
-                                                               lambda _p: None)
+    async def reported(topic: str) -> int:
+        return 2
+
+    # Made over its partitions' producers (as _start leaves them), without a broker to register with.
     partitions = [make(f"{TOPIC}-partition-{i}", ProducerConfig(), 1000) for i in range(3)]
-    producer._producers = partitions  # as _start leaves them, without a broker to register with
+    producer: PartitionedProducer[bytes] = PartitionedProducer(TOPIC, partitions, ProducerConfig(), make, reported,
+                                                               lambda _p: None)
     with caplog.at_level(logging.WARNING, logger="herald.client.partitioned_producer"):
         await producer._grow_to(2)
     assert producer.partitions == tuple(partitions)

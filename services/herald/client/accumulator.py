@@ -5,7 +5,8 @@ max publish delay. Closing a batch compresses its payload once, sets the entry's
 messages share one, and splits a message too large for the topic into chunks (chunking.py).
 Sequence ids are given here, in the order entries will be sent: the broker's dedup needs every
 entry's ids above the previous entry's. KeyBasedAccumulator keeps one open batch per key. The
-sender (topic_producer.py) ships PendingOps and matches their receipts."""
+sender (sender.py) ships PendingOps; the producer's protocol (producer_protocol.py) matches their
+receipts."""
 
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ _new_id = MessageId._make
 _Future = asyncio.Future
 _monotonic = time.monotonic
 _NO_WAITERS: list[Waiter] = []
+_ProduceRequest = broker_pb2.ProduceRequest
 
 
 class PendingOp:
@@ -82,15 +84,20 @@ class PendingOp:
         self.span: tracing.Span | None = None  # the send span, when the producer traces
 
     def request(self) -> broker_pb2.ProduceRequest:
-        """The SendEntry request, built once and reused by every resend."""
-        if self._request is None:
-            self._request = broker_pb2.ProduceRequest(send=broker_pb2.SendEntry(
-                sequence_id=self.sequence_id, highest_sequence_id=self.highest_sequence_id,
-                num_messages=self.num_messages, entry=self.entry,
-            ))
+        """The SendEntry request, built once and reused by every resend. Built in place: the
+        entry's bytes are copied once, into the request (a SendEntry made first and then given to
+        a ProduceRequest would be copied a second time, as a whole)."""
+        request = self._request
+        if request is None:
+            self._request = request = _ProduceRequest()
+            send = request.send
+            send.sequence_id = self.sequence_id
+            send.highest_sequence_id = self.highest_sequence_id
+            send.num_messages = self.num_messages
+            send.entry = self.entry
             if self.span is not None:
-                self._request.send.traceparent = tracing.traceparent(self.span)
-        return self._request
+                send.traceparent = tracing.traceparent(self.span)
+        return request
 
     def complete(self, ledger_id: int, entry_id: int, partition: int) -> None:
         """Hand every message its id: (ledger, entry, partition, index in the batch)."""

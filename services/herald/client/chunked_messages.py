@@ -2,18 +2,17 @@
 (chunk_assembly.py); a message made whole is decompressed and becomes one Message under its last
 chunk's id, and the positions of all its chunks are kept (`whole`) so that acknowledging, negatively
 acknowledging or timing it out covers every chunk. What the assembler gives up on is acknowledged
-(through the consumer's AckGroup) or left for the broker to deliver again (timed by the ack timeout
-when it is on); incomplete messages expire on a timer of their own."""
+(recorded in the AckTracker; `on_acks_queued` has the owner send them) or left for the broker to
+deliver again (timed by the ack timeout when it is on). Incomplete messages expire: `on_expiry(due)`
+asks the owner for a call of `expire` at that clock time. No I/O, no timers of its own."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
 
-from herald.api.v1 import broker_pb2, entry_pb2
-from herald.client.ack_group import AckGroup
+from herald.api.v1 import entry_pb2
 from herald.client.acks import AckTracker
 from herald.client.chunk_assembly import ChunkAssembler
 from herald.client.config import ConsumerConfig
@@ -31,21 +30,22 @@ class ChunkedMessages:
 
     def __init__(
         self, topic: str, partition: int, decode: Callable[[bytes], Any] | None, config: ConsumerConfig,
-        tracker: AckTracker, acks: AckGroup, unacked: UnackedTracker | None,
+        tracker: AckTracker, unacked: UnackedTracker | None, on_acks_queued: Callable[[], None],
+        on_expiry: Callable[[float], None],
     ) -> None:
         self._topic = topic
         self._partition = partition
         self._decode = decode
         self._tracker = tracker
-        self._acks = acks
         self._unacked = unacked
+        self._on_acks_queued = on_acks_queued
+        self._on_expiry = on_expiry
         # A chunked message's payload is its one record: the value and its framing.
         self._max_size = config.max_chunked_message_size + ENTRY_FRAMING_ALLOWANCE
         self._assembler = ChunkAssembler(config.max_pending_chunked_message,
                                          config.auto_ack_oldest_chunked_message_on_queue_full,
                                          config.expire_time_of_incomplete_chunked_message, self._max_size)
-        self._loop = asyncio.get_running_loop()
-        self._timer: asyncio.TimerHandle | None = None
+        self._expiry_asked = False  # an `expire` call is due
         # Last chunk's position -> every chunk's, for each message made whole and not yet acked.
         self.whole: dict[Position, tuple[Position, ...]] = {}
 
@@ -55,13 +55,14 @@ class ChunkedMessages:
         return self._assembler.dropped
 
     def unpack(
-        self, delivered: broker_pb2.DeliveredEntry, metadata: entry_pb2.EntryMetadata, payload: memoryview,
+        self, position: Position, redelivery_count: int, metadata: entry_pb2.EntryMetadata, payload: memoryview,
+        now: float,
     ) -> list[Message[Any]]:
         """One chunk: nothing to queue until its message's last chunk (each chunk's permit goes
         back at once, as in Pulsar), then the whole message. Raises for a chunk or a message that
-        cannot be read, or is larger than max_chunked_message_size (the consumer drops the entry)."""
-        position = (delivered.ledger_id, delivered.entry_id)
-        assembled = self._assembler.add(position, metadata, payload, self._loop.time(), int(time.time() * 1000))
+        cannot be read, or is larger than max_chunked_message_size (the consumer drops the entry).
+        `now` is the clock `expire` is called with."""
+        assembled = self._assembler.add(position, metadata, payload, now, int(time.time() * 1000))
         self._settle()
         if assembled is None:
             return []
@@ -73,7 +74,7 @@ class ChunkedMessages:
             raise InvalidArgumentError(f"chunked message {metadata.uuid} holds {len(records)} records, not one")
         value, key, event_time, sequence_id, properties = records[0]
         info = EntryInfo(self._topic, position[0], position[1], self._partition, metadata.producer_name,
-                         metadata.publish_time, delivered.redelivery_count, 1, self._decode)
+                         metadata.publish_time, redelivery_count, 1, self._decode)
         if len(assembled.positions) > 1:
             self.whole[position] = assembled.positions
         return [Message(value, key, properties or None, event_time,
@@ -84,29 +85,26 @@ class ChunkedMessages:
         redelivery request): start over."""
         self._assembler.clear()
 
-    def stop(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+    def expire(self, now: float) -> None:
+        """The time `on_expiry` asked for came: drop what is incomplete for too long."""
+        self._expiry_asked = False
+        self._assembler.expire(now)
+        self._settle()
 
     def _settle(self) -> None:
-        """Act on what the assembler gave up on, and keep the expiry timer set."""
+        """Act on what the assembler gave up on, and ask for the next expiry."""
         assembler = self._assembler
         if assembler.to_acknowledge:
             for ledger_id, entry_id in assembler.to_acknowledge:
                 self._tracker.acknowledge(ledger_id, entry_id, -1)
             assembler.to_acknowledge.clear()
-            self._acks.queued()
+            self._on_acks_queued()
         if assembler.to_redeliver:
             if self._unacked is not None:  # else a reconnect or a redelivery request brings them back
                 for position in assembler.to_redeliver:
                     self._unacked.add(position)
             assembler.to_redeliver.clear()
         due = assembler.next_expiry()
-        if due is not None and self._timer is None:
-            self._timer = self._loop.call_at(due, self._expire)
-
-    def _expire(self) -> None:
-        self._timer = None
-        self._assembler.expire(self._loop.time())
-        self._settle()
+        if due is not None and not self._expiry_asked:
+            self._expiry_asked = True
+            self._on_expiry(due)

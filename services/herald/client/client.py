@@ -93,10 +93,10 @@ class AsyncClient:
         producer: AsyncProducer[Any]
         if partitions > 0:
             producer = PartitionedProducer(
-                name, partitions, config, self._lookup,
+                name, partitions, config,
                 lambda partition, partition_config, max_pending: self._topic_producer(
                     partition, partition_config, schema, _kept, max_pending),
-                self._producers.discard)
+                self._lookup.partitions, self._producers.discard)
         else:
             producer = self._topic_producer(name, config, schema, self._producers.discard)
         return await self._started(producer, self._producers)

@@ -15,6 +15,7 @@ import dataclasses
 import datetime
 import logging
 import uuid
+from collections import deque
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -75,8 +76,8 @@ class _Member(TopicConsumer[T]):
         # A persistent topic's ledger ids are unique in the cluster; non-persistent topics share one.
         self._ledger_routes = TopicName.parse(topic).persistent
 
-    def _on_entries(self, entries: Iterable[broker_pb2.DeliveredEntry]) -> None:
-        super()._on_entries(entries)
+    def _entries_delivered(self, entries: Iterable[broker_pb2.DeliveredEntry]) -> None:
+        super()._entries_delivered(entries)
         parent = self._parent
         if self._ledger_routes:
             ledgers = parent._ledgers
@@ -86,24 +87,22 @@ class _Member(TopicConsumer[T]):
         if self._queue:
             parent._collect(self)
 
-    def _rewound(self, position: Position, pending: list[Message[T]]) -> int:
-        dropped = super()._rewound(position, pending)
-        self._parent._forget(self, position)
-        return dropped
+    def _dropped(self, since: Position | None) -> None:
+        self._parent._forget(self, since)
 
-    def _redeliver_all(self) -> None:
-        super()._redeliver_all()
-        self._parent._forget(self)
 
-    def _on_disconnected(self) -> None:
-        super()._on_disconnected()
-        self._parent._forget(self)
+class _SharedPermits:
+    """The shared queue's count of messages taken: once half of it was taken since the last look,
+    the members it had no room for move theirs (SEEDS §3)."""
 
-    def _on_result(self, result: broker_pb2.CommandResult) -> None:
-        epoch = self._epoch
-        super()._on_result(result)
-        if self._epoch != epoch:  # a seek: what is held is from before it
-            self._parent._forget(self)
+    def __init__(self, parent: MultiTopicConsumer[Any], queue_size: int) -> None:
+        self._parent = parent
+        self.permits = 0
+        self.flow_threshold = max(1, queue_size // 2)
+
+    def send_flow(self) -> None:
+        self.permits = 0
+        self._parent._unblock()
 
 
 class _EventRelay(ConsumerEventListener):
@@ -133,7 +132,8 @@ class MultiTopicConsumer(ReceiveQueue[T], AsyncConsumer[T]):
         retry: RetryLetters | None = None, partitions: Mapping[str, int] | None = None,
     ) -> None:
         listener = config.message_listener is not None
-        ReceiveQueue.__init__(self, config.receiver_queue_size, config.batch_receive_policy, listener,
+        ReceiveQueue.__init__(self, deque(), _SharedPermits(self, config.receiver_queue_size),
+                              config.batch_receive_policy, listener,
                               plain=not listener and not config.interceptors and not config.ack_timeout)
         self._names = list(topics)
         self._known_partitions = dict(partitions or {})
@@ -235,11 +235,6 @@ class MultiTopicConsumer(ReceiveQueue[T], AsyncConsumer[T]):
     def _handed_out(self, message: Message[T]) -> Message[T]:
         member = self._members.get(message._entry.topic)
         return message if member is None else member._handed_out(message)  # its ack timeout, interceptors
-
-    def _send_flow(self) -> None:
-        """Half the shared queue was taken since the last look: let blocked members move theirs."""
-        self._permits = 0
-        self._unblock()
 
     def _collect(self, member: _Member[T]) -> None:
         """Move what `member` holds to the shared queue, as much as there is room for; the member

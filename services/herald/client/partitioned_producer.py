@@ -10,11 +10,10 @@ import asyncio
 import dataclasses
 import datetime
 import logging
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar, cast
 
 from herald.client.config import ProducerConfig
-from herald.client.lookup import LookupService
 from herald.client.members import close_all, start_all
 from herald.client.message import OutgoingMessage
 from herald.client.producer import AsyncProducer, SendCallback, deliver_at_ms
@@ -34,6 +33,8 @@ _OPEN, _CLOSING, _CLOSED = "open", "closing", "closed"
 # Makes the (not yet started) producer of one partition from the partition's topic name, its
 # config (the producer name filled in) and its max pending messages.
 PartitionFactory = Callable[[str, ProducerConfig, int], AsyncProducer[T]]
+# Asks how many partitions a topic has now (the lookup service's partitions()).
+PartitionCounter = Callable[[str], Awaitable[int]]
 
 
 def partition_max_pending(config: ProducerConfig, num_partitions: int) -> int:
@@ -43,25 +44,30 @@ def partition_max_pending(config: ProducerConfig, num_partitions: int) -> int:
 
 
 class PartitionedProducer(AsyncProducer[T]):
-    """Publishes to every partition of a partitioned topic. Made by `AsyncClient.create_producer`."""
+    """Publishes to every partition of a partitioned topic. Made by `AsyncClient.create_producer`.
+
+    `partitions` is how many the topic has (their producers are made by `make_partition` and
+    started by `_start`), or the producers of its partitions, made already (partition i at index
+    i). It holds no connection of its own: `count_partitions` asks how many there are now."""
 
     def __init__(
-        self, topic: str, num_partitions: int, config: ProducerConfig, lookup: LookupService,
-        make_partition: PartitionFactory[T], on_closed: Callable[[PartitionedProducer[T]], None],
+        self, topic: str, partitions: int | Sequence[AsyncProducer[T]], config: ProducerConfig,
+        make_partition: PartitionFactory[T], count_partitions: PartitionCounter,
+        on_closed: Callable[[PartitionedProducer[T]], None],
     ) -> None:
         self._topic = topic
         self._topic_name = TopicName.parse(topic)
-        self._initial_partitions = num_partitions
         self._config = config
-        self._lookup = lookup
+        self._count_partitions = count_partitions
         self._make_partition = make_partition
         self._on_closed = on_closed
         self._loop = asyncio.get_running_loop()
         self._name = config.producer_name or ""  # the broker names the first partition's producer
         # The producers messages are routed over, partition i at index i. Replaced (never changed
         # in place) when partitions are added, once all the new ones are ready.
-        self._producers: list[AsyncProducer[T]] = []
-        router = make_router(config, num_partitions)
+        self._producers: list[AsyncProducer[T]] = [] if isinstance(partitions, int) else list(partitions)
+        self._initial_partitions = partitions if isinstance(partitions, int) else len(partitions)
+        router = make_router(config, self._initial_partitions)
         self._choose = None if router is None else router.choose
         self._custom = config.message_router
         self._state = _OPEN
@@ -237,23 +243,31 @@ class PartitionedProducer(AsyncProducer[T]):
         the config names it) and the others take that name. If one fails, the ones started are
         closed and its error raised."""
         count = self._initial_partitions
-        made: list[AsyncProducer[T]] = []
+        made, self._producers = self._producers, []  # routed over only once all are started
         try:
-            if not self._name:
-                first = self._new_partition(0, count)
-                made.append(first)
-                await first._start()
-                self._name = first.producer_name
-            rest = await self._new_partitions(range(len(made), count), count)
-            made.extend(rest)
-            await start_all(rest)
+            if made:  # given made already
+                await start_all(made)
+            else:
+                if not self._name:
+                    first = self._new_partition(0, count)
+                    made.append(first)
+                    await first._start()
+                    self._name = first.producer_name
+                rest = await self._new_partitions(range(len(made), count), count)
+                made.extend(rest)
+                await start_all(rest)
         except BaseException:
             log.warning("producer on %s: could not start the producers of its %d partitions; closing the ones "
                         "started", self._topic, count)
             await close_all(made, "producer")
             raise
         self._producers = made
+        if not self._name and made:
+            self._name = made[0].producer_name
         log.info("producer %s on %s: sending to %d partitions", self._name, self._topic, count)
+        self._running()
+
+    def _running(self) -> None:
         if self._config.auto_update_partitions:
             self._updater = self._loop.create_task(self._auto_update(), name=f"herald-partitions-{self._name}")
 
@@ -288,7 +302,7 @@ class PartitionedProducer(AsyncProducer[T]):
 
     async def _update_partitions(self) -> None:
         """Ask how many partitions the topic has, and grow to them."""
-        await self._grow_to(await self._lookup.partitions(self._topic))
+        await self._grow_to(await self._count_partitions(self._topic))
 
     async def _grow_to(self, reported: int) -> None:
         """Start producers for the partitions past the ones there are, then route to them too."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from herald.client.config import ClientConfig, ConsumerConfig
 from herald.client.connection import ConnectionPool
@@ -22,11 +22,6 @@ from herald.client.multi_topic_consumer import MultiTopicConsumer, _Member
 from herald.client.schema import Schema
 from herald.common.codec.names import MAX_NAME_LENGTH, TopicName
 from herald.common.errors import HeraldError, InvalidArgumentError
-
-if TYPE_CHECKING:
-    import grpc.aio
-
-    from herald.api.v1 import broker_pb2
 
 log = logging.getLogger(__name__)
 
@@ -82,14 +77,11 @@ class _PatternMember(_Member[T]):
 
     _parent: PatternConsumer[T]
 
-    async def _connect(
-        self, deadline: float,
-    ) -> tuple[grpc.aio.StreamStreamCall[broker_pb2.ConsumeRequest, broker_pb2.ConsumeResponse], None]:
-        if self._reconnects and not await self._parent._listed(self._topic):
+    async def _before_reconnect(self) -> None:
+        if not await self._parent._listed(self._topic):
             raise _TopicGone(f"topic {self._topic} no longer exists")
-        return await super()._connect(deadline)
 
-    def _reconnect_failed(self, error: HeraldError) -> bool:
+    def _connect_failed(self, error: HeraldError, first: bool) -> bool:
         if isinstance(error, _TopicGone):
             self._parent._gone(self)
             return True

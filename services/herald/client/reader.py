@@ -1,6 +1,7 @@
 """AsyncReader: reads one topic from a chosen message on (Pulsar's ReaderImpl), through a
-non-durable subscription of its own on one TopicConsumer: the broker keeps the reader's position in
-memory while it is connected, it never acknowledges and it holds no data back (SEEDS §3).
+non-durable subscription of its own on one TopicConsumer (whose Subscribe it adjusts): the broker
+keeps the reader's position in memory while it is connected, it never acknowledges and it holds no
+data back (SEEDS §3).
 
 Where it starts: MessageId.earliest, MessageId.latest or a message's id, that message included or
 not. The broker starts at an entry; a start inside a batch is finished here, by skipping the
@@ -36,28 +37,6 @@ _EARLIEST, _LATEST = MessageId.earliest, MessageId.latest
 _MessageKey = tuple[int, int, int]  # (ledger id, entry id, batch index): a message's place, for comparing
 
 
-class _ReaderConsumer(TopicConsumer[T]):
-    """The reader's consumer: its subscription is non-durable and starts where the reader says."""
-
-    def __init__(self, reader: AsyncReader[T], topic: str, config: ConsumerConfig, client_config: ClientConfig,
-                 pool: ConnectionPool, lookup: LookupService, schema: Schema[T] | None) -> None:
-        super().__init__(topic, config, client_config, pool, lookup, reader._consumer_closed, schema)
-        self._reader = reader
-
-    def _subscribe_request(self) -> broker_pb2.Subscribe:
-        subscribe = super()._subscribe_request()
-        subscribe.non_durable = True
-        start, inclusive = self._reader._resume_from()
-        if start == _EARLIEST:
-            subscribe.initial_position = broker_pb2.EARLIEST
-        elif start == _LATEST:
-            subscribe.initial_position = broker_pb2.LATEST
-        else:
-            subscribe.start_position.CopyFrom(common_pb2.Position(ledger_id=start.ledger_id, entry_id=start.entry_id))
-            subscribe.start_inclusive = inclusive
-        return subscribe
-
-
 class AsyncReader(Generic[T]):
     """Reads one topic (or one partition) from a start message on. Made by
     `AsyncClient.create_reader`; options: ReaderConfig."""
@@ -79,8 +58,9 @@ class AsyncReader(Generic[T]):
             initial_position=InitialPosition.Latest, consumer_name=config.reader_name,
             receiver_queue_size=config.receiver_queue_size, read_compacted=config.read_compacted,
             max_message_size=config.max_message_size, max_chunked_message_size=config.max_chunked_message_size)
-        self._consumer: _ReaderConsumer[T] = _ReaderConsumer(self, topic, consumer_config, client_config, pool,
-                                                             lookup, schema)
+        self._consumer: TopicConsumer[T] = TopicConsumer(topic, consumer_config, client_config, pool, lookup,
+                                                         self._consumer_closed, schema,
+                                                         adjust_subscribe=self._subscribe_from)
         # Where reading starts (until a message is returned): a MessageId (the edges included) and
         # whether that message is read too; None after a seek by time (the broker knows where).
         self._start_id: MessageId | None = start
@@ -215,6 +195,19 @@ class AsyncReader(Generic[T]):
             self._start_id, self._inclusive, self._skip = None, True, None
             self._not_before = (round(target.timestamp() * 1000) if isinstance(target, datetime.datetime)
                                 else target)
+
+    def _subscribe_from(self, subscribe: broker_pb2.Subscribe) -> None:
+        """The reader's Subscribe, on every connect: non-durable, starting where `_resume_from` says."""
+        subscribe.non_durable = True
+        start, inclusive = self._resume_from()
+        if start == _EARLIEST:
+            subscribe.initial_position = broker_pb2.EARLIEST
+        elif start == _LATEST:
+            subscribe.initial_position = broker_pb2.LATEST
+        else:
+            position = subscribe.start_position
+            position.ledger_id, position.entry_id = start.ledger_id, start.entry_id
+            subscribe.start_inclusive = inclusive
 
     def _resume_from(self) -> tuple[MessageId, bool]:
         """Where the subscription starts (on every connect): after the last message returned, or

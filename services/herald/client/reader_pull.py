@@ -1,7 +1,8 @@
 """Reading by offset without a subscription: Pull (the entries of one topic or partition from a
-position on, and where to continue) and GetLastMessageId. The caller keeps its own offsets, as
-RocketMQ's pull consumers and Spark's sources do; the entries come back as stored (one producer
-batch each) for the caller to unpack with herald.common.codec.entry, so nothing is decoded twice."""
+position on, and where to continue) and GetLastMessageId (which consumers and readers ask too). The
+caller keeps its own offsets, as RocketMQ's pull consumers and Spark's sources do; the entries come
+back as stored (one producer batch each) for the caller to unpack with herald.common.codec.entry, so
+nothing is decoded twice."""
 
 from __future__ import annotations
 
@@ -62,10 +63,19 @@ async def pull(
 async def last_message_id(pool: ConnectionPool, lookup: LookupService, config: ClientConfig, topic: str) -> MessageId:
     """The id of the last message stored on `topic` (a partition by its own name); its batch index
     is the entry's last message's (-1 unbatched). MessageId(-1, -1, ...) when it has none."""
-    what = f"getting the last message id of {topic}"
-    request = broker_pb2.GetLastMessageIdRequest(topic=topic)
+    last = (await last_message_id_reply(pool, lookup, config, topic)).last
+    return MessageId(last.ledger_id, last.entry_id, last.partition, last.batch_index)
 
-    async def attempt(deadline: float) -> MessageId:
+
+async def last_message_id_reply(
+    pool: ConnectionPool, lookup: LookupService, config: ClientConfig, topic: str, subscription: str = "",
+) -> broker_pb2.GetLastMessageIdResponse:
+    """The broker's GetLastMessageId answer; with a subscription named, its mark-delete position
+    too (a reader's has_message_available compares the two)."""
+    what = f"getting the last message id of {topic}"
+    request = broker_pb2.GetLastMessageIdRequest(topic=topic, subscription=subscription)
+
+    async def attempt(deadline: float) -> broker_pb2.GetLastMessageIdResponse:
         address = await lookup.broker_for(topic)
         stub = broker_pb2_grpc.BrokerServiceStub(await pool.get(address))
         try:
@@ -73,7 +83,6 @@ async def last_message_id(pool: ConnectionPool, lookup: LookupService, config: C
                 request, timeout=remaining(deadline), metadata=tracing.grpc_metadata())
         except grpc.aio.AioRpcError as exc:
             raise error_from_rpc(exc, f"{what} at {address}") from None
-        last = reply.last
-        return MessageId(last.ledger_id, last.entry_id, last.partition, last.batch_index)
+        return reply
 
     return await retrying(what, config.operation_timeout, attempt)

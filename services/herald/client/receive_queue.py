@@ -1,16 +1,16 @@
 """The receiving half of a consumer (Pulsar's ConsumerBase): the local queue of delivered messages,
 receive() and batch_receive() with their waiters, the refusal of both when a message listener takes
-every message, and the permits counted as messages leave the queue. A consumer class lists it first
-among its bases, calls ReceiveQueue.__init__, fills `_queue` and then calls `_delivered()`, and
-says what asking for more (`_send_flow`, at half the queue) and handing a message out
-(`_handed_out`, skipped while `_plain`) mean for it."""
+every message, and the count of messages taken out (in a `Permits`: a consumer's protocol object,
+which sends a FLOW at half the queue). A consumer class lists it first among its bases, calls
+ReceiveQueue.__init__ with the queue and the permits, fills the queue and then calls `_delivered()`,
+and says what handing a message out (`_handed_out`, skipped while `_plain`) means for it."""
 
 from __future__ import annotations
 
 import abc
 import asyncio
 from collections import deque
-from typing import Generic, TypeVar, cast
+from typing import Generic, Protocol, TypeVar, cast
 
 from herald.client import batch_receive
 from herald.client import tracing as client_tracing
@@ -22,18 +22,28 @@ from herald.common.errors import ConsumerClosedError, HeraldError, NotAllowedErr
 T = TypeVar("T")
 
 
+class Permits(Protocol):
+    """Counts the messages taken from a receive queue (or dropped from it), and asks for more."""
+
+    permits: int  # taken since more were last asked for
+    flow_threshold: int  # `send_flow()` once permits reach it
+
+    def send_flow(self) -> None:
+        """Ask for `permits` more messages (and reset the count)."""
+
+
 class ReceiveQueue(abc.ABC, Generic[T]):
     """Delivered messages waiting for the application, and the application waiting for them."""
 
     def __init__(
-        self, receiver_queue_size: int, batch_receive_policy: BatchReceivePolicy, has_listener: bool, plain: bool,
+        self, queue: deque[Message[T]], permits: Permits, batch_receive_policy: BatchReceivePolicy,
+        has_listener: bool, plain: bool,
     ) -> None:
         self._loop = asyncio.get_running_loop()
-        self._queue: deque[Message[T]] = deque()
+        self._queue = queue
+        self._flow = permits
         self._waiters: deque[asyncio.Future[Message[T] | None]] = deque()
         self._batch_waiters: list[asyncio.Future[None]] = []
-        self._permits = 0  # messages taken (or dropped) since more were last asked for
-        self._flow_threshold = max(1, receiver_queue_size // 2)
         self._batch_policy = batch_receive_policy
         self._has_listener = has_listener
         # Receive spans (herald.client.tracing), decided once; they take receive() off its fast path.
@@ -49,10 +59,6 @@ class ReceiveQueue(abc.ABC, Generic[T]):
     def _receiving(self) -> bool:
         """Whether messages may still come (the consumer is open)."""
 
-    @abc.abstractmethod
-    def _send_flow(self) -> None:
-        """Ask for `_permits` more messages (and reset the count)."""
-
     def _handed_out(self, message: Message[T]) -> Message[T]:
         """What giving a message to the application involves besides taking it from the queue."""
         return message
@@ -63,9 +69,10 @@ class ReceiveQueue(abc.ABC, Generic[T]):
         queue = self._queue
         if queue and self._plain:
             message = queue.popleft()
-            self._permits += 1
-            if self._permits >= self._flow_threshold:
-                self._send_flow()
+            flow = self._flow
+            flow.permits += 1
+            if flow.permits >= flow.flow_threshold:
+                flow.send_flow()
             return message
         self._refuse_with_listener("receive()")
         started = tracing.now() if self._traced else 0
@@ -167,7 +174,7 @@ class ReceiveQueue(abc.ABC, Generic[T]):
                 handed = waiter.result()
                 if handed is not None:
                     self._queue.appendleft(handed)
-                    self._permits -= 1
+                    self._taken(-1)
             raise
         finally:
             if timer is not None:
@@ -179,10 +186,11 @@ class ReceiveQueue(abc.ABC, Generic[T]):
             waiter.set_result(None)
 
     def _taken(self, count: int) -> None:
-        """`count` messages left the queue (or were dropped from it)."""
-        self._permits += count
-        if self._permits >= self._flow_threshold:
-            self._send_flow()
+        """`count` messages left the queue (or were dropped from it; negative: came back)."""
+        flow = self._flow
+        flow.permits += count
+        if flow.permits >= flow.flow_threshold:
+            flow.send_flow()
 
     def _refuse_with_listener(self, what: str) -> None:
         if self._has_listener:
@@ -196,11 +204,14 @@ class ReceiveQueue(abc.ABC, Generic[T]):
         """Messages were added to the queue: hand them to the receive() calls waiting, oldest
         first, and let waiting batch_receive() calls look."""
         queue, waiters = self._queue, self._waiters
+        handed = 0
         while queue and waiters:
             waiter = waiters.popleft()
             if not waiter.done():
                 waiter.set_result(queue.popleft())
-                self._permits += 1
+                handed += 1
+        if handed:
+            self._taken(handed)
         for batch_waiter in self._batch_waiters:
             _wake(batch_waiter)
 

@@ -1,13 +1,16 @@
-"""The stream life cycle producers and consumers share (Pulsar's ConnectionHandler): one bidi
-stream to the topic's owning broker, served by a writer task and a read loop, reconnected with
-backoff until closed. TopicProducer and TopicConsumer fill in the hooks: what the stream carries."""
+"""The transport producers and consumers share (Pulsar's ConnectionHandler): one bidi stream to the
+topic's owning broker, served by a writer task and a read loop, and on failure looked up, opened
+and introduced again with backoff, until its owner ends it. What the stream carries is a protocol
+object's business (producer_protocol.py, consumer_protocol.py): it builds every request, takes
+every reply and does no I/O (the port between the two: stream_protocol.py); the stream writes what it
+asks for and hands it what comes back."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar, cast
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Generic, TypeVar, cast
 
 import grpc.aio
 
@@ -15,8 +18,9 @@ from herald.api.v1 import broker_pb2_grpc
 from herald.client.config import ClientConfig
 from herald.client.connection import ConnectionPool, remaining, retrying
 from herald.client.lookup import LookupService
+from herald.client.stream_protocol import Reconnect, StreamProtocol
 from herald.common.backoff import Backoff
-from herald.common.errors import HeraldError, HeraldTimeoutError
+from herald.common.errors import ConnectionError_, HeraldError, HeraldTimeoutError
 from herald.common.transport.rpc import EOF, error_from_rpc
 
 if TYPE_CHECKING:
@@ -24,105 +28,102 @@ if TYPE_CHECKING:
 
 RequestT = TypeVar("RequestT")
 ReplyT = TypeVar("ReplyT")
-HandshakeT = TypeVar("HandshakeT")  # what the broker's answer to the handshake carries
-
-OPEN, CLOSING, CLOSED = "open", "closing", "closed"
+AcceptedT = TypeVar("AcceptedT")  # what the broker's answer to the handshake carries
 
 
-class Reconnect(Exception):
-    """Raised by a reply handler to drop the stream and start over on a new one."""
-
-
-class BrokerStream(ABC, Generic[RequestT, ReplyT, HandshakeT]):
+class BrokerStream(Generic[RequestT, ReplyT, AcceptedT]):
     """Owns one stream of `RequestT` / `ReplyT` to the topic's broker, and the task serving it.
 
-    `_state` is OPEN until the owner starts closing; the stream reconnects only while it is. The
-    owner's `_start` calls `_connect_first` and runs `_run` in `_task`; its close calls
-    `_stop_stream`. The hooks below say what the stream carries.
+    `open_call` opens the RPC on a stub. The owner's policy comes in two optional hooks:
+    `connect_failed(error, first)` sees each failed connect (True after a failed reconnect stops
+    reconnecting), `before_reconnect()` runs before each reconnect attempt (raise a HeraldError to
+    fail it). The stream reconnects until `end()`; `stop()` ends its task.
     """
 
-    _role: ClassVar[str]  # "producer" or "consumer", in log messages
-    _stream_name: ClassVar[str]  # in errors: "the produce stream"
-    _log: ClassVar[logging.Logger]  # the owner's module logger
-    _close_request: RequestT  # written last when closing, before half-closing
-
     def __init__(
-        self, topic: str, name: str, client_config: ClientConfig, pool: ConnectionPool, lookup: LookupService,
+        self, protocol: StreamProtocol[RequestT, ReplyT, AcceptedT],
+        open_call: Callable[[BrokerServiceAsyncStub], grpc.aio.StreamStreamCall[RequestT, ReplyT]],
+        client_config: ClientConfig, pool: ConnectionPool, lookup: LookupService, log: logging.Logger, *,
+        connect_failed: Callable[[HeraldError, bool], bool] | None = None,
+        before_reconnect: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
-        self._topic = topic
-        self._name = name
+        self._protocol = protocol
+        self._open_call = open_call
         self._client_config = client_config
         self._pool = pool
         self._lookup = lookup
+        self._log = log
+        self._connect_failed = connect_failed
+        self._before_reconnect = before_reconnect
         self._loop = asyncio.get_running_loop()
-        self._state = OPEN
-        self._connected = False
-        self._address = ""  # the broker of the latest stream
+        self._running = True  # until the owner ends it: reconnect on failure
+        self.connected = False
+        self.address = ""  # the broker of the latest stream
         self._task: asyncio.Task[None] | None = None
         self._writer_wake: asyncio.Future[None] | None = None
         self._backoff = Backoff(jitter=0.1)
+        protocol.wake = self.wake
 
-    # ---- hooks ------------------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        """False once the owner ended the stream (closing, or the topic was terminated)."""
+        return self._running
 
-    @abstractmethod
-    def _open_call(self, stub: BrokerServiceAsyncStub) -> grpc.aio.StreamStreamCall[RequestT, ReplyT]:
-        """Open the stream's call (no request written yet)."""
+    # ---- the owner's calls ------------------------------------------------------------------
 
-    @abstractmethod
-    def _handshake_what(self, address: str) -> str:
-        """The handshake, as named in its errors: "subscribing 's' to <topic> at <address>"."""
+    async def start(self, what: str, task_name: Callable[[], str]) -> None:
+        """Connect, retrying what may pass within the operation timeout (`what` names it in the
+        error when it does not), then serve the stream in the background, in a task named once
+        connected (the broker may name a producer)."""
+        call, accepted = await retrying(what, self._client_config.operation_timeout, self._first_connect)
+        self._connected_with(accepted, first=True)
+        self._task = self._loop.create_task(self._run(call), name=task_name())
 
-    @abstractmethod
-    async def _handshake(self, call: grpc.aio.StreamStreamCall[RequestT, ReplyT]) -> HandshakeT:
-        """Introduce the client on a new call; raise a HeraldError if the broker refuses."""
+    def wake(self) -> None:
+        """There may be a request to write: wake the writer if it waits."""
+        wake = self._writer_wake
+        if wake is not None:
+            self._writer_wake = None
+            if not wake.done():
+                wake.set_result(None)
 
-    def _on_connected(self, accepted: HandshakeT, first: bool) -> None:
-        """A handshake succeeded (and the owner is still open): adopt what the broker said."""
+    def end(self) -> None:
+        """Stop reconnecting: the owner is closing (or the topic ended). A woken writer then
+        writes what is left and the close request, and half-closes."""
+        self._running = False
 
-    def _first_connect_failed(self, error: HeraldError) -> None:
-        """The first connect failed with `error` (and may be retried if it stays retryable)."""
-
-    def _reconnect_failed(self, error: HeraldError) -> bool:
-        """A reconnect failed with `error`: True stops reconnecting (the hook settles the state)."""
-        return False
-
-    def _on_disconnected(self) -> None:
-        """The stream failed and the owner is still open: drop what the next stream must not see."""
-
-    @abstractmethod
-    def _on_reply(self, reply: ReplyT) -> None:
-        """Handle one reply; raise `Reconnect` or a HeraldError to drop the stream."""
-
-    @abstractmethod
-    def _next_request(self) -> RequestT | None:
-        """The next request to write, or None when there is none for now."""
-
-    def _request_written(self) -> None:
-        """The request `_next_request` gave was written."""
+    async def stop(self, graceful: bool) -> None:
+        """End the stream's task (call `end()` first). Graceful (and connected): the writer first
+        writes what is left and the close request and half-closes, and the broker gets the
+        operation timeout to end the stream."""
+        self._running = False
+        task = self._task
+        if task is None:
+            return
+        if graceful and self.connected and not task.done():
+            self.wake()
+            await asyncio.wait({task}, timeout=self._client_config.operation_timeout)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
     # ---- connecting -------------------------------------------------------------------------
 
-    async def _connect_first(self, what: str) -> grpc.aio.StreamStreamCall[RequestT, ReplyT]:
-        """Connect, retrying what may pass within the operation timeout; `what` names it in the
-        error when it does not."""
-        call, accepted = await retrying(what, self._client_config.operation_timeout, self._first_connect)
-        self._connected_with(accepted, first=True)
-        return call
-
-    async def _first_connect(self, deadline: float) -> tuple[grpc.aio.StreamStreamCall[RequestT, ReplyT], HandshakeT]:
+    async def _first_connect(self, deadline: float) -> tuple[grpc.aio.StreamStreamCall[RequestT, ReplyT], AcceptedT]:
         try:
             return await self._connect(deadline)
         except HeraldError as exc:
-            self._first_connect_failed(exc)
+            if self._connect_failed is not None:
+                self._connect_failed(exc, True)
             raise
 
-    async def _connect(self, deadline: float) -> tuple[grpc.aio.StreamStreamCall[RequestT, ReplyT], HandshakeT]:
-        self._address = address = await self._lookup.broker_for(self._topic)
+    async def _connect(self, deadline: float) -> tuple[grpc.aio.StreamStreamCall[RequestT, ReplyT], AcceptedT]:
+        protocol = self._protocol
+        self.address = address = await self._lookup.broker_for(protocol.topic)
         channel = await self._pool.get(address)
         call = self._open_call(broker_pb2_grpc.BrokerServiceStub(channel))
-        what = self._handshake_what(address)
+        what = protocol.handshake_what(address)
         try:
-            return call, await asyncio.wait_for(self._handshake(call), remaining(deadline))
+            return call, await asyncio.wait_for(self._handshake(call, what), remaining(deadline))
         except grpc.aio.AioRpcError as exc:
             call.cancel()
             raise error_from_rpc(exc, what) from None
@@ -133,13 +134,21 @@ class BrokerStream(ABC, Generic[RequestT, ReplyT, HandshakeT]):
             call.cancel()
             raise
 
-    def _connected_with(self, accepted: HandshakeT, first: bool) -> None:
-        self._on_connected(accepted, first)
-        self._connected = True
+    async def _handshake(self, call: grpc.aio.StreamStreamCall[RequestT, ReplyT], what: str) -> AcceptedT:
+        await call.write(self._protocol.handshake_request())
+        reply = await call.read()
+        if reply is EOF:
+            raise ConnectionError_(f"the broker ended the stream while {what}")
+        return self._protocol.handshake_reply(cast(ReplyT, reply))
+
+    def _connected_with(self, accepted: AcceptedT, first: bool) -> None:
+        self._protocol.on_connected(accepted, first)
+        self.connected = True
         self._backoff.reset()
 
     async def _run(self, call: grpc.aio.StreamStreamCall[RequestT, ReplyT]) -> None:
-        """Own the stream: serve it, and on failure reconnect, until the owner closes."""
+        """Own the stream: serve it, and on failure reconnect, until the owner ends it."""
+        protocol, log = self._protocol, self._log
         while True:
             try:
                 await self._serve(call)
@@ -147,39 +156,43 @@ class BrokerStream(ABC, Generic[RequestT, ReplyT, HandshakeT]):
             except Reconnect as exc:
                 reason = str(exc)
             except grpc.aio.AioRpcError as exc:
-                reason = str(error_from_rpc(exc, self._stream_name))
+                reason = str(error_from_rpc(exc, protocol.stream_name))
             except HeraldError as exc:
                 reason = str(exc)
             except Exception as exc:
                 # A bug here must not leave the owner silently dead: start over on a new stream.
-                self._log.exception("%s %s on %s: unexpected error on the stream", self._role, self._name,
-                                    self._topic)
+                log.exception("%s %s on %s: unexpected error on the stream", protocol.role, protocol.name,
+                              protocol.topic)
                 reason = repr(exc)
             finally:
-                self._connected = False
+                self.connected = False
                 call.cancel()
-            if self._state is not OPEN:
+            if not self._running:
                 return
-            self._log.info("%s %s on %s disconnected: %s; reconnecting", self._role, self._name, self._topic,
-                           reason)
-            self._on_disconnected()
+            log.info("%s %s on %s disconnected: %s; reconnecting", protocol.role, protocol.name, protocol.topic,
+                     reason)
+            protocol.on_disconnected()
             next_call = await self._reconnect()
             if next_call is None:
                 return
             call = next_call
 
     async def _reconnect(self) -> grpc.aio.StreamStreamCall[RequestT, ReplyT] | None:
-        while self._state is OPEN:
+        protocol = self._protocol
+        while self._running:
             await asyncio.sleep(self._backoff.next())
             deadline = self._loop.time() + self._client_config.operation_timeout
             try:
+                if self._before_reconnect is not None:
+                    await self._before_reconnect()
                 call, accepted = await self._connect(deadline)
             except HeraldError as exc:
-                if self._reconnect_failed(exc):
+                if self._connect_failed is not None and self._connect_failed(exc, False):
                     return None
-                self._log.info("%s %s on %s: reconnect failed: %s", self._role, self._name, self._topic, exc)
+                self._log.info("%s %s on %s: reconnect failed: %s", protocol.role, protocol.name, protocol.topic,
+                               exc)
                 continue
-            if self._state is not OPEN:
+            if not self._running:
                 call.cancel()
                 return None
             self._connected_with(accepted, first=False)
@@ -197,53 +210,32 @@ class BrokerStream(ABC, Generic[RequestT, ReplyT, HandshakeT]):
             await asyncio.gather(writer, return_exceptions=True)
 
     async def _write_loop(self, call: grpc.aio.StreamStreamCall[RequestT, ReplyT]) -> None:
-        next_request, request_written = self._next_request, self._request_written
+        protocol = self._protocol
+        next_request, request_written = protocol.next_request, protocol.request_written
         try:
             while True:
                 request = next_request()
                 if request is not None:
                     await call.write(request)
                     request_written()
-                elif self._state is OPEN:
+                elif self._running:
                     self._writer_wake = wake = self._loop.create_future()
                     await wake
                 else:
-                    await call.write(self._close_request)
+                    await call.write(protocol.close_request())
                     await call.done_writing()
                     return
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             # The reader notices a failed call by itself; anything else must not leave it waiting.
-            self._log.debug("%s %s: write failed: %s", self._role, self._name, exc)
+            self._log.debug("%s %s: write failed: %s", protocol.role, protocol.name, exc)
             call.cancel()
 
-    def _wake_writer(self) -> None:
-        wake = self._writer_wake
-        if wake is not None:
-            self._writer_wake = None
-            if not wake.done():
-                wake.set_result(None)
-
     async def _read_loop(self, call: grpc.aio.StreamStreamCall[RequestT, ReplyT]) -> None:
-        on_reply = self._on_reply
+        on_reply = self._protocol.on_reply
         while True:
             reply = await call.read()
             if reply is EOF:
                 return
             on_reply(cast(ReplyT, reply))
-
-    # ---- closing ----------------------------------------------------------------------------
-
-    async def _stop_stream(self, graceful: bool) -> None:
-        """End the stream's task. Graceful (and connected): the writer first writes what is left
-        and the close request and half-closes, and the broker gets the operation timeout to end
-        the stream."""
-        task = self._task
-        if task is None:
-            return
-        if graceful and self._connected and not task.done():
-            self._wake_writer()
-            await asyncio.wait({task}, timeout=self._client_config.operation_timeout)
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)

@@ -1,62 +1,49 @@
-"""The asyncio consumer of one topic (or one partition): one Consume stream to the topic's broker.
-
-Delivered entries are checked, decompressed, put back together when chunked (chunked_messages.py)
-and unpacked into Messages on a local receive queue bounded by flow permits (SEEDS §3); receive()
-takes from it without suspending when it holds messages, and a message_listener is fed from it by
-a task of the consumer (message_listener.py); the queue and receive calls are ReceiveQueue's
-(receive_queue.py). Acks are tracked per batch (acks.py), grouped with negative acks and sent
-(ack_group.py), where the ack timeout (unacked_tracker.py) asks again for what stays unacked.
-Seek and unsubscribe are answered on the stream; a seek makes the broker disconnect the
-subscription's consumers, and this one drops what it holds and reconnects. On stream failure the
-queue is dropped (the broker redelivers what was not acked) and the consumer reconnects."""
+"""The asyncio consumer of one topic (or one partition): the application's side of a subscription.
+It composes three parts: the consumer's protocol object (consumer_protocol.py: permits, unpacking,
+ack tracking, rewinds, chunks; no I/O), the Consume stream that carries it (stream.py), and the
+receive queue's waiters (receive_queue.py: receive() takes without suspending when messages are
+queued; a message_listener is fed by a task of the consumer, message_listener.py). Acks are grouped
+with negative acks and sent on a timer (ack_group.py), where the ack timeout (unacked_tracker.py)
+asks again for what stays unacked. Seek and unsubscribe are answered on the stream
+(consumer_commands.py); a seek makes the broker disconnect the subscription's consumers, and this
+one drops what it holds and reconnects. On stream failure the queue is dropped (the broker
+redelivers what was not acked) and the consumer reconnects."""
 
 from __future__ import annotations
 
 import asyncio
 import datetime
 import logging
-from collections import deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc.aio
 
-from herald.api.v1 import broker_pb2, broker_pb2_grpc
+from herald.api.v1 import broker_pb2
 from herald.client.ack_group import AckGroup
-from herald.client.acks import AckTracker
-from herald.client.chunked_messages import ChunkedMessages
 from herald.client.config import ClientConfig, ConsumerConfig, ConsumerType
-from herald.client.connection import ConnectionPool, remaining, retrying
+from herald.client.connection import ConnectionPool
 from herald.client.consumer import AsyncConsumer
 from herald.client.consumer_commands import PendingCommands, seek_request
+from herald.client.consumer_protocol import ConsumerProtocol, Position
 from herald.client.interceptors import run_hook
 from herald.client.lookup import LookupService
-from herald.client.message import EntryInfo, Message
+from herald.client.message import Message
 from herald.client.message_listener import ListenerTask
+from herald.client.reader_pull import last_message_id_reply
 from herald.client.receive_queue import ReceiveQueue
 from herald.client.schema import BytesSchema, Schema
 from herald.client.stats import ConsumerStats
-from herald.client.stream import CLOSED, CLOSING, OPEN, BrokerStream
-from herald.client.unacked_tracker import UnackedTracker
+from herald.client.stream import BrokerStream
 from herald.common import tracing
-from herald.common.codec.compression import decompress
-from herald.common.codec.entry import (
-    ENTRY_FRAMING_ALLOWANCE,
-    decode_entry,
-    entry_permits,
-    iter_records,
-    permits_of,
-    records_claimed,
-)
 from herald.common.codec.message_id import MessageId
-from herald.common.codec.names import TopicName
 from herald.common.errors import (
     ConnectionError_,
     ConsumerClosedError,
+    HeraldError,
     InvalidArgumentError,
     NotAllowedError,
 )
-from herald.common.transport.rpc import EOF, error_from_proto, error_from_rpc
 
 if TYPE_CHECKING:
     from herald.api.v1.broker_pb2_grpc import BrokerServiceAsyncStub
@@ -65,61 +52,56 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 ConsumeCall = grpc.aio.StreamStreamCall[broker_pb2.ConsumeRequest, broker_pb2.ConsumeResponse]
-Position = tuple[int, int]
+_OPEN, _CLOSING, _CLOSED = "open", "closing", "closed"
 
 
-class TopicConsumer(
-    ReceiveQueue[T], BrokerStream[broker_pb2.ConsumeRequest, broker_pb2.ConsumeResponse, None], AsyncConsumer[T],
-):
+def open_consume(stub: BrokerServiceAsyncStub) -> ConsumeCall:
+    return stub.Consume(None, metadata=tracing.grpc_metadata())
+
+
+class TopicConsumer(ReceiveQueue[T], AsyncConsumer[T]):
     """Receives from one topic (or one partition) through one subscription. Made by
-    `AsyncClient.subscribe`; its docstrings are AsyncConsumer's."""
-
-    _role = "consumer"
-    _stream_name = "the consume stream"
-    _log = log
-    _close_request = broker_pb2.ConsumeRequest(close=broker_pb2.CloseConsumer())
+    `AsyncClient.subscribe`; its docstrings are AsyncConsumer's. `adjust_subscribe` may add to
+    each Subscribe request (a reader's non-durable start)."""
 
     def __init__(
         self, topic: str, config: ConsumerConfig, client_config: ClientConfig, pool: ConnectionPool,
         lookup: LookupService, on_closed: Callable[[TopicConsumer[Any]], None], schema: Schema[T] | None = None,
+        *, adjust_subscribe: Callable[[broker_pb2.Subscribe], None] | None = None,
     ) -> None:
-        BrokerStream.__init__(self, topic, config.consumer_name or "", client_config, pool, lookup)
-        self._partition = TopicName.parse(topic).partition_index
+        self._topic = topic
         self._config = config
+        self._client_config = client_config
+        self._pool = pool
+        self._lookup = lookup
         self._on_closed = on_closed
-        self._decode = None if schema is None or isinstance(schema, BytesSchema) else schema.decode
+        self._state = _OPEN
+        loop = asyncio.get_running_loop()
+        decode = None if schema is None or isinstance(schema, BytesSchema) else schema.decode
         self._interceptors = tuple(config.interceptors)
-        self._unacked = UnackedTracker(config.ack_timeout, config.ack_timeout_tick) if config.ack_timeout else None
+        self._protocol: ConsumerProtocol[T] = ConsumerProtocol(
+            topic, config, decode, adjust_subscribe=adjust_subscribe, clock=loop.time,
+            on_delivered=self._entries_delivered, on_dropped=self._dropped, on_answered=self._answered,
+            on_lost=self._lost, on_active_change=self._active_change, on_acks_queued=self._acks_queued,
+            on_chunk_expiry=self._chunks_expire_at)
+        protocol = self._protocol
+        self._partition = protocol.partition
+        self._unacked = protocol.unacked
+        self._track_ack = protocol.tracker.acknowledge
         listener = config.message_listener is not None
         # The receive queue: plain (its fast path) without a listener, interceptors or ack timeout.
-        ReceiveQueue.__init__(self, config.receiver_queue_size, config.batch_receive_policy, listener,
+        ReceiveQueue.__init__(self, protocol.queue, protocol, config.batch_receive_policy, listener,
                               plain=not listener and not self._interceptors and self._unacked is None)
-        self._paused = False
+        self._stream: BrokerStream[broker_pb2.ConsumeRequest, broker_pb2.ConsumeResponse, None] = BrokerStream(
+            protocol, open_consume, client_config, pool, lookup, log, connect_failed=self._connect_failed,
+            before_reconnect=self._before_reconnect)
         self._listener: ListenerTask | None = None
-        # Acks, negative acks and chunks.
-        self._tracker = AckTracker()
-        self._acks = AckGroup(self, config, self._tracker, self._unacked, self._partition, self._send,
+        self._acks = AckGroup(self, config, protocol.tracker, self._unacked, self._partition, protocol.send,
                               self._redeliver_all)
-        self._chunks = ChunkedMessages(topic, self._partition, self._decode, config, self._tracker, self._acks,
-                                       self._unacked)
-        self._chunked = self._chunks.whole  # last chunk -> every chunk, of the messages made whole
-        # The stream.
-        self._outbox: deque[broker_pb2.ConsumeRequest] = deque()
-        self._commands = PendingCommands(self._loop)  # seeks and unsubscribes awaiting answers
-        self._seeking = False  # a seek succeeded: what the old stream still brings is from before it
-        # Exclusive and Failover receive in position order except when the broker rewinds (a
-        # redelivery): an entry at or before the last one means the queued ones after it come again.
-        self._single_active = config.consumer_type in (ConsumerType.Exclusive, ConsumerType.Failover)
-        self._last_ledger = self._last_entry = -1
-        self._end_of_topic = False
-        self._epoch = 0
+        self._commands = PendingCommands(loop)  # seeks and unsubscribes awaiting answers
+        self._chunk_timer: asyncio.TimerHandle | None = None
         self._stats_timer: asyncio.TimerHandle | None = None
-        # Counters (stats()): per call or per delivery, never per message on the hot path.
-        self._received = self._received_bytes = self._nacks = self._reconnects = 0
-        self.corrupt_entries = 0
         self._last_stats: tuple[ConsumerStats, float] | None = None
-        # The most an entry's payload may decompress to: a message of max_message_size and its framing.
-        self._max_payload = config.max_message_size + ENTRY_FRAMING_ALLOWANCE
 
     # ---- what it is ------------------------------------------------------------------------
 
@@ -133,7 +115,7 @@ class TopicConsumer(
 
     @property
     def consumer_name(self) -> str:
-        return self._name
+        return self._protocol.name
 
     @property
     def consumer_type(self) -> ConsumerType:
@@ -141,26 +123,32 @@ class TopicConsumer(
 
     @property
     def is_connected(self) -> bool:
-        return self._connected
+        return self._stream.connected
 
     @property
     def closed(self) -> bool:
-        return self._state is not OPEN
+        return self._state is not _OPEN
 
     @property
     def epoch(self) -> int:
         """Counts reconnects and seeks: messages fetched before either will not be wanted."""
-        return self._epoch
+        return self._protocol.epoch
+
+    @property
+    def corrupt_entries(self) -> int:
+        """Entries dropped because they could not be read."""
+        return self._protocol.corrupt_entries
 
     def has_reached_end_of_topic(self) -> bool:
-        return self._end_of_topic
+        return self._protocol.end_of_topic
 
     def stats(self) -> ConsumerStats:
+        protocol = self._protocol
         return ConsumerStats(
-            messages_received=self._received, bytes_received=self._received_bytes, acks_sent=self._acks.acks_sent,
-            nacks_sent=self._nacks, receive_failures=self._receive_failures, ack_timeouts=self._acks.ack_timeouts,
-            dropped_entries=self.corrupt_entries + self._chunks.dropped, queue_size=len(self._queue),
-            reconnects=self._reconnects,
+            messages_received=protocol.received, bytes_received=protocol.received_bytes,
+            acks_sent=self._acks.acks_sent, nacks_sent=protocol.nacks, receive_failures=self._receive_failures,
+            ack_timeouts=self._acks.ack_timeouts, dropped_entries=protocol.corrupt_entries + protocol.chunks.dropped,
+            queue_size=len(self._queue), reconnects=protocol.reconnects,
         )
 
     # ---- receiving (ReceiveQueue) -----------------------------------------------------------
@@ -171,88 +159,61 @@ class TopicConsumer(
         if unacked is not None:
             entry = message._entry
             position = (entry.ledger_id, entry.entry_id)
-            for tracked in self._chunked.get(position, (position,)):
+            for tracked in self._protocol.whole.get(position, (position,)):
                 unacked.add(tracked)
         for interceptor in self._interceptors:
             message = run_hook(interceptor.before_consume, self, message, default=message)
         return message
 
     def _receiving(self) -> bool:
-        return self._state is OPEN
+        return self._state is _OPEN
 
     def pause(self) -> None:
-        self._paused = True
+        self._protocol.pause()
 
     def resume(self) -> None:
-        if self._paused:
-            self._paused = False
-            if self._connected:  # else the permits owed go once connected (_on_connected)
-                self._send_flow()
-
-    def _send_flow(self) -> None:
-        if self._paused:
-            return  # owed until resume()
-        permits, self._permits = self._permits, 0
-        if self._connected and permits > 0:  # disconnected: the next stream starts with a full FLOW
-            self._outbox.append(broker_pb2.ConsumeRequest(flow=broker_pb2.Flow(permits=permits)))
-            self._wake_writer()
+        self._protocol.resume()
 
     # ---- acknowledging -------------------------------------------------------------------------
 
     def acknowledge(self, message: Message[T] | MessageId) -> None:
-        if self._state is not OPEN:
+        if self._state is not _OPEN:
             self._refuse_ack(message)
+        # ConsumerProtocol.acknowledge, inlined (a call less per message): the batch's bitmask in
+        # the protocol's AckTracker, and the other chunks of a chunked message.
         if isinstance(message, Message):
             entry = message._entry
             ledger_id, entry_id = entry.ledger_id, entry.entry_id
-            done = self._tracker.acknowledge(ledger_id, entry_id, message.batch_index, entry.num_messages)
+            done = self._track_ack(ledger_id, entry_id, message.batch_index, entry.num_messages)
         elif isinstance(message, MessageId):
             ledger_id, entry_id = message.ledger_id, message.entry_id
-            done = self._tracker.acknowledge(ledger_id, entry_id, message.batch_index)
+            done = self._track_ack(ledger_id, entry_id, message.batch_index)
         else:
             raise InvalidArgumentError(f"acknowledge takes a Message or MessageId, got {type(message).__name__}")
         if done:
-            if self._chunked or self._unacked is not None:
-                self._entry_acked((ledger_id, entry_id))
+            if self._unacked is not None or self._protocol.whole:
+                self._protocol.entry_acked((ledger_id, entry_id))
             self._acks.queued()
         if self._interceptors:
             self._acked_hooks(message)
 
     def acknowledge_cumulative(self, message: Message[T] | MessageId) -> None:
         self.check_cumulative_allowed()
-        if self._state is not OPEN:
+        if self._state is not _OPEN:
             self._refuse_ack(message)
         if isinstance(message, Message):
             entry = message._entry
-            ledger_id, entry_id = entry.ledger_id, entry.entry_id
-            done = self._tracker.acknowledge_cumulative(ledger_id, entry_id, message.batch_index, entry.num_messages)
+            done = self._protocol.acknowledge_cumulative(entry.ledger_id, entry.entry_id, message.batch_index,
+                                                         entry.num_messages)
         elif isinstance(message, MessageId):
-            ledger_id, entry_id = message.ledger_id, message.entry_id
-            done = self._tracker.acknowledge_cumulative(ledger_id, entry_id, message.batch_index)
+            done = self._protocol.acknowledge_cumulative(message.ledger_id, message.entry_id, message.batch_index)
         else:
             raise InvalidArgumentError(
                 f"acknowledge_cumulative takes a Message or MessageId, got {type(message).__name__}")
-        # A batch acked only up to this message still has its entry unacked.
-        covered = (ledger_id, entry_id - 1 if self._tracker.has_unacked_messages(ledger_id, entry_id) else entry_id)
-        if self._unacked is not None:
-            self._unacked.remove_up_to(covered)
-        if self._chunked:
-            for last in [last for last in self._chunked if last <= covered]:
-                del self._chunked[last]
         if done:
             self._acks.queued()
         if self._interceptors:
             self._acked_hooks(message)
-
-    def _entry_acked(self, position: Position) -> None:
-        """An entry is acked: so are the other chunks of a chunked message, and none is timed."""
-        positions = self._chunked.pop(position, None) if self._chunked else None
-        if positions is not None:
-            for ledger_id, entry_id in positions[:-1]:
-                self._tracker.acknowledge(ledger_id, entry_id, -1)
-        if self._unacked is not None:
-            for acked in positions or (position,):
-                self._unacked.remove(acked)
 
     def _acked_hooks(self, message: Message[T] | MessageId, error: Exception | None = None) -> None:
         message_id = message.message_id if isinstance(message, Message) else message
@@ -266,7 +227,7 @@ class TopicConsumer(
         raise error
 
     def negative_acknowledge(self, message: Message[T] | MessageId) -> None:
-        if self._state is not OPEN:
+        if self._state is not _OPEN:
             raise ConsumerClosedError("consumer closed")
         if isinstance(message, Message):
             message_id = message.message_id
@@ -275,16 +236,10 @@ class TopicConsumer(
         else:
             raise InvalidArgumentError(
                 f"negative_acknowledge takes a Message or MessageId, got {type(message).__name__}")
-        position = (message_id.ledger_id, message_id.entry_id)
-        positions = (self._chunked.pop(position, None) if self._chunked else None) or (position,)
-        if self._unacked is not None:
-            for nacked in positions:
-                self._unacked.remove(nacked)
-        self._nacks += 1
-        self._acks.nack(message_id, positions)
+        self._acks.nack(message_id, self._protocol.nacked(message_id))
 
     def redeliver_unacknowledged_messages(self) -> None:
-        if self._state is not OPEN:
+        if self._state is not _OPEN:
             raise ConsumerClosedError("consumer closed")
         self._acks.flush()  # acked before the request: not redelivered
         self._redeliver_all()
@@ -300,107 +255,64 @@ class TopicConsumer(
         raise NotAllowedError("reconsume_later belongs to the consumer this partition's consumer is part of")
 
     def _redeliver_all(self) -> None:
-        """Ask for everything unacknowledged again; what is queued here comes with it, so it goes
-        (and its permits with it, as Pulsar's client does)."""
-        dropped = len(self._queue)
-        self._queue.clear()
-        if self._unacked is not None:
-            self._unacked.clear()
-        self._chunks.forget_incomplete()
-        self._send(broker_pb2.ConsumeRequest(redeliver=broker_pb2.RedeliverUnacknowledged()))
-        self._taken(dropped)
+        self._protocol.redeliver_all()
 
-    def _send(self, request: broker_pb2.ConsumeRequest) -> None:
-        """Queue a request for the stream's writer (while disconnected: for the next stream)."""
-        self._outbox.append(request)
-        self._wake_writer()
+    # ---- what the protocol object tells (overridden by a multi-topic consumer's members) -------
 
-    # ---- delivery (hot) -------------------------------------------------------------------------
-
-    def _on_entries(self, entries: Iterable[broker_pb2.DeliveredEntry]) -> None:
-        if self._state is not OPEN or self._seeking:
-            return
-        messages: list[Message[T]] = []
-        skipped = size = 0
-        single_active = self._single_active
-        for delivered in entries:
-            if single_active:
-                ledger_id, entry_id = delivered.ledger_id, delivered.entry_id
-                if ledger_id < self._last_ledger or (ledger_id == self._last_ledger and entry_id <= self._last_entry):
-                    skipped += self._rewound((ledger_id, entry_id), messages)
-                self._last_ledger, self._last_entry = ledger_id, entry_id
-            size += len(delivered.data)
-            try:
-                batch = self._unpack(delivered)
-            except Exception as exc:
-                # Not delivered: it would only fail again. Its permits go back, so that entries
-                # dropped so cannot stall the subscription.
-                self.corrupt_entries += 1
-                skipped += entry_permits(delivered.data)
-                log.error("consumer %s on %s: dropped corrupt entry %d:%d: %s", self._name, self._topic,
-                          delivered.ledger_id, delivered.entry_id, exc)
-                continue
-            messages += batch[0]
-            skipped += batch[1]
-        self._received += len(messages)
-        self._received_bytes += size
-        self._queue.extend(messages)
-        # Permits the broker counted but nothing queued will give back (acked here already, chunks,
-        # what an entry's metadata claims beyond its records; negative: it holds more than claimed).
-        self._permits += skipped
+    def _entries_delivered(self, entries: Iterable[broker_pb2.DeliveredEntry]) -> None:
+        """Messages were queued: hand them to whoever waits."""
         if self._waiters or self._batch_waiters:
             self._delivered()
-        if self._permits >= self._flow_threshold:
-            self._send_flow()
 
-    def _unpack(self, delivered: broker_pb2.DeliveredEntry) -> tuple[list[Message[T]], int]:
-        """An entry's messages, less those this consumer already acked (in a redelivered batch),
-        and the permits to give back now: what the broker took for the entry less what is queued
-        (each queued message gives its own back once taken). Everything is sized by the records
-        the entry holds, never by the count its metadata claims."""
-        metadata, payload = decode_entry(delivered.data)
-        permits = permits_of(metadata, len(payload))
-        if metadata.num_chunks:
-            whole = self._chunks.unpack(delivered, metadata, payload)
-            return whole, permits - len(whole)
-        if metadata.compression:
-            payload = memoryview(decompress(metadata.compression, payload, metadata.uncompressed_size,
-                                            self._max_payload))
-        records = list(iter_records(payload, records_claimed(metadata)))
-        count = len(records)
-        ledger_id, entry_id = delivered.ledger_id, delivered.entry_id
-        info = EntryInfo(self._topic, ledger_id, entry_id, self._partition, metadata.producer_name,
-                         metadata.publish_time, delivered.redelivery_count, count, self._decode)
-        if self._traced:
-            info.traceparent = delivered.traceparent  # the broker's deliver span
-        first_sequence_id = metadata.sequence_id
-        messages: list[Message[T]] = []
-        append = messages.append
-        if not metadata.batched:
-            for value, key, event_time, sequence_id, properties in records:
-                append(Message(value, key, properties or None, event_time,
-                               first_sequence_id if sequence_id is None else sequence_id, -1, info))
-            return messages, permits - count
-        unacked = self._tracker.track(ledger_id, entry_id, count)
-        full = unacked == (1 << count) - 1
-        for index, (value, key, event_time, sequence_id, properties) in enumerate(records):
-            if full or (unacked >> index) & 1:
-                append(Message(value, key, properties or None, event_time,
-                               first_sequence_id + index if sequence_id is None else sequence_id, index, info))
-        return messages, permits - len(messages)
+    def _dropped(self, since: Position | None) -> None:
+        """Queued messages were dropped (from `since` on; None: all): they come again."""
 
-    def _rewound(self, position: Position, pending: list[Message[T]]) -> int:
-        """The broker went back to `position` (a redelivery): drop what is held from there on, as
-        it comes again. Returns how many were dropped (their permits go back)."""
-        dropped = 0
-        while pending and _position(pending[-1]) >= position:
-            pending.pop()
-            dropped += 1
-        queue = self._queue
-        while not pending and queue and _position(queue[-1]) >= position:
-            queue.pop()
-            dropped += 1
-        return dropped
+    def _answered(self, result: broker_pb2.CommandResult) -> str | None:
+        done = self._commands.answered(result)
+        if done == "unsubscribe":
+            self._state = _CLOSING  # the broker ends the stream: no reconnecting
+            self._protocol.closed = True
+            self._stream.end()
+            self._fail_waiters(ConsumerClosedError("consumer closed: its subscription was deleted (unsubscribe)"))
+            self._queue.clear()
+        return done
+
+    def _lost(self, unsent: set[int]) -> None:
+        self._commands.fail(ConnectionError_("the connection to the broker was lost before it answered: try again"),
+                            keep=unsent)
+
+    def _active_change(self, active: bool) -> None:
+        listener = self._config.consumer_event_listener
+        if listener is None:
+            return
+        try:
+            if active:
+                listener.became_active(self, self._partition)
+            else:
+                listener.became_inactive(self, self._partition)
+        except Exception:
+            log.exception("the consumer_event_listener of consumer %s on %s raised; ignored", self.consumer_name,
+                          self._topic)
+
+    def _acks_queued(self) -> None:
+        self._acks.queued()
+
+    def _chunks_expire_at(self, due: float) -> None:
+        if self._chunk_timer is None and self._state is _OPEN:
+            self._chunk_timer = self._loop.call_at(due, self._expire_chunks)
+
+    def _expire_chunks(self) -> None:
+        self._chunk_timer = None
+        self._protocol.chunks.expire(self._loop.time())
+
+    # ---- what the stream asks (overridden by a pattern consumer's members) -----------------------
+
+    def _connect_failed(self, error: HeraldError, first: bool) -> bool:
+        """A connect failed: True after a reconnect stops reconnecting."""
+        return False
+
+    async def _before_reconnect(self) -> None:
+        """Raise a HeraldError not to reconnect this time."""
 
     # ---- moving and leaving the subscription ------------------------------------------------------
 
@@ -415,35 +327,17 @@ class TopicConsumer(
         self._acks.flush()  # acks made before the seek are sent before it
         request_id, answer = self._commands.add("seek")
         seek.request_id = request_id
-        self._send(broker_pb2.ConsumeRequest(seek=seek))
+        self._protocol.send(broker_pb2.ConsumeRequest(seek=seek))
         await self._commands.wait(answer, self._client_config.operation_timeout,
                                   f"seeking {self.subscription!r} on {self._topic} to {target!r}")
 
     async def unsubscribe(self) -> None:
         self._check_open()
         request_id, answer = self._commands.add("unsubscribe")
-        self._send(broker_pb2.ConsumeRequest(unsubscribe=broker_pb2.Unsubscribe(request_id=request_id)))
+        self._protocol.send(broker_pb2.ConsumeRequest(unsubscribe=broker_pb2.Unsubscribe(request_id=request_id)))
         await self._commands.wait(answer, self._client_config.operation_timeout,
                                   f"unsubscribing {self.subscription!r} from {self._topic}")
         await self._finish(graceful=False)
-
-    def _on_result(self, result: broker_pb2.CommandResult) -> None:
-        done = self._commands.answered(result)
-        if done == "seek":
-            # Everything held is from before the seek, and so is what the old stream still brings
-            # until the broker ends it.
-            self._seeking = True
-            self._epoch += 1
-            self._queue.clear()
-            self._tracker.reset()
-            if self._unacked is not None:
-                self._unacked.clear()
-            self._chunks.forget_incomplete()
-            self._last_ledger = self._last_entry = -1
-        elif done == "unsubscribe":
-            self._state = CLOSING  # the broker ends the stream: no reconnecting
-            self._fail_waiters(ConsumerClosedError("consumer closed: its subscription was deleted (unsubscribe)"))
-            self._queue.clear()
 
     async def get_last_message_id(self) -> MessageId:
         self._check_open()
@@ -451,71 +345,59 @@ class TopicConsumer(
         return MessageId(last.ledger_id, last.entry_id, last.partition, last.batch_index)
 
     async def _last_message_id_reply(self, subscription: str = "") -> broker_pb2.GetLastMessageIdResponse:
-        """The broker's GetLastMessageId answer; with a subscription named, its mark-delete
-        position too (a reader's has_message_available compares the two)."""
-        what = f"getting the last message id of {self._topic}"
-        request = broker_pb2.GetLastMessageIdRequest(topic=self._topic, subscription=subscription)
-
-        async def attempt(deadline: float) -> broker_pb2.GetLastMessageIdResponse:
-            address = await self._lookup.broker_for(self._topic)
-            stub = broker_pb2_grpc.BrokerServiceStub(await self._pool.get(address))
-            try:
-                reply: broker_pb2.GetLastMessageIdResponse = await stub.GetLastMessageId(
-                    request, timeout=remaining(deadline))
-            except grpc.aio.AioRpcError as exc:
-                raise error_from_rpc(exc, f"{what} at {address}") from None
-            return reply
-
-        return await retrying(what, self._client_config.operation_timeout, attempt)
+        """The broker's GetLastMessageId answer (with a subscription named, its mark-delete too)."""
+        return await last_message_id_reply(self._pool, self._lookup, self._client_config, self._topic, subscription)
 
     # ---- closing ----------------------------------------------------------------------------------
 
     async def close(self) -> None:
-        if self._state is not OPEN:
+        if self._state is not _OPEN:
             return
-        self._state = CLOSING
-        error = ConsumerClosedError("consumer closed")
-        self._fail_waiters(error)
-        self._commands.fail(error)
-        self._queue.clear()
+        self._closing()
         self._acks.stop(flush=True)
         # The writer sends the acks, then CloseConsumer, and half-closes; the broker ends the stream.
         await self._finish(graceful=True)
 
     async def _shutdown(self) -> None:
-        if self._state is CLOSED:
+        if self._state is _CLOSED:
             return
-        self._state = CLOSING
+        self._closing()
+        await self._finish(graceful=False)
+
+    def _closing(self) -> None:
+        self._state = _CLOSING
+        self._protocol.closed = True
+        self._stream.end()
         error = ConsumerClosedError("consumer closed")
         self._fail_waiters(error)
         self._commands.fail(error)
         self._queue.clear()
-        await self._finish(graceful=False)
 
     async def _finish(self, graceful: bool) -> None:
         self._acks.stop(flush=False)
-        self._chunks.stop()
-        if self._stats_timer is not None:
-            self._stats_timer.cancel()
+        for timer in (self._chunk_timer, self._stats_timer):
+            if timer is not None:
+                timer.cancel()
+        self._chunk_timer = self._stats_timer = None
         if self._listener is not None:
             await self._listener.stop()
-        await self._stop_stream(graceful=graceful)
-        self._state = CLOSED
+        await self._stream.stop(graceful=graceful)
+        self._state = _CLOSED
         self._on_closed(self)
 
     def _check_open(self) -> None:
-        if self._state is not OPEN:
+        if self._state is not _OPEN:
             raise ConsumerClosedError("consumer closed")
 
     def __repr__(self) -> str:
         return (f"TopicConsumer(topic={self._topic!r}, subscription={self.subscription!r}, "
                 f"state={self._state})")
 
-    # ---- the connection (BrokerStream's hooks) -------------------------------------------------
+    # ---- starting ---------------------------------------------------------------------------------
 
     async def _start(self) -> None:
-        call = await self._connect_first(f"subscribing {self.subscription!r} to {self._topic}")
-        self._task = self._loop.create_task(self._run(call), name=f"herald-consumer-{self.subscription}")
+        await self._stream.start(f"subscribing {self.subscription!r} to {self._topic}",
+                                 lambda: f"herald-consumer-{self.subscription}")
         self._acks.start()
         if self._client_config.stats_interval > 0:
             self._last_stats = (self.stats(), self._loop.time())
@@ -529,113 +411,6 @@ class TopicConsumer(
         self._stats_timer = self._loop.call_later(self._client_config.stats_interval, self._log_stats)
         now, current = self._loop.time(), self.stats()
         previous, since = self._last_stats or (None, now)
-        log.info("consumer %s on %s (subscription %s): %s", self._name, self._topic, self.subscription,
+        log.info("consumer %s on %s (subscription %s): %s", self.consumer_name, self._topic, self.subscription,
                  current.interval_report(previous, now - since))
         self._last_stats = (current, now)
-
-    def _open_call(self, stub: BrokerServiceAsyncStub) -> ConsumeCall:
-        return stub.Consume(None, metadata=tracing.grpc_metadata())
-
-    def _handshake_what(self, address: str) -> str:
-        return f"subscribing {self.subscription!r} to {self._topic} at {address}"
-
-    def _subscribe_request(self) -> broker_pb2.Subscribe:
-        """What the handshake asks the broker for (a reader adds its start: reader.py)."""
-        config = self._config
-        subscribe = broker_pb2.Subscribe(
-            topic=self._topic, subscription=config.subscription_name, type=config.consumer_type.value,
-            initial_position=config.initial_position.value, consumer_name=self._name,
-            priority_level=config.priority_level, properties=config.properties,
-        )
-        policy = config.dead_letter_policy
-        if policy is not None:
-            subscribe.dead_letter_policy.CopyFrom(broker_pb2.DeadLetterPolicy(
-                max_redeliver_count=policy.max_redeliver_count, dead_letter_topic=policy.dead_letter_topic or "",
-                retry_letter_topic=policy.retry_letter_topic or ""))
-        return subscribe
-
-    async def _handshake(self, call: ConsumeCall) -> None:
-        config = self._config
-        await call.write(broker_pb2.ConsumeRequest(subscribe=self._subscribe_request()))
-        reply = await call.read()
-        if reply is EOF:
-            raise ConnectionError_(f"the broker ended the stream while subscribing to {self._topic}")
-        assert isinstance(reply, broker_pb2.ConsumeResponse)
-        kind = reply.WhichOneof("reply")
-        if kind == "error":
-            raise error_from_proto(reply.error)
-        if kind != "subscribed":
-            raise ConnectionError_(f"the broker answered a subscription with {kind!r}")
-        self._name = reply.subscribed.consumer_name or self._name
-        if self._paused:
-            self._permits = config.receiver_queue_size  # owed until resume()
-        else:
-            await call.write(broker_pb2.ConsumeRequest(flow=broker_pb2.Flow(permits=config.receiver_queue_size)))
-
-    def _on_connected(self, accepted: None, first: bool) -> None:
-        if self._permits and not self._paused:  # resumed during the handshake
-            permits, self._permits = self._permits, 0
-            self._outbox.appendleft(broker_pb2.ConsumeRequest(flow=broker_pb2.Flow(permits=permits)))
-
-    def _on_disconnected(self) -> None:
-        # The broker redelivers everything unacked, so what is queued here would come twice.
-        self._queue.clear()
-        self._permits = 0
-        self._epoch += 1
-        self._reconnects += 1
-        self._seeking = False
-        self._last_ledger = self._last_entry = -1
-        self._chunks.forget_incomplete()
-        if self._unacked is not None:
-            self._unacked.clear()
-        # Acks, seeks and unsubscribes not written yet go on the next stream; a command written
-        # and not answered is lost with this one.
-        kept: deque[broker_pb2.ConsumeRequest] = deque()
-        unsent: set[int] = set()
-        for request in self._outbox:
-            command = request.WhichOneof("command")
-            if command == "ack":
-                kept.append(request)
-            elif command in ("seek", "unsubscribe"):
-                kept.append(request)
-                unsent.add(getattr(request, command).request_id)
-        self._outbox = kept
-        self._commands.fail(ConnectionError_("the connection to the broker was lost before it answered: try again"),
-                            keep=unsent)
-
-    def _next_request(self) -> broker_pb2.ConsumeRequest | None:
-        outbox = self._outbox
-        return outbox[0] if outbox else None
-
-    def _request_written(self) -> None:
-        self._outbox.popleft()  # only once written: an ack cut off here goes on the next stream
-
-    def _on_reply(self, reply: broker_pb2.ConsumeResponse) -> None:
-        kind = reply.WhichOneof("reply")
-        if kind == "entries":
-            self._on_entries(reply.entries.entries)
-        elif kind == "result":
-            self._on_result(reply.result)
-        elif kind == "active_change":
-            self._on_active_change(reply.active_change.is_active)
-        elif kind == "end_of_topic":
-            self._end_of_topic = True
-        elif kind == "error":
-            raise error_from_proto(reply.error)
-
-    def _on_active_change(self, active: bool) -> None:
-        listener = self._config.consumer_event_listener
-        if listener is None:
-            return
-        try:
-            if active:
-                listener.became_active(self, self._partition)
-            else:
-                listener.became_inactive(self, self._partition)
-        except Exception:
-            log.exception("the consumer_event_listener of consumer %s on %s raised; ignored", self._name, self._topic)
-
-
-def _position(message: Message[Any]) -> Position:
-    entry = message._entry
-    return entry.ledger_id, entry.entry_id

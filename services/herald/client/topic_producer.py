@@ -1,9 +1,8 @@
 """The asyncio producer of one topic (or one partition): the send API in front of the accumulator
-(schema, immediate checks, interceptors, deliver-at times), and the sender behind it: one Produce
-stream to the topic's broker, a writer task shipping closed entries in order and a reader matching
-receipts to the head of the pending queue (SEEDS §2). On any stream failure it looks the topic up
-again, re-registers under the same name and resends every pending entry in order; the broker's
-dedup makes that safe (chunks included: each has a sequence id of its own)."""
+(schema, immediate checks, interceptors, deliver-at times, max pending with block-or-fail), and the
+sender behind it (sender.py: the Produce stream and the producer's protocol object, which matches
+receipts to the head of the pending queue and resends after each reconnect, SEEDS §2). The producer
+itself holds no stream: it packs messages, waits for room and receipts, and closes."""
 
 from __future__ import annotations
 
@@ -13,18 +12,14 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
-import grpc.aio
-
-from herald.api.v1 import broker_pb2
 from herald.client import chunking
 from herald.client import tracing as client_tracing
 from herald.client.accumulator import (
     Accumulator,
     BatchAccumulator,
     KeyBasedAccumulator,
-    PendingOp,
     SendCallback,
     Waiter,
     fail_waiters,
@@ -35,60 +30,43 @@ from herald.client.interceptors import ProducerInterceptor, run_hook
 from herald.client.lookup import LookupService
 from herald.client.message import OutgoingMessage
 from herald.client.producer import AsyncProducer, T, deliver_at_ms
+from herald.client.producer_protocol import ProducerProtocol
 from herald.client.schema import BYTES, BytesSchema, Schema
-from herald.client.stats import ProducerStats, ProducerStatsRecorder
-from herald.client.stream import CLOSED, CLOSING, OPEN, BrokerStream, Reconnect
+from herald.client.sender import Sender
+from herald.client.stats import ProducerStats
 from herald.common import tracing
-from herald.common.codec.entry import entry_checksum_ok
 from herald.common.codec.message_id import MessageId
-from herald.common.codec.names import TopicName
 from herald.common.errors import (
-    ChecksumError,
-    ConnectionError_,
     HeraldError,
     InvalidArgumentError,
     MessageTooLargeError,
-    MetadataError,
     ProducerBusyError,
     ProducerClosedError,
     ProducerQueueIsFullError,
-    SendTimeoutError,
     TopicTerminatedError,
 )
-from herald.common.transport.rpc import EOF, error_from_proto
-
-if TYPE_CHECKING:
-    from herald.api.v1.broker_pb2_grpc import BrokerServiceAsyncStub
 
 log = logging.getLogger(__name__)
 
-ProduceCall = grpc.aio.StreamStreamCall[broker_pb2.ProduceRequest, broker_pb2.ProduceResponse]
-
-_TERMINATED = "terminated"  # besides the stream's OPEN, CLOSING and CLOSED
-# Errors about one entry that a resend cannot fix: that entry fails, the stream carries on.
-_ENTRY_ERRORS = (MessageTooLargeError, InvalidArgumentError, MetadataError)
+_OPEN, _CLOSING, _CLOSED, _TERMINATED = "open", "closing", "closed", "terminated"
 _monotonic = time.monotonic
 
 
-class TopicProducer(BrokerStream[broker_pb2.ProduceRequest, broker_pb2.ProduceResponse,
-                                 broker_pb2.ProducerRegistered], AsyncProducer[T]):
+class TopicProducer(AsyncProducer[T]):
     """Publishes to one topic. Made by `AsyncClient.create_producer` (or by a PartitionedProducer,
     one per partition, which passes each its share of max_pending_messages), never directly."""
-
-    _role = "producer"
-    _stream_name = "the produce stream"
-    _log = log
-    _close_request = broker_pb2.ProduceRequest(close=broker_pb2.CloseProducer())
 
     def __init__(
         self, topic: str, config: ProducerConfig, client_config: ClientConfig, pool: ConnectionPool,
         lookup: LookupService, on_closed: Callable[[TopicProducer[Any]], None], *,
         schema: Schema[T] | None = None, max_pending_messages: int | None = None,
     ) -> None:
-        super().__init__(topic, config.producer_name or "", client_config, pool, lookup)
-        self._partition = TopicName.parse(topic).partition_index
+        self._topic = topic
         self._config = config
+        self._client_config = client_config
         self._on_closed = on_closed
+        self._loop = asyncio.get_running_loop()
+        self._state = _OPEN
         self._schema: Schema[Any] = BYTES if schema is None else schema
         # None: bytes go as they are, with no call at all (the default's whole cost).
         self._schema_encode = None if type(self._schema) is BytesSchema else self._schema.encode
@@ -102,27 +80,27 @@ class TopicProducer(BrokerStream[broker_pb2.ProduceRequest, broker_pb2.ProduceRe
         if not isinstance(self._max_pending, int) or self._max_pending < 1:
             raise InvalidArgumentError(f"max_pending_messages must be a positive integer, got {self._max_pending!r}")
         self._block = config.block_if_queue_full
-        self._last_sequence_id = -1
+        self._pending_count = 0  # messages in the open batch and in pending entries
+        self._room_waiters: deque[asyncio.Future[None]] = deque()
+        self._stats_timer: asyncio.TimerHandle | None = None
+        self._protocol = ProducerProtocol(topic, config, on_registered=self._registered, on_released=self._release,
+                                          on_terminated=self._terminate)
+        self._sender = Sender(self._protocol, client_config, pool, lookup, self._loop, self._timed_out,
+                              self._connect_failed)
+        ship = self._sender.ship
         codec = config.compression_type.value
         self._acc: Accumulator
         if config.batching_enabled and config.batching_type is BatchingType.KeyBased:
             self._acc = KeyBasedAccumulator(
                 max_messages=config.batching_max_messages, max_bytes=config.batching_max_bytes,
-                max_delay=config.batching_max_publish_delay, emit=self._emit, loop=self._loop, compression=codec,
+                max_delay=config.batching_max_publish_delay, emit=ship, loop=self._loop, compression=codec,
                 send_tracing=self._tracing)
         else:
             self._acc = BatchAccumulator(
                 max_messages=config.batching_max_messages, max_bytes=config.batching_max_bytes,
                 max_delay=config.batching_max_publish_delay, batched=config.batching_enabled,
-                emit=self._emit, loop=self._loop, compression=codec,
+                emit=ship, loop=self._loop, compression=codec,
                 chunk_limit=config.max_message_size if self._chunking else 0, send_tracing=self._tracing)
-        self._pending: deque[PendingOp] = deque()  # sent or not, oldest first, awaiting receipts
-        self._unsent: deque[PendingOp] = deque()  # the ones the writer has yet to write
-        self._pending_count = 0  # messages in the open batch and in pending ops
-        self._room_waiters: deque[asyncio.Future[None]] = deque()
-        self._timeout_timer: asyncio.TimerHandle | None = None
-        self._stats = ProducerStatsRecorder(_monotonic())
-        self._stats_timer: asyncio.TimerHandle | None = None
 
     # ---- public API -------------------------------------------------------------------------
 
@@ -132,12 +110,12 @@ class TopicProducer(BrokerStream[broker_pb2.ProduceRequest, broker_pb2.ProduceRe
 
     @property
     def producer_name(self) -> str:
-        return self._name
+        return self._protocol.name
 
     @property
     def last_sequence_id(self) -> int:
         """The highest sequence id the broker has acknowledged (-1 before any)."""
-        return self._last_sequence_id
+        return self._protocol.last_sequence_id
 
     @property
     def max_message_size(self) -> int:
@@ -147,12 +125,12 @@ class TopicProducer(BrokerStream[broker_pb2.ProduceRequest, broker_pb2.ProduceRe
 
     @property
     def is_connected(self) -> bool:
-        return self._connected
+        return self._sender.connected
 
     @property
     def closed(self) -> bool:
         """True once close() began (or the topic was terminated): sends fail from then on."""
-        return self._state is not OPEN
+        return self._state is not _OPEN
 
     async def send(
         self, value: T, *, key: str | None = None, ordering_key: bytes | None = None,
@@ -179,7 +157,7 @@ class TopicProducer(BrokerStream[broker_pb2.ProduceRequest, broker_pb2.ProduceRe
         when the producer is closed, the value does not encode, the message is too large, or the
         queue is full (unless block_if_queue_full, which waits for room instead)."""
         # encode(), inlined: this is the hot path.
-        if self._state is not OPEN:
+        if self._state is not _OPEN:
             raise self._closed_error()
         if value.__class__ is bytes and self._schema_encode is None:
             data: bytes = value  # type: ignore[assignment]  # (no cast(): a call costs on this path)
@@ -206,61 +184,64 @@ class TopicProducer(BrokerStream[broker_pb2.ProduceRequest, broker_pb2.ProduceRe
 
     async def flush(self) -> None:
         """Send the open batch and wait until every message queued so far is stored."""
-        if self._state is not OPEN:
+        if self._state is not _OPEN:
             raise self._closed_error()
         self._acc.flush()
-        if not self._pending:
+        pending = self._protocol.pending
+        if not pending:
             return
-        op = self._pending[-1]
+        op = pending[-1]
         if op.flushed is None:
             op.flushed = self._loop.create_future()
         await asyncio.shield(op.flushed)
 
     def flush_nowait(self) -> None:
         """Close the open batch(es) and queue them for sending now, without waiting."""
-        if self._state is OPEN:
+        if self._state is _OPEN:
             self._acc.flush()
 
     async def close(self) -> None:
         """Close the producer. Messages not yet stored fail with ProducerClosedError (call
         `flush()` first to wait for them). Closing twice does nothing."""
-        if self._state in (CLOSING, CLOSED):
+        if self._state in (_CLOSING, _CLOSED):
             return
-        self._state = CLOSING
+        self._state = _CLOSING
+        self._sender.end()
         self._stop_stats()
         self._fail_all(ProducerClosedError("producer closed"))
         # The writer sends CloseProducer and half-closes; the broker ends the stream.
-        await self._stop_stream(graceful=True)
-        self._state = CLOSED
+        await self._sender.stop(graceful=True)
+        self._state = _CLOSED
         self._on_closed(self)
 
     async def _shutdown(self) -> None:
         """Close without telling the broker: for AsyncClient.shutdown()."""
-        if self._state is CLOSED:
+        if self._state is _CLOSED:
             return
-        self._state = CLOSING
+        self._state = _CLOSING
+        self._sender.end()
         self._stop_stats()
         self._fail_all(ProducerClosedError("producer closed"))
-        await self._stop_stream(graceful=False)
-        self._state = CLOSED
+        await self._sender.stop(graceful=False)
+        self._state = _CLOSED
         self._on_closed(self)
 
     def stats(self) -> ProducerStats:
         """Counters since creation and send latencies (see herald.client.stats.ProducerStats)."""
-        return self._stats.snapshot(self._pending_count)
+        return self._protocol.stats.snapshot(self._pending_count)
 
     async def __aenter__(self) -> TopicProducer[T]:
         return self
 
     def __repr__(self) -> str:
-        return f"TopicProducer(topic={self._topic!r}, name={self._name!r}, state={self._state})"
+        return f"TopicProducer(topic={self._topic!r}, name={self.producer_name!r}, state={self._state})"
 
     # ---- for the blocking facade -------------------------------------------------------------
 
     def encode(self, value: T) -> bytes:
         """The value as bytes (the schema's work), after the checks a send makes at once: the
         producer is open, the message not too large. Safe on any thread."""
-        if self._state is not OPEN:
+        if self._state is not _OPEN:
             raise self._closed_error()
         if value.__class__ is bytes and self._schema_encode is None:
             data = cast(bytes, value)
@@ -279,7 +260,7 @@ class TopicProducer(BrokerStream[broker_pb2.ProduceRequest, broker_pb2.ProduceRe
         when the queue is full and the producer blocks: wait_for_room() and offer it again.
         Errors reach the callback, never the caller."""
         try:
-            if self._state is not OPEN:
+            if self._state is not _OPEN:
                 raise self._closed_error()
             if len(data) > self._max_message_size:
                 self._check_size(len(data))
@@ -305,7 +286,7 @@ class TopicProducer(BrokerStream[broker_pb2.ProduceRequest, broker_pb2.ProduceRe
     async def wait_for_room(self) -> None:
         """Wait until fewer than max_pending_messages are pending (or the producer closes)."""
         while self._pending_count >= self._max_pending:
-            if self._state is not OPEN:
+            if self._state is not _OPEN:
                 raise self._closed_error()
             # The open batch may hold much of the queue: ship it now rather than after the delay.
             self._acc.flush()
@@ -317,7 +298,7 @@ class TopicProducer(BrokerStream[broker_pb2.ProduceRequest, broker_pb2.ProduceRe
                 if not waiter.done():
                     waiter.cancel()
                     self._room_waiters.remove(waiter)
-        if self._state is not OPEN:
+        if self._state is not _OPEN:
             raise self._closed_error()
 
     # ---- the send path ----------------------------------------------------------------------
@@ -365,7 +346,8 @@ class TopicProducer(BrokerStream[broker_pb2.ProduceRequest, broker_pb2.ProduceRe
                 waiter.cancel()
             raise
         if self._tracing is not None:
-            message.properties = client_tracing.with_creation_context(self._topic, message.properties, self._name)
+            message.properties = client_tracing.with_creation_context(self._topic, message.properties,
+                                                                    self._protocol.name)
         self._pending_count += 1
         event_time = message.event_time or 0
         if message.deliver_at is None:
@@ -397,7 +379,7 @@ class TopicProducer(BrokerStream[broker_pb2.ProduceRequest, broker_pb2.ProduceRe
 
     def _queue_full(self) -> ProducerQueueIsFullError:
         return ProducerQueueIsFullError(
-            f"producer {self._name!r} on {self._topic} already has {self._pending_count} messages "
+            f"producer {self.producer_name!r} on {self._topic} already has {self._pending_count} messages "
             f"pending (max_pending_messages={self._max_pending}): wait for receipts, or set "
             "block_if_queue_full=True"
         )
@@ -407,15 +389,8 @@ class TopicProducer(BrokerStream[broker_pb2.ProduceRequest, broker_pb2.ProduceRe
             return TopicTerminatedError(f"topic {self._topic} was terminated: the producer cannot send")
         return ProducerClosedError("producer closed")
 
-    def _emit(self, op: PendingOp) -> None:
-        """The accumulator closed an entry: queue it for the writer."""
-        self._pending.append(op)
-        self._unsent.append(op)
-        self._wake_writer()
-        if self._timeout_timer is None and self._config.send_timeout > 0:
-            self._timeout_timer = self._loop.call_later(self._config.send_timeout, self._check_send_timeout)
-
     def _release(self, count: int) -> None:
+        """`count` messages were settled (stored or failed): room for as many waiting senders."""
         self._pending_count -= count
         waiters = self._room_waiters
         room = self._max_pending - self._pending_count
@@ -426,203 +401,73 @@ class TopicProducer(BrokerStream[broker_pb2.ProduceRequest, broker_pb2.ProduceRe
                 room -= 1
 
     def _fail_all(self, error: HeraldError) -> None:
-        """Fail every message not yet stored: the open batch and all pending ops."""
-        ops = list(self._pending)
-        self._pending.clear()
-        self._unsent.clear()
-        self._stats.failed(self._pending_count)
+        """Fail every message not yet stored: the open batch and all pending entries."""
+        self._protocol.stats.failed(self._pending_count)
         self._acc.fail(error)
-        for op in ops:
-            op.fail(error)
+        self._protocol.fail_pending(error)
+        self._sender.cancel_timeout()
         self._pending_count = 0
-        if self._timeout_timer is not None:
-            self._timeout_timer.cancel()
-            self._timeout_timer = None
         while self._room_waiters:
             waiter = self._room_waiters.popleft()
             if not waiter.done():
                 waiter.set_result(None)  # they look at the state and raise
 
-    def _check_send_timeout(self) -> None:
-        self._timeout_timer = None
-        if not self._pending:
-            return
-        timeout = self._config.send_timeout
-        age = _monotonic() - self._pending[0].created
-        if age >= timeout:
-            count = self._pending_count
-            log.warning("producer %s on %s: %d messages not stored within the send timeout of %gs",
-                        self._name, self._topic, count, timeout)
-            self._fail_all(SendTimeoutError(
-                f"message not stored within the send timeout of {timeout:g}s on topic {self._topic} "
-                f"({count} pending messages failed)"
-            ))
-        else:
-            self._timeout_timer = self._loop.call_later(timeout - age, self._check_send_timeout)
+    def _timed_out(self) -> None:
+        """The oldest pending entry passed the send timeout: everything pending fails."""
+        count = self._pending_count
+        log.warning("producer %s on %s: %d messages not stored within the send timeout of %gs",
+                    self.producer_name, self._topic, count, self._config.send_timeout)
+        self._fail_all(self._protocol.timeout_error(count))
 
-    # ---- stats --------------------------------------------------------------------------------
+    # ---- what the sender's stream and protocol tell -------------------------------------------
+
+    def _registered(self, name: str, max_message_size: int, next_sequence_id: int | None) -> None:
+        self._acc.producer_name = name
+        if self._tracing is not None:
+            self._tracing.address = self._sender.stream.address
+        if max_message_size > 0:
+            self._max_message_size = max_message_size
+            # A topic's policy may set a limit below the batch size: batches must fit it too.
+            self._acc.set_limits(min(self._config.batching_max_bytes, max_message_size),
+                                 max_message_size if self._chunking else 0)
+        if next_sequence_id is not None:
+            self._acc.next_sequence_id = next_sequence_id
+
+    def _connect_failed(self, error: HeraldError, first: bool) -> bool:
+        if first:
+            if isinstance(error, ProducerBusyError):
+                # Another live producer holds the name: say so now, not after the operation timeout.
+                # (Reconnects do retry it: the broker may not have noticed our old stream is gone.)
+                error.retryable = False
+            return False
+        if isinstance(error, TopicTerminatedError):
+            self._protocol.terminate(error)
+            return True
+        return False
+
+    def _terminate(self, error: TopicTerminatedError) -> None:
+        self._state = _TERMINATED
+        self._sender.end()
+        self._stop_stats()
+        self._fail_all(error)
+
+    # ---- life cycle and stats -----------------------------------------------------------------
+
+    async def _start(self) -> None:
+        """Register with the topic's broker (retrying what may pass within the operation
+        timeout), then run in the background."""
+        await self._sender.start()
+        interval = self._client_config.stats_interval
+        if interval > 0:
+            self._stats_timer = self._loop.call_later(interval, self._log_stats)
 
     def _log_stats(self) -> None:
         interval = self._client_config.stats_interval
-        log.info("producer %s on %s: %s", self._name, self._topic,
-                 self._stats.interval_report(_monotonic(), self._pending_count))
+        log.info("producer %s on %s: %s", self.producer_name, self._topic,
+                 self._protocol.stats.interval_report(_monotonic(), self._pending_count))
         self._stats_timer = self._loop.call_later(interval, self._log_stats)
 
     def _stop_stats(self) -> None:
         if self._stats_timer is not None:
             self._stats_timer.cancel()
             self._stats_timer = None
-
-    # ---- the connection (BrokerStream's hooks) -----------------------------------------------
-
-    async def _start(self) -> None:
-        """Register with the topic's broker (retrying what may pass within the operation
-        timeout), then run the stream in the background."""
-        call = await self._connect_first(f"creating a producer on {self._topic}")
-        self._task = self._loop.create_task(self._run(call), name=f"herald-producer-{self._name}")
-        interval = self._client_config.stats_interval
-        if interval > 0:
-            self._stats_timer = self._loop.call_later(interval, self._log_stats)
-
-    def _open_call(self, stub: BrokerServiceAsyncStub) -> ProduceCall:
-        return stub.Produce(None, metadata=tracing.grpc_metadata())
-
-    def _handshake_what(self, address: str) -> str:
-        return f"registering producer {self._name or '(unnamed)'} on {self._topic} at {address}"
-
-    async def _handshake(self, call: ProduceCall) -> broker_pb2.ProducerRegistered:
-        await call.write(broker_pb2.ProduceRequest(register=broker_pb2.RegisterProducer(
-            topic=self._topic, producer_name=self._name, properties=self._config.properties,
-        )))
-        reply = await call.read()
-        if reply is EOF:
-            raise ConnectionError_(f"the broker ended the stream while registering a producer on {self._topic}")
-        assert isinstance(reply, broker_pb2.ProduceResponse)
-        kind = reply.WhichOneof("reply")
-        if kind == "registered":
-            return reply.registered
-        if kind == "error":
-            raise error_from_proto(reply.error)
-        raise ConnectionError_(f"the broker answered a producer registration with {kind!r}")
-
-    def _first_connect_failed(self, error: HeraldError) -> None:
-        if isinstance(error, ProducerBusyError):
-            # Another live producer holds the name: say so now, not after the operation timeout.
-            # (Reconnects do retry it: the broker may not have noticed our old stream is gone.)
-            error.retryable = False
-
-    def _reconnect_failed(self, error: HeraldError) -> bool:
-        if isinstance(error, TopicTerminatedError):
-            self._terminate(error)
-            return True
-        return False
-
-    def _on_connected(self, registered: broker_pb2.ProducerRegistered, first: bool) -> None:
-        self._name = registered.producer_name or self._name
-        self._acc.producer_name = self._name
-        if self._tracing is not None:
-            self._tracing.address = self._address
-        if registered.max_message_size > 0:
-            self._max_message_size = size = registered.max_message_size
-            # A topic's policy may set a limit below the batch size: batches must fit it too.
-            self._acc.set_limits(min(self._config.batching_max_bytes, size), size if self._chunking else 0)
-        if first:
-            initial = self._config.initial_sequence_id
-            self._last_sequence_id = registered.last_sequence_id if initial is None else initial
-            self._acc.next_sequence_id = self._last_sequence_id + 1
-        # Everything not yet acknowledged goes again, in order; dedup drops what was stored.
-        self._unsent = deque(self._pending)
-        if first:
-            log.debug("producer %s registered on %s (last sequence id %d)", self._name, self._topic,
-                      registered.last_sequence_id)
-        else:
-            log.info("producer %s registered again on %s (last sequence id %d): resending %d pending entries",
-                     self._name, self._topic, registered.last_sequence_id, len(self._pending))
-
-    def _next_request(self) -> broker_pb2.ProduceRequest | None:
-        # Taken before it is written: after a failed write, registration refills _unsent anyway.
-        unsent = self._unsent
-        return unsent.popleft().request() if unsent else None
-
-    def _on_reply(self, reply: broker_pb2.ProduceResponse) -> None:
-        kind = reply.WhichOneof("reply")
-        if kind == "receipt":
-            self._on_receipt(reply.receipt)
-        elif kind == "send_error":
-            self._on_send_error(reply.send_error)
-        elif kind == "error":
-            error = error_from_proto(reply.error)
-            if isinstance(error, TopicTerminatedError):
-                self._terminate(error)
-                raise Reconnect("topic terminated")  # ends the stream; _run sees the state and stops
-            raise error
-
-    def _on_receipt(self, receipt: broker_pb2.SendReceipt) -> None:
-        pending = self._pending
-        if not pending:
-            log.debug("producer %s: receipt for %d with nothing pending; ignored",
-                      self._name, receipt.sequence_id)
-            return
-        op = pending[0]
-        sequence_id = receipt.sequence_id
-        if sequence_id != op.sequence_id:
-            if sequence_id < op.sequence_id:
-                # From before a resend or a timeout: that op is already settled.
-                log.debug("producer %s: receipt for %d behind the head %d; ignored",
-                          self._name, sequence_id, op.sequence_id)
-                return
-            raise Reconnect(f"receipt for sequence id {sequence_id} is ahead of the oldest pending "
-                             f"one ({op.sequence_id}): resending")
-        pending.popleft()
-        if op.highest_sequence_id > self._last_sequence_id:
-            self._last_sequence_id = op.highest_sequence_id
-        op.complete(receipt.ledger_id, receipt.entry_id, self._partition)
-        settles = op.settles
-        self._release(settles)
-        self._stats.receipt(settles, op.size, _monotonic() - op.created)
-
-    def _on_send_error(self, send_error: broker_pb2.SendError) -> None:
-        error = error_from_proto(send_error.error)
-        if isinstance(error, TopicTerminatedError):
-            self._terminate(error)
-            raise Reconnect("topic terminated")  # ends the stream; _run sees the state and stops
-        head = self._pending[0] if self._pending else None
-        if head is None or send_error.sequence_id < head.sequence_id:
-            # About an entry already settled (the rest of a failed chunked message, say).
-            log.debug("producer %s: send error for %d behind the head; ignored: %s", self._name,
-                      send_error.sequence_id, error)
-            return
-        is_head = head.sequence_id == send_error.sequence_id
-        if isinstance(error, ChecksumError):
-            if is_head and not entry_checksum_ok(head.entry):
-                self._fail_head(ChecksumError(f"entry with sequence id {head.sequence_id} was corrupted "
-                                              f"in the producer's memory: {error}"))
-            raise Reconnect(f"checksum error from the broker for sequence id {send_error.sequence_id}")
-        if is_head and isinstance(error, _ENTRY_ERRORS):
-            self._fail_head(error)
-            return
-        raise Reconnect(f"send of sequence id {send_error.sequence_id} failed: {error}")
-
-    def _fail_head(self, error: HeraldError) -> None:
-        """Fail the oldest pending entry; a chunk takes the rest of its message's chunks with it
-        (any already written are stored, and the consumer drops the incomplete message)."""
-        op = self._pending.popleft()
-        dropped = [op]
-        for _ in range(op.chunks_after):
-            if not self._pending:
-                break
-            dropped.append(self._pending.popleft())
-        if len(dropped) > 1:
-            self._unsent = deque(unsent for unsent in self._unsent if unsent not in dropped)
-        settles = 0
-        for each in dropped:
-            each.fail(error)
-            settles += each.settles
-        self._stats.failed(settles)
-        self._release(settles)
-
-    def _terminate(self, error: HeraldError) -> None:
-        log.warning("producer %s: topic %s was terminated", self._name, self._topic)
-        self._state = _TERMINATED
-        self._stop_stats()
-        self._fail_all(TopicTerminatedError(f"topic {self._topic} was terminated: {error}"))

@@ -34,10 +34,9 @@ class Client:
         self._thread = LoopThread()
         self._async: AsyncClient | None = None
         self._start_lock = threading.Lock()
-        self._closed = False
 
     def _core(self) -> AsyncClient:
-        if self._closed:
+        if self._thread.closed:
             raise AlreadyClosedError("client already closed")
         with self._start_lock:
             if self._async is None:
@@ -50,7 +49,7 @@ class Client:
     def create_producer(self, topic: str, **options: Any) -> Producer[Any]:
         """A producer on `topic`; options as AsyncClient.create_producer."""
         core = self._core()
-        return Producer(self, self._thread.run(core.create_producer(topic, **options)))
+        return Producer(self._thread, self._thread.run(core.create_producer(topic, **options)))
 
     def subscribe(
         self, topic: Topics, subscription_name: str, consumer_type: ConsumerType = ConsumerType.Exclusive,
@@ -59,13 +58,14 @@ class Client:
         """A consumer of `topic` (a name, a list of names or a compiled pattern) through
         `subscription_name`; options as AsyncClient.subscribe. A message_listener or
         consumer_event_listener runs on a thread of the consumer's own and gets the blocking Consumer."""
-        return Consumer._subscribe(self, self._core(), topic, subscription_name, consumer_type, initial_position,
+        core = self._core()
+        return Consumer._subscribe(self._thread, core, topic, subscription_name, consumer_type, initial_position,
                                    dict(options))
 
     def create_reader(self, topic: str, start_message_id: MessageId, **options: Any) -> Reader[Any]:
         """A reader of `topic` from `start_message_id` on; options as AsyncClient.create_reader.
         A reader_listener runs on a thread of the reader's own and gets the blocking Reader."""
-        return Reader._create(self, self._core(), topic, start_message_id, dict(options))
+        return Reader._create(self._thread, self._core(), topic, start_message_id, dict(options))
 
     def get_partitions_for_topic(self, topic: str) -> list[str]:
         core = self._core()
@@ -88,9 +88,9 @@ class Client:
     def close(self) -> None:
         """Close every producer and consumer, then the connections and the client's thread.
         A second close raises AlreadyClosedError."""
-        if self._closed:
+        if self._thread.closed:
             raise AlreadyClosedError("client already closed")
-        self._closed = True
+        self._thread.closed = True
         try:
             if self._async is not None:
                 self._thread.run(self._async.close())
@@ -99,9 +99,9 @@ class Client:
 
     def shutdown(self) -> None:
         """Stop at once: fail what is pending and drop the connections."""
-        if self._closed:
+        if self._thread.closed:
             return
-        self._closed = True
+        self._thread.closed = True
         try:
             if self._async is not None:
                 self._thread.run(self._async.shutdown())
@@ -110,11 +110,11 @@ class Client:
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._thread.closed
 
     def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        if not self._closed:
+        if not self._thread.closed:
             self.close()

@@ -25,14 +25,13 @@ from herald.client.consumer import AsyncConsumer
 from herald.client.listeners import ConsumerEventListener
 from herald.client.message import Message
 from herald.client.stats import ConsumerStats
-from herald.client.sync.loop import Submitter
+from herald.client.sync.loop import LoopThread, Submitter
 from herald.common import tracing
 from herald.common.codec.message_id import MessageId
 from herald.common.errors import ConsumerClosedError, InvalidArgumentError
 
 if TYPE_CHECKING:
     from herald.client.client import AsyncClient, Topics
-    from herald.client.sync.client import Client
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -49,12 +48,12 @@ class Consumer(Generic[T]):
     subscription. Made by `Client.subscribe`; the methods are AsyncConsumer's, blocking."""
 
     def __init__(
-        self, client: Client, consumer: AsyncConsumer[T], receiver_queue_size: int,
+        self, thread: LoopThread, consumer: AsyncConsumer[T], receiver_queue_size: int,
         batch_receive_policy: BatchReceivePolicy, listener_thread: concurrent.futures.ThreadPoolExecutor | None,
     ) -> None:
-        self._client = client
+        self._thread = thread  # the client's
         self._async = consumer
-        self._submitter = Submitter(client._thread.loop, _never_blocks)
+        self._submitter = Submitter(thread.loop, _never_blocks)
         # Messages fetched in one crossing and not yet returned, with the epoch they came in: after
         # a reconnect or a seek they are not wanted any more (the broker sends them again).
         self._buffer: deque[Message[T]] = deque()
@@ -67,7 +66,7 @@ class Consumer(Generic[T]):
 
     @classmethod
     def _subscribe(
-        cls, client: Client, core: AsyncClient, topic: Topics, subscription_name: str, consumer_type: ConsumerType,
+        cls, thread: LoopThread, core: AsyncClient, topic: Topics, subscription_name: str, consumer_type: ConsumerType,
         initial_position: InitialPosition, options: dict[str, Any],
     ) -> Consumer[Any]:
         """Subscribe through `core` (Client.subscribe's work), moving the listeners to a thread."""
@@ -77,23 +76,24 @@ class Consumer(Generic[T]):
             raise InvalidArgumentError(
                 "the blocking Consumer's message_listener must be a plain function (it runs on a thread of its "
                 "own); give a coroutine function to AsyncClient.subscribe instead")
-        thread = None
+        listener_thread = None
         if callable(listener) or events is not None:
-            thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"herald-listener-{subscription_name}")
+            listener_thread = concurrent.futures.ThreadPoolExecutor(
+                1, thread_name_prefix=f"herald-listener-{subscription_name}")
             if callable(listener):
-                options["message_listener"] = _ListenerOnThread(listener, made, thread)
+                options["message_listener"] = _ListenerOnThread(listener, made, listener_thread)
             if events is not None:
-                options["consumer_event_listener"] = _EventsOnThread(events, made, thread)
+                options["consumer_event_listener"] = _EventsOnThread(events, made, listener_thread)
         try:
-            consumer = client._thread.run(core.subscribe(
+            consumer = thread.run(core.subscribe(
                 topic, subscription_name, consumer_type=consumer_type, initial_position=initial_position, **options))
         except BaseException as exc:
             made.set_exception(exc)
-            if thread is not None:
-                thread.shutdown(wait=False)
+            if listener_thread is not None:
+                listener_thread.shutdown(wait=False)
             raise
         policy = options.get("batch_receive_policy") or BatchReceivePolicy()
-        sync = cls(client, consumer, options.get("receiver_queue_size", _DEFAULT_QUEUE_SIZE), policy, thread)
+        sync = cls(thread, consumer, options.get("receiver_queue_size", _DEFAULT_QUEUE_SIZE), policy, listener_thread)
         made.set_result(sync)
         return sync
 
@@ -262,7 +262,7 @@ class Consumer(Generic[T]):
         self._closed = True
         self._drop_buffer()
         try:
-            if not self._client.closed:  # else the client closed it, and its thread is gone
+            if not self._thread.closed:  # else the client closed it, and its thread is gone
                 self._submitter.call(self._async.close).result()
         finally:
             self._stop_listener_thread()
@@ -274,7 +274,7 @@ class Consumer(Generic[T]):
     # ---- helpers ----
 
     def _run(self, coro: Coroutine[Any, Any, R]) -> R:
-        return self._client._thread.run(coro)
+        return self._thread.run(coro)
 
     def _check_open(self) -> None:
         if self._closed or self._async.closed:

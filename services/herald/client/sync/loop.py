@@ -20,9 +20,11 @@ T = TypeVar("T")
 
 
 class LoopThread:
-    """An event loop running on a daemon thread of its own."""
+    """An event loop running on a daemon thread of its own. `closed` is set by its owner (the
+    Client) as it begins closing: what the facades would still run on the loop then, they skip."""
 
     def __init__(self) -> None:
+        self.closed = False
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None

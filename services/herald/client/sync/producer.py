@@ -8,17 +8,14 @@ from __future__ import annotations
 import concurrent.futures
 import datetime
 import logging
-from typing import TYPE_CHECKING, Any, Generic
+from typing import Any, Generic
 
 from herald.client import tracing as client_tracing
 from herald.client.producer import AsyncProducer, SendCallback, T, deliver_at_ms
-from herald.client.sync.loop import Submitter
+from herald.client.sync.loop import LoopThread, Submitter
 from herald.common import tracing
 from herald.common.codec.message_id import MessageId
 from herald.common.errors import HeraldError
-
-if TYPE_CHECKING:
-    from herald.client.sync.client import Client
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +29,10 @@ class Producer(Generic[T]):
     """Publishes values of type T (bytes unless it has a schema) to one topic. Made by
     `Client.create_producer`. Message options as AsyncProducer.send (herald.client.producer)."""
 
-    def __init__(self, client: Client, producer: AsyncProducer[T]) -> None:
-        self._client = client
+    def __init__(self, thread: LoopThread, producer: AsyncProducer[T]) -> None:
+        self._thread = thread  # the client's
         self._async = producer
-        self._submitter = Submitter(client._thread.loop, producer.wait_for_room)
+        self._submitter = Submitter(thread.loop, producer.wait_for_room)
 
     @property
     def topic(self) -> str:
@@ -111,7 +108,7 @@ class Producer(Generic[T]):
     def close(self) -> None:
         """Close; messages not yet stored fail with ProducerClosedError (flush() first to keep them).
         Closing twice does nothing."""
-        if self._client.closed:
+        if self._thread.closed:
             return  # the client closed it, and its thread is gone
         self._submitter.call(self._async.close).result()
 

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from herald.client.message import Message
 from herald.client.reader import AsyncReader
+from herald.client.sync.loop import LoopThread
 from herald.common.codec.message_id import MessageId
 from herald.common.errors import ConsumerClosedError, InvalidArgumentError
 
 if TYPE_CHECKING:
     from herald.client.client import AsyncClient
-    from herald.client.sync.client import Client
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -28,14 +28,14 @@ class Reader(Generic[T]):
     """Reads one topic from a start message on. Made by `Client.create_reader`; the methods are
     AsyncReader's, blocking."""
 
-    def __init__(self, client: Client, reader: AsyncReader[T],
+    def __init__(self, thread: LoopThread, reader: AsyncReader[T],
                  listener_thread: concurrent.futures.ThreadPoolExecutor | None) -> None:
-        self._client = client
+        self._thread = thread  # the client's
         self._async = reader
         self._listener_thread = listener_thread
 
     @classmethod
-    def _create(cls, client: Client, core: AsyncClient, topic: str, start_message_id: MessageId,
+    def _create(cls, thread: LoopThread, core: AsyncClient, topic: str, start_message_id: MessageId,
                 options: dict[str, Any]) -> Reader[Any]:
         """Create through `core` (Client.create_reader's work), moving the listener to a thread."""
         made: concurrent.futures.Future[Reader[Any]] = concurrent.futures.Future()
@@ -44,18 +44,18 @@ class Reader(Generic[T]):
             raise InvalidArgumentError(
                 "the blocking Reader's reader_listener must be a plain function (it runs on a thread of its own); "
                 "give a coroutine function to AsyncClient.create_reader instead")
-        thread = None
+        listener_thread = None
         if callable(listener):
-            thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="herald-reader-listener")
-            options["reader_listener"] = _ListenerOnThread(listener, made, thread)
+            listener_thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="herald-reader-listener")
+            options["reader_listener"] = _ListenerOnThread(listener, made, listener_thread)
         try:
-            reader = client._thread.run(core.create_reader(topic, start_message_id, **options))
+            reader = thread.run(core.create_reader(topic, start_message_id, **options))
         except BaseException as exc:
             made.set_exception(exc)
-            if thread is not None:
-                thread.shutdown(wait=False)
+            if listener_thread is not None:
+                listener_thread.shutdown(wait=False)
             raise
-        sync = cls(client, reader, thread)
+        sync = cls(thread, reader, listener_thread)
         made.set_result(sync)
         return sync
 
@@ -98,14 +98,14 @@ class Reader(Generic[T]):
         """Close the reader; a read_next waiting now fails with ConsumerClosedError. Closing twice
         does nothing."""
         try:
-            if not self._client.closed:  # else the client closed it, and its thread is gone
+            if not self._thread.closed:  # else the client closed it, and its thread is gone
                 self._run(self._async.close())
         finally:
             if self._listener_thread is not None:
                 self._listener_thread.shutdown(wait=False)  # a listener calling close() runs on it
 
     def _run(self, coro: Coroutine[Any, Any, R]) -> R:
-        return self._client._thread.run(coro)
+        return self._thread.run(coro)
 
     def _check_open(self) -> None:
         if self._async.closed:
