@@ -6,24 +6,15 @@ once the count is reached anew; bad requests and bad policies are refused with c
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 from herald.api.v1 import admin_pb2, broker_pb2, common_pb2, deadletter_pb2
 
 from tests.conftest import StandaloneProcess
+from tests.helpers import eventually, unique_topic
 from tests.wire import WireClient, WireConsumer, WireError, WireLetters, open_letters, values_of
-
-_names = itertools.count()
-
-
-@pytest.fixture
-async def wire(shared_standalone: StandaloneProcess) -> AsyncIterator[WireClient]:
-    async with WireClient(shared_standalone.port) as client:
-        yield client
 
 
 @pytest.fixture
@@ -33,7 +24,7 @@ async def new_topic(wire: WireClient) -> AsyncIterator[Callable[[], str]]:
     made: list[str] = []
 
     def make() -> str:
-        made.append(f"persistent://public/default/dead-{next(_names)}")
+        made.append(unique_topic("dead"))
         return made[-1]
 
     yield make
@@ -97,13 +88,6 @@ async def subscription_stats(wire: WireClient, topic: str) -> admin_pb2.Subscrip
 async def dead_and_backlog(wire: WireClient, topic: str) -> tuple[int, int]:
     stats = await subscription_stats(wire, topic)
     return stats.dead_letters, stats.backlog_entries
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], what: str, seconds: float = 30.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not await check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
 
 
 async def stats_become(wire: WireClient, topic: str, dead: int, backlog: int) -> None:

@@ -9,7 +9,6 @@ dead letters, replaying each once."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import re
 import socket
@@ -43,9 +42,9 @@ from herald.local_cluster import LocalCluster
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import VENV_BIN, StandaloneProcess, service_env
+from tests.helpers import eventually, unique_name, unique_topic
 from tests.wire import WireClient, open_letters
 
-_names = itertools.count()
 ORIGIN = ("REAL_TOPIC", "ORIGIN_MESSAGE_ID", "SUBSCRIPTION", "REDELIVERY_COUNT", "REASON")
 
 
@@ -149,17 +148,6 @@ def make_worker(tmp_path: Path) -> Iterator[MakeWorker]:
 
 # ---- the client's side ----
 
-@pytest.fixture
-async def client(shared_standalone: StandaloneProcess) -> AsyncIterator[AsyncClient]:
-    async with AsyncClient(shared_standalone.service_url) as made:
-        yield made
-
-
-@pytest.fixture
-async def admin(shared_standalone: StandaloneProcess) -> AsyncIterator[AdminClient]:
-    async with AdminClient(shared_standalone.service_url) as made:
-        yield made
-
 
 @pytest.fixture
 async def new_topic(admin: AdminClient) -> AsyncIterator[Callable[..., str]]:
@@ -168,7 +156,7 @@ async def new_topic(admin: AdminClient) -> AsyncIterator[Callable[..., str]]:
     made: list[str] = []
 
     def make(prefix: str = "dlq-worker") -> str:
-        made.append(f"persistent://public/default/{prefix}-{next(_names)}")
+        made.append(unique_topic(prefix))
         return made[-1]
 
     yield make
@@ -178,13 +166,6 @@ async def new_topic(admin: AdminClient) -> AsyncIterator[Callable[..., str]]:
                 await admin.delete_topic(name, force=True)
             except Exception:  # never created, or already gone
                 pass
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], what: str, seconds: float = 60.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not await check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
 
 
 def metric_reaches(worker: WorkerProcess, name: str, value: float) -> Callable[[], Awaitable[bool]]:
@@ -257,7 +238,7 @@ async def stats_become(admin: AdminClient, topic: str, dead: int, backlog: int, 
     async def reached() -> bool:
         return await subscription_stats(admin, topic) == (dead, backlog)
 
-    await eventually(reached, f"{dead} dead letters and a backlog of {backlog} on {topic}", seconds)
+    await eventually(reached, f"{dead} dead letters and a backlog of {backlog} on {topic}", timeout=seconds)
 
 
 async def read_all(client: AsyncClient, topic: str) -> list[Message[bytes]]:
@@ -683,7 +664,7 @@ async def test_a_letter_its_dead_letter_topic_refuses_stays_unacknowledged_and_m
     make_worker: MakeWorker,
 ) -> None:
     worker = make_worker(shared_standalone.service_url)
-    namespace = f"public/tiny-{next(_names)}"
+    namespace = f"public/{unique_name('tiny')}"
     await admin.create_namespace(namespace, admin_pb2.Policies(max_message_size=1024))
     topic, dlq = new_topic(), f"persistent://{namespace}/dlq"
     nacker = await AlwaysNack.subscribe(client, topic, max_redeliver_count=1, dead_letter_topic=dlq)
@@ -706,7 +687,7 @@ async def test_a_letter_whose_dead_letter_namespace_does_not_exist_waits_until_i
     make_worker: MakeWorker,
 ) -> None:
     worker = make_worker(shared_standalone.service_url)
-    namespace = f"public/later-{next(_names)}"
+    namespace = f"public/{unique_name('later')}"
     topic, dlq = new_topic(), f"persistent://{namespace}/dlq"
     nacker = await AlwaysNack.subscribe(client, topic, max_redeliver_count=1, dead_letter_topic=dlq)
     values = await produce(client, topic, 1)
@@ -727,7 +708,7 @@ async def refused_then_accepted(
 ) -> None:
     """`count` letters whose dead-letter namespace does not exist yet: once `parked` of them wait
     out their retry delay, run `meanwhile`, then make the namespace; each letter moves once."""
-    namespace = f"public/later-{next(_names)}"
+    namespace = f"public/{unique_name('later')}"
     dlq = f"persistent://{namespace}/dlq"
     nacker = await AlwaysNack.subscribe(client, topic, max_redeliver_count=1, dead_letter_topic=dlq)
     values = await produce(client, topic, count)

@@ -6,24 +6,18 @@ is proved in test_readers_pull.py)."""
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from herald.api.v1 import admin_pb2, broker_pb2, common_pb2
 
 from tests.conftest import StandaloneProcess, running_standalone
+from tests.helpers import eventually, unique_name, unique_topic
 from tests.wire import WireClient, WireConsumer, values_of
 
-_names = itertools.count()
 LONG_DELAY_MS = 60_000
 TTL_SECONDS = 60
-
-
-def new_topic(prefix: str = "redeliver", namespace: str = "public/default") -> str:
-    return f"persistent://{namespace}/{prefix}-{next(_names)}"
 
 
 @pytest.fixture(scope="module")
@@ -76,13 +70,6 @@ async def subscription_stats(wire: WireClient, topic: str, subscription: str) ->
     return found
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], what: str, seconds: float = 30.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not await check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
-
-
 async def unacked_of(wire: WireClient, topic: str, subscription: str) -> dict[str, int]:
     """Unacknowledged messages per consumer name."""
     stats = await subscription_stats(wire, topic, subscription)
@@ -95,7 +82,7 @@ async def unacked_of(wire: WireClient, topic: str, subscription: str) -> dict[st
 async def test_redelivery_count_rises_per_entry_and_is_kept_per_subscription(
     wire: WireClient, sub_type: broker_pb2.SubscriptionType,
 ) -> None:
-    topic = new_topic()
+    topic = unique_topic("redeliver")
     first = await consume(wire, topic, "first", type=sub_type)
     second = await consume(wire, topic, "second", type=sub_type, permits=0)
     await publish(wire, topic, b"a", b"b", key="k")
@@ -118,7 +105,7 @@ async def test_redelivery_count_rises_per_entry_and_is_kept_per_subscription(
 async def test_single_consumer_types_redeliver_everything_unacknowledged_in_order(
     wire: WireClient, sub_type: broker_pb2.SubscriptionType,
 ) -> None:
-    topic = new_topic()
+    topic = unique_topic("redeliver")
     consumer = await consume(wire, topic, "s", type=sub_type)
     await publish(wire, topic, b"a", b"b", b"c", b"d", b"e")
     got = await consumer.receive(5)
@@ -134,7 +121,7 @@ async def test_single_consumer_types_redeliver_everything_unacknowledged_in_orde
 
 
 async def test_shared_redelivers_only_the_positions_given_and_never_acknowledged_ones(wire: WireClient) -> None:
-    topic = new_topic()
+    topic = unique_topic("redeliver")
     holder = await consume(wire, topic, "s", permits=3, type=broker_pb2.SHARED, consumer_name="holder")
     await publish(wire, topic, b"a", b"b", b"c")
     a, b, _ = await holder.receive(3)
@@ -153,7 +140,7 @@ async def test_shared_redelivers_only_the_positions_given_and_never_acknowledged
 # ---- negative acks ----
 
 async def test_a_negatively_acked_entry_comes_back_after_its_delay_with_its_count_raised(wire: WireClient) -> None:
-    topic = new_topic()
+    topic = unique_topic("redeliver")
     consumer = await consume(wire, topic, "s", type=broker_pb2.SHARED)
     await publish(wire, topic, b"a", b"b")
     a, b = await consumer.receive(2)
@@ -169,7 +156,7 @@ async def test_a_negatively_acked_entry_comes_back_after_its_delay_with_its_coun
 
 
 async def test_a_long_nack_delay_holds_the_entry_while_others_keep_flowing(wire: WireClient) -> None:
-    topic = new_topic()
+    topic = unique_topic("redeliver")
     consumer = await consume(wire, topic, "s", type=broker_pb2.SHARED)
     await publish(wire, topic, b"a")
     (a,) = await consumer.receive(1)
@@ -184,7 +171,7 @@ async def test_a_long_nack_delay_holds_the_entry_while_others_keep_flowing(wire:
 
 
 async def test_a_nack_of_several_entries_redelivers_just_those(wire: WireClient) -> None:
-    topic = new_topic()
+    topic = unique_topic("redeliver")
     consumer = await consume(wire, topic, "s", type=broker_pb2.SHARED)
     await publish(wire, topic, b"a", b"b", b"c", b"d")
     a, _, c, _ = await consumer.receive(4)
@@ -196,7 +183,7 @@ async def test_a_nack_of_several_entries_redelivers_just_those(wire: WireClient)
 
 async def test_a_nack_on_exclusive_redelivers_everything_unacknowledged(wire: WireClient) -> None:
     # As Pulsar's client does on the single-consumer types: a nack means "redeliver all".
-    topic = new_topic()
+    topic = unique_topic("redeliver")
     consumer = await consume(wire, topic, "s", type=broker_pb2.EXCLUSIVE)
     await publish(wire, topic, b"a", b"b", b"c")
     a, _, c = await consumer.receive(3)
@@ -212,7 +199,7 @@ async def test_a_nack_on_exclusive_redelivers_everything_unacknowledged(wire: Wi
 async def test_an_entry_is_held_until_its_deliver_at_time_while_later_ones_flow(
     wire: WireClient, sub_type: broker_pb2.SubscriptionType,
 ) -> None:
-    topic = new_topic("delayed")
+    topic = unique_topic("delayed")
     consumer = await consume(wire, topic, "s", type=sub_type)
     # One key throughout: a delayed entry does not hold back later ones of its key.
     await publish(wire, topic, b"late", key="k", deliver_at=int(time.time() * 1000) + LONG_DELAY_MS)
@@ -233,7 +220,7 @@ async def test_an_entry_is_held_until_its_deliver_at_time_while_later_ones_flow(
 async def test_single_consumer_types_deliver_a_delayed_entry_at_once(
     wire: WireClient, sub_type: broker_pb2.SubscriptionType,
 ) -> None:
-    topic = new_topic("delayed")
+    topic = unique_topic("delayed")
     consumer = await consume(wire, topic, "s", type=sub_type)
     await publish(wire, topic, b"late", deliver_at=int(time.time() * 1000) + LONG_DELAY_MS)
     await publish(wire, topic, b"now")
@@ -243,7 +230,7 @@ async def test_single_consumer_types_deliver_a_delayed_entry_at_once(
 
 async def test_a_delayed_entry_redelivered_before_it_is_due_is_still_held(wire: WireClient) -> None:
     # A held entry was never sent: asking for everything again must not release it early.
-    topic = new_topic("delayed")
+    topic = unique_topic("delayed")
     consumer = await consume(wire, topic, "s", type=broker_pb2.SHARED)
     await publish(wire, topic, b"late", deliver_at=int(time.time() * 1000) + LONG_DELAY_MS)
     await publish(wire, topic, b"now")
@@ -274,7 +261,7 @@ async def test_a_key_shared_consumer_joining_while_an_entry_is_delayed_gets_its_
 ) -> None:
     # The delayed entry is unacknowledged, but no consumer holds it: it must not keep a joining
     # consumer waiting (for the mark-delete position to pass its join) until it is due and acked.
-    topic = new_topic("delayed")
+    topic = unique_topic("delayed")
     first = await consume(wire, topic, "s", type=broker_pb2.KEY_SHARED, consumer_name="first")
     await publish(wire, topic, b"late", key="late", deliver_at=int(time.time() * 1000) + LONG_DELAY_MS)
 
@@ -306,7 +293,7 @@ async def expired(wire: WireClient, topic: str, subscription: str = "s") -> tupl
 
 
 async def test_a_topic_message_ttl_policy_expires_old_messages(wire: WireClient) -> None:
-    topic = new_topic("ttl")
+    topic = unique_topic("ttl")
     consumer = await consume(wire, topic, "s", permits=0)
     await publish_old_and_young(wire, topic)
     admin = await wire.admin(topic)
@@ -328,10 +315,10 @@ async def test_a_topic_message_ttl_policy_expires_old_messages(wire: WireClient)
 async def test_a_namespace_message_ttl_policy_expires_old_messages_unless_a_topic_overrides_it(
     wire: WireClient,
 ) -> None:
-    namespace = f"public/ttl-{next(_names)}"
+    namespace = f"public/{unique_name('ttl')}"
     admin = await wire.admin()
     await admin.CreateNamespace(admin_pb2.CreateNamespaceRequest(namespace=namespace))
-    expiring, kept = new_topic("ttl", namespace), new_topic("ttl", namespace)
+    expiring, kept = unique_topic("ttl", namespace), unique_topic("ttl", namespace)
     consumers = [await consume(wire, topic, "s", permits=0) for topic in (expiring, kept)]
     for topic in (expiring, kept):
         await publish_old_and_young(wire, topic)
