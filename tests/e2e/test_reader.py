@@ -70,6 +70,8 @@ async def read_all(reader: AsyncReader[Any]) -> list[bytes]:
     return got
 
 
+# ---- where it starts ----
+
 async def test_a_reader_starts_at_the_earliest_the_latest_or_a_message_id_included_or_not(
     client: AsyncClient,
 ) -> None:

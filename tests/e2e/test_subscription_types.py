@@ -22,6 +22,8 @@ FAILOVER, SHARED, KEY_SHARED = broker_pb2.FAILOVER, broker_pb2.SHARED, broker_pb
 EXCLUSIVE, EARLIEST = broker_pb2.EXCLUSIVE, broker_pb2.EARLIEST
 
 
+# ---- helpers ----
+
 async def topic_stats(wire: WireClient, topic: str) -> admin_pb2.TopicStats:
     admin = await wire.admin(topic)
     stats: admin_pb2.TopicStats = await admin.GetTopicStats(admin_pb2.TopicStatsRequest(topic=topic))
