@@ -242,10 +242,10 @@ async def test_batch_receive_stops_at_the_byte_limit_but_always_takes_one_messag
 async def test_a_waiting_batch_receive_fails_when_the_consumer_closes(client: AsyncClient) -> None:
     consumer = await client.subscribe(unique_topic("consumer"), "s",
                                       batch_receive_policy=BatchReceivePolicy(timeout=30))
+    # Tasks take their first step in the order they were made: batch_receive() is waiting (its
+    # timeout is 30 s) when close() begins.
     waiting = asyncio.ensure_future(consumer.batch_receive())
-    await asyncio.sleep(0.05)
-    assert not waiting.done()
-    await consumer.close()
+    await asyncio.ensure_future(consumer.close())
     with pytest.raises(ConsumerClosedError, match="consumer closed"):
         await waiting
     with pytest.raises(ConsumerClosedError):

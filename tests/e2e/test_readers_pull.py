@@ -179,7 +179,10 @@ async def test_pull_long_polls_until_a_message_arrives(wire: WireClient) -> None
     (first,) = await publish(wire, topic, b"a")
     after = common_pb2.Position(ledger_id=first.ledger_id, entry_id=first.entry_id + 1)
     waiting = asyncio.ensure_future(pull(wire, topic, start=after, timeout_ms=30_000))
-    await asyncio.sleep(0.2)
+    # A pull sent after it to the same place waits out its own short timeout on the broker and
+    # comes back empty: by then the first has had every chance to come back, and still waits.
+    later = await pull(wire, topic, start=after, timeout_ms=300)
+    assert list(later.entries) == [] and later.next == after
     assert not waiting.done()
     await publish(wire, topic, b"b")
     reply = await asyncio.wait_for(waiting, 30)
