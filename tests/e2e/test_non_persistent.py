@@ -127,8 +127,10 @@ async def test_exclusive_and_shared_subscriptions_get_what_is_published_while_co
     await exclusive.ack(got[0])
     await exclusive.ack(got[-1], cumulative=True)
     await shared_a.redeliver(*shared[:2])
-    assert await exclusive.nothing_for(0.3) == await shared_a.nothing_for(0.1) == []
-    assert exclusive.events == shared_a.events == []  # no error either
+    await exclusive.handled()  # no error: the first error on each stream is the one handled() asks for
+    await shared_a.handled()
+    assert await exclusive.sent_so_far() == await shared_a.sent_so_far() == []
+    assert exclusive.events == shared_a.events == []
 
 
 async def test_a_message_published_while_no_consumer_has_permits_is_not_delivered_later(wire: WireClient) -> None:
@@ -142,7 +144,7 @@ async def test_a_message_published_while_no_consumer_has_permits_is_not_delivere
     await producer.send(b"seen")
     (entry,) = await consumer.receive(1)
     assert values_of(entry) == [b"seen"]
-    assert await consumer.nothing_for(0.3) == []
+    assert await consumer.sent_so_far() == []
     stats = await topic_stats(wire, topic)
     assert stats.persistent is False
     (sub,) = stats.subscriptions
@@ -206,7 +208,7 @@ async def test_over_the_pending_limit_messages_are_dropped_with_minus_one_receip
         assert accepted + stats.msg_dropped_counter == sent
         # The reading subscription got every accepted message and nothing else.
         assert len(await reading.receive(accepted)) == accepted
-        assert await reading.nothing_for(0.3) == []
+        assert await reading.sent_so_far() == []
         assert sorted(s.msg_dropped_counter for s in stats.subscriptions) == [0, 0]
         # Once the stalled stream takes its entries again, messages go through again.
         await stalled.read_entries(accepted)

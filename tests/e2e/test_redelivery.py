@@ -117,7 +117,7 @@ async def test_single_consumer_types_redeliver_everything_unacknowledged_in_orde
     # Even when only some positions are named, these types redeliver everything unacknowledged.
     await consumer.redeliver(got[4])
     assert counted(await consumer.receive(2)) == [(b"c", 2), (b"e", 2)]
-    assert await consumer.nothing_for(0.5) == []
+    assert await consumer.sent_so_far() == []
 
 
 async def test_shared_redelivers_only_the_positions_given_and_never_acknowledged_ones(wire: WireClient) -> None:
@@ -129,11 +129,11 @@ async def test_shared_redelivers_only_the_positions_given_and_never_acknowledged
     await holder.ack(a)
     await holder.redeliver(a, b)  # a is acknowledged: only b comes back
     assert counted(await other.receive(1)) == [(b"b", 1)]
-    assert await other.nothing_for(0.5) == []
+    assert await other.sent_so_far() == []
     assert await unacked_of(wire, topic, "s") == {"holder": 1, "other": 1}  # c stays with its consumer
     await holder.redeliver()  # everything this consumer holds: c
     assert counted(await other.receive(1)) == [(b"c", 1)]
-    assert await holder.nothing_for(0.3) == [] and await other.nothing_for(0.3) == []
+    assert await holder.sent_so_far() == [] and await other.sent_so_far() == []
     assert await unacked_of(wire, topic, "s") == {"holder": 0, "other": 2}
 
 
@@ -165,7 +165,8 @@ async def test_a_long_nack_delay_holds_the_entry_while_others_keep_flowing(wire:
     later = await consumer.receive(2)
     assert counted(later) == [(b"b", 0), (b"c", 0)]
     await consumer.ack(*later)
-    assert await consumer.nothing_for(1.0) == []
+    await consumer.handled()
+    assert await consumer.sent_so_far() == []
     stats = await subscription_stats(wire, topic, "s")
     assert (stats.backlog_entries, stats.unacked_messages) == (1, 0)  # a waits, unacknowledged
 
@@ -178,7 +179,7 @@ async def test_a_nack_of_several_entries_redelivers_just_those(wire: WireClient)
     await consumer.nack(a, c, delay_ms=100)
     again = sorted(await consumer.receive(2), key=lambda entry: entry.entry_id)
     assert counted(again) == [(b"a", 1), (b"c", 1)]
-    assert await consumer.nothing_for(0.5) == []
+    assert await consumer.sent_so_far() == []
 
 
 async def test_a_nack_on_exclusive_redelivers_everything_unacknowledged(wire: WireClient) -> None:
@@ -190,7 +191,7 @@ async def test_a_nack_on_exclusive_redelivers_everything_unacknowledged(wire: Wi
     await consumer.ack(a)
     await consumer.nack(c, delay_ms=100)
     assert counted(await consumer.receive(2)) == [(b"b", 1), (b"c", 1)]
-    assert await consumer.nothing_for(0.5) == []
+    assert await consumer.sent_so_far() == []
 
 
 # ---- delayed delivery ----
@@ -212,7 +213,7 @@ async def test_an_entry_is_held_until_its_deliver_at_time_while_later_ones_flow(
     (soon,) = await consumer.receive(1, timeout=30)
     assert counted([soon]) == [(b"soon", 0)]
     assert int(time.time() * 1000) >= soon_at  # held until due, then delivered
-    assert await consumer.nothing_for(0.3) == []  # the late one is still held
+    assert await consumer.sent_so_far() == []  # the late one is still held
     assert (await subscription_stats(wire, topic, "s")).delayed_messages == 1
 
 
@@ -237,7 +238,7 @@ async def test_a_delayed_entry_redelivered_before_it_is_due_is_still_held(wire: 
     assert counted(await consumer.receive(1)) == [(b"now", 0)]
     await consumer.redeliver()
     assert counted(await consumer.receive(1)) == [(b"now", 1)]
-    assert await consumer.nothing_for(0.5) == []
+    assert await consumer.sent_so_far() == []
     assert (await subscription_stats(wire, topic, "s")).delayed_messages == 1
 
 
@@ -297,9 +298,9 @@ async def test_a_topic_message_ttl_policy_expires_old_messages(wire: WireClient)
     consumer = await consume(wire, topic, "s", permits=0)
     await publish_old_and_young(wire, topic)
     admin = await wire.admin(topic)
+    # What every expiry check of the topic reads: no TTL, so nothing expires (and nothing has).
     effective = await admin.GetEffectivePolicies(admin_pb2.TopicRequest(topic=topic))
     assert effective.message_ttl_seconds == 0
-    await consumer.nothing_for(0.5)  # several expiry checks: without a TTL nothing expires
     assert await expired(wire, topic) == (0, 3)
     await admin.SetTopicPolicies(admin_pb2.SetPoliciesRequest(
         topic=topic, policies=admin_pb2.Policies(message_ttl_seconds=TTL_SECONDS)))
@@ -319,7 +320,8 @@ async def test_a_namespace_message_ttl_policy_expires_old_messages_unless_a_topi
     admin = await wire.admin()
     await admin.CreateNamespace(admin_pb2.CreateNamespaceRequest(namespace=namespace))
     expiring, kept = unique_topic("ttl", namespace), unique_topic("ttl", namespace)
-    consumers = [await consume(wire, topic, "s", permits=0) for topic in (expiring, kept)]
+    for topic in (expiring, kept):
+        await consume(wire, topic, "s", permits=0)  # the subscription whose backlog expires
     for topic in (expiring, kept):
         await publish_old_and_young(wire, topic)
     await (await wire.admin(kept)).SetTopicPolicies(admin_pb2.SetPoliciesRequest(
@@ -332,5 +334,15 @@ async def test_a_namespace_message_ttl_policy_expires_old_messages_unless_a_topi
         return await expired(wire, expiring) == (2, 1)
 
     await eventually(old_ones_expired, "the two old messages to expire under the namespace's TTL")
-    await consumers[1].nothing_for(0.5)  # several more expiry checks
+    # The topic's own policy is what its expiry checks read: no TTL, nothing expired...
+    kept_admin = await wire.admin(kept)
+    effective = await kept_admin.GetEffectivePolicies(admin_pb2.TopicRequest(topic=kept))
+    assert effective.message_ttl_seconds == 0
     assert await expired(wire, kept) == (0, 3)
+    # ... and it alone held them back: cleared, the namespace's TTL expires them too.
+    await kept_admin.SetTopicPolicies(admin_pb2.SetPoliciesRequest(topic=kept, clear=["message_ttl_seconds"]))
+
+    async def kept_ones_expired() -> bool:
+        return await expired(wire, kept) == (2, 1)
+
+    await eventually(kept_ones_expired, "the old messages of the topic expiring once its own TTL is cleared")

@@ -78,9 +78,9 @@ async def test_seek_to_the_edges(wire: WireClient) -> None:
     assert not (await consumer.seek(edge=broker_pb2.LATEST)).HasField("error")
     await disconnected(consumer)
     latest = await consume(wire, topic, "s")
-    assert await latest.nothing_for(0.3) == []  # the unacknowledged ones were skipped over
     await publish(wire, topic, b"c")
     assert values(await latest.receive(1)) == [b"c"]
+    assert await latest.sent_so_far() == []  # c first and alone: the unacknowledged ones were skipped over
     assert not (await latest.seek(edge=broker_pb2.EARLIEST)).HasField("error")
     await disconnected(latest)
     earliest = await consume(wire, topic, "s")
@@ -116,7 +116,9 @@ async def test_admin_reset_skip_and_peek(wire: WireClient) -> None:
     everything = await admin.SkipMessages(admin_pb2.SkipMessagesRequest(topic=topic, subscription="s", all=True))
     assert everything.skipped == 4
     consumer = await consume(wire, topic, "s")
-    assert await consumer.nothing_for(0.3) == []
+    await publish(wire, topic, b"f")
+    assert values(await consumer.receive(1)) == [b"f"]
+    assert await consumer.sent_so_far() == []  # f first and alone: everything before was skipped
     with pytest.raises(grpc.aio.AioRpcError) as refused:
         await admin.ResetCursor(admin_pb2.ResetCursorRequest(topic=topic, subscription="nope",
                                                              edge=broker_pb2.EARLIEST))
@@ -151,7 +153,9 @@ async def test_the_only_consumer_unsubscribes_and_its_stream_ends(wire: WireClie
     listed = await admin.ListSubscriptions(admin_pb2.TopicRequest(topic=topic))
     assert list(listed.subscriptions) == []
     fresh = await consume(wire, topic, "s")  # a new subscription, at the latest position
-    assert await fresh.nothing_for(0.3) == []
+    await publish(wire, topic, b"b")
+    assert values(await fresh.receive(1)) == [b"b"]
+    assert await fresh.sent_so_far() == []  # b first and alone: a is not the new subscription's
 
 
 async def test_unsubscribe_is_refused_while_other_consumers_are_connected(wire: WireClient) -> None:
