@@ -1,8 +1,13 @@
-"""Shared fixtures: free ports, a real redis-server, and helpers to wait for a port to answer."""
+"""Fixtures and process helpers shared by several test folders: free ports, a real redis-server,
+`herald standalone` (`StandaloneProcess`, `running_standalone`, the `standalone` fixture) and the
+local cluster. A fixture used by one folder only lives in that folder's conftest.py (e2e's
+`shared_standalone`, `client`, `admin`, `wire`; security's PKI and tokens...); waiting with a
+deadline and unique names are in tests/helpers.py."""
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import shutil
 import socket
@@ -16,22 +21,25 @@ from typing import Any
 import pytest
 from herald.local_cluster import ClusterSettings, LocalCluster, free_port
 
+from tests.helpers import eventually_sync
+
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
 
 
 def wait_for_port(port: int, timeout: float = 30.0, proc: subprocess.Popen[bytes] | None = None) -> None:
-    """Poll until something accepts connections on 127.0.0.1:port (never a bare sleep)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    """Poll until something accepts connections on 127.0.0.1:port (never a bare sleep); fail at
+    once when `proc` exits first."""
+    def answers() -> bool:
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"process exited with {proc.returncode} before port {port} opened")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
+                return True
         except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"nothing answered on port {port} within {timeout}s")
+            return False
+
+    eventually_sync(answers, f"something answering on port {port}", timeout=timeout)
 
 
 @pytest.fixture(scope="session")
@@ -53,6 +61,18 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+_redis_dbs = itertools.cycle(range(1, 16))
+
+
+@pytest.fixture
+def redis_db_url(redis_url: str) -> str:
+    """A database of the session's redis-server, emptied for this test: for services that take a
+    metadata URL rather than a key prefix (database 0 holds the stores with a namespace of their own)."""
+    url = redis_url.rsplit("/", 1)[0] + f"/{next(_redis_dbs)}"
+    subprocess.run(["redis-cli", "-u", url, "flushdb"], check=True, capture_output=True)
+    return url
 
 
 @pytest.fixture
@@ -169,14 +189,6 @@ def running_standalone(
 def standalone(tmp_path: Path) -> Iterator[StandaloneProcess]:
     """A running `herald standalone` with its own data dir; stopped after the test."""
     with running_standalone(tmp_path / "data") as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def shared_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneProcess]:
-    """One `herald standalone` for a whole test module (tests use their own topic names): starting a
-    process per test costs seconds. Tests that restart or kill it use `standalone` instead."""
-    with running_standalone(tmp_path_factory.mktemp("shared") / "data") as server:
         yield server
 
 

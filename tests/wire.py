@@ -22,6 +22,7 @@ from typing import Any
 import grpc
 import grpc.aio
 from herald.api.v1 import (
+    admin_pb2,
     admin_pb2_grpc,
     broker_pb2,
     broker_pb2_grpc,
@@ -146,11 +147,16 @@ class WireProducer:
 
 
 class WireConsumer:
-    def __init__(self, stream: _Stream, name: str) -> None:
+    def __init__(self, stream: _Stream, name: str, topic: str = "", subscription: str = "",
+                 admin: admin_pb2_grpc.AdminServiceStub | None = None) -> None:
         self.stream = stream
         self.name = name
+        self.topic = topic
+        self.subscription = subscription
+        self._admin = admin  # the broker it subscribed at: its stats say what it sent this consumer
         self.entries: list[broker_pb2.DeliveredEntry] = []  # received, not yet taken by receive()
         self.events: list[broker_pb2.ConsumeResponse] = []  # replies other than entries
+        self.bytes_received = 0  # of every entry that arrived: what the broker counts as sent
         self._request_ids = itertools.count(1)
 
     async def _pump(self, timeout: float) -> bool:  # noqa: ASYNC109 - one deadline
@@ -164,6 +170,7 @@ class WireConsumer:
     def _file(self, reply: broker_pb2.ConsumeResponse) -> None:
         if reply.HasField("entries"):
             self.entries.extend(reply.entries.entries)
+            self.bytes_received += sum(len(entry.data) for entry in reply.entries.entries)
         else:
             self.events.append(reply)
 
@@ -179,13 +186,29 @@ class WireConsumer:
         taken, self.entries = self.entries[:count], self.entries[count:]
         return taken
 
-    async def nothing_for(self, seconds: float) -> list[broker_pb2.DeliveredEntry]:
-        """Collect whatever arrives within `seconds` (a test asserting silence expects [])."""
-        deadline = time.monotonic() + seconds
-        while (left := deadline - time.monotonic()) > 0:
-            await self._pump(left)
+    async def sent_so_far(self, timeout: float = _REPLY_TIMEOUT) -> list[broker_pb2.DeliveredEntry]:  # noqa: ASYNC109
+        """Every entry the broker has sent this consumer up to now that receive() has not taken:
+        the broker's stats say how many bytes of entries it handed this consumer (bytes_out_counter),
+        and this waits until that much has arrived. A test asserting that nothing more was sent
+        expects []: a state of the broker, not a quiet spell waited out."""
+        sent = await self._bytes_sent()
+        deadline = time.monotonic() + timeout
+        while self.bytes_received < sent:
+            left = deadline - time.monotonic()
+            if left <= 0 or not await self._pump(left):
+                raise AssertionError(f"{self.name} on {self.topic}: the broker sent {sent} bytes of entries, "
+                                     f"{self.bytes_received} arrived within {timeout}s")
         taken, self.entries = self.entries, []
         return taken
+
+    async def _bytes_sent(self) -> int:
+        assert self._admin is not None, "a consumer made by WireClient.consumer() knows its broker"
+        stats = await self._admin.GetTopicStats(admin_pb2.TopicStatsRequest(topic=self.topic))
+        mine = [consumer for sub in stats.subscriptions if sub.name == self.subscription
+                for consumer in sub.consumer_stats if consumer.consumer_name == self.name]
+        assert len(mine) == 1, f"{len(mine)} consumers named {self.name!r} on {self.topic}/{self.subscription}: " \
+                               "give each its own consumer_name"
+        return int(mine[0].bytes_out_counter)
 
     async def event(
         self, kind: str, timeout: float = _REPLY_TIMEOUT,  # noqa: ASYNC109 - one deadline, many replies
@@ -205,6 +228,14 @@ class WireConsumer:
 
     async def flow(self, permits: int) -> None:
         await self.stream.send(broker_pb2.ConsumeRequest(flow=broker_pb2.Flow(permits=permits)))
+
+    async def handled(self) -> None:
+        """Return once the broker has handled every request sent before on this stream (acks,
+        nacks and redelivery requests are not answered): a flow of -1 permits, refused on the
+        stream and changing nothing, is answered after them."""
+        await self.flow(-1)
+        error = (await self.event("error")).error
+        assert error.code == common_pb2.INVALID_ARGUMENT and "must not be negative" in error.message, error
 
     async def ack(self, *entries: broker_pb2.DeliveredEntry | common_pb2.Position, cumulative: bool = False) -> None:
         positions = [e if isinstance(e, common_pb2.Position) else position(e) for e in entries]
@@ -322,7 +353,8 @@ class WireClient:
         """Subscribe (options are Subscribe fields: type, initial_position, consumer_name,
         priority_level, non_durable, start_position, dead_letter_policy, ...); WireError when
         refused. `address`: subscribe at that broker rather than the topic's owner."""
-        stub = await self._stub(topic, address)
+        channel = self.channel(address if address is not None else await self.owner(topic))
+        stub = broker_pb2_grpc.BrokerServiceStub(channel)
         requests: asyncio.Queue[Any] = asyncio.Queue()
         await requests.put(broker_pb2.ConsumeRequest(subscribe=broker_pb2.Subscribe(
             topic=topic, subscription=subscription, **options)))
@@ -332,8 +364,8 @@ class WireClient:
         if reply.HasField("error"):
             await stream.close()
             raise WireError(reply.error)
-        consumer = WireConsumer(stream, reply.subscribed.consumer_name)
-        return consumer
+        return WireConsumer(stream, reply.subscribed.consumer_name, topic, subscription,
+                            admin_pb2_grpc.AdminServiceStub(channel))
 
 
 # ---- dead letters: a dlq-worker's Letters stream (DeadLetterService, served by each broker) ----
@@ -369,12 +401,13 @@ class WireLetters:
         taken, self.letters = self.letters[:count], self.letters[count:]
         return taken
 
-    async def nothing_for(self, seconds: float) -> list[deadletter_pb2.DeadLetter]:
-        """Collect whatever letters arrive within `seconds` (a test asserting silence expects [])."""
-        deadline = time.monotonic() + seconds
-        while (left := deadline - time.monotonic()) > 0:
-            if not await self._pump(left) and self.stream.ended.is_set():
-                break
+    async def lent_so_far(self) -> list[deadletter_pb2.DeadLetter]:
+        """Every letter the broker has lent this stream up to now that receive() has not taken: a
+        flow of -1 permits, refused and changing nothing, is answered on the stream after the
+        letters lent before the broker read it (a test asserting that nothing was lent expects [])."""
+        await self.flow(-1)
+        error = await self.error()
+        assert error.code == common_pb2.INVALID_ARGUMENT and "must not be negative" in error.message, error
         taken, self.letters = self.letters, []
         return taken
 

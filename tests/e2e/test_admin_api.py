@@ -5,8 +5,6 @@ consumed and acknowledged."""
 from __future__ import annotations
 
 import asyncio
-import itertools
-from collections.abc import AsyncIterator
 
 import grpc
 import grpc.aio
@@ -24,25 +22,8 @@ from herald.common.errors import (
 )
 
 from tests.conftest import StandaloneProcess
+from tests.helpers import unique_name, unique_topic
 from tests.wire import WireClient, WireProducer, make_entry, values_of
-
-_names = itertools.count()
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{next(_names)}"
-
-
-@pytest.fixture
-async def admin(shared_standalone: StandaloneProcess) -> AsyncIterator[AdminClient]:
-    async with AdminClient(shared_standalone.service_url, timeout=20) as client:
-        yield client
-
-
-@pytest.fixture
-async def wire(shared_standalone: StandaloneProcess) -> AsyncIterator[WireClient]:
-    async with WireClient(shared_standalone.port) as client:
-        yield client
 
 
 async def send_entries(producer: WireProducer, count: int, values_per_entry: int = 1,
@@ -63,7 +44,7 @@ async def send_entries(producer: WireProducer, count: int, values_per_entry: int
 # ---- tenants ----
 
 async def test_tenants_are_created_listed_updated_and_deleted(admin: AdminClient) -> None:
-    name = unique("tenant")
+    name = unique_name("tenant")
     created = await admin.create_tenant(name, admin_roles=["ops"], allowed_clusters=["standalone"])
     assert (created.name, list(created.admin_roles), list(created.allowed_clusters)) == (name, ["ops"], ["standalone"])
     assert name in await admin.list_tenants()
@@ -75,7 +56,7 @@ async def test_tenants_are_created_listed_updated_and_deleted(admin: AdminClient
 
 
 async def test_tenant_errors(admin: AdminClient) -> None:
-    name = unique("tenant")
+    name = unique_name("tenant")
     await admin.create_tenant(name)
     with pytest.raises(AlreadyExistsError, match=f"Tenant {name} already exists"):
         await admin.create_tenant(name)
@@ -111,7 +92,7 @@ async def test_an_error_naming_a_huge_value_is_cut_to_fit_the_status_and_keeps_i
     # one quoting a 70,000-character name was dropped by the client's gRPC, the call failing with
     # RESOURCE_EXHAUSTED "received metadata size exceeds hard limit" (found by tests/fuzz).
     stub = admin_pb2_grpc.AdminServiceStub(wire.channel(await admin.broker_address()))
-    topic = f"persistent://public/default/{unique('huge-name')}"
+    topic = unique_topic("huge-name")
     await admin.create_topic(topic)
     for name in ("s" * 70_000, "é" * 30_000):  # UTF-8, then escaped: three times longer again
         with pytest.raises(grpc.aio.AioRpcError) as refused:
@@ -126,7 +107,7 @@ async def test_an_error_naming_a_huge_value_is_cut_to_fit_the_status_and_keeps_i
 # ---- namespaces and policies ----
 
 async def test_namespaces_with_policies_are_created_changed_cleared_and_deleted(admin: AdminClient) -> None:
-    tenant = unique("tenant")
+    tenant = unique_name("tenant")
     await admin.create_tenant(tenant)
     namespace = f"{tenant}/orders"
     created = await admin.create_namespace(namespace, admin_pb2.Policies(
@@ -153,7 +134,7 @@ async def test_namespaces_with_policies_are_created_changed_cleared_and_deleted(
 
 
 async def test_namespace_errors(admin: AdminClient, wire: WireClient) -> None:
-    tenant = unique("tenant")
+    tenant = unique_name("tenant")
     await admin.create_tenant(tenant)
     namespace = f"{tenant}/ns"
     await admin.create_namespace(namespace)
@@ -178,7 +159,7 @@ async def test_namespace_errors(admin: AdminClient, wire: WireClient) -> None:
 
 
 async def test_topic_policies_override_the_namespace_and_the_broker(admin: AdminClient) -> None:
-    tenant = unique("tenant")
+    tenant = unique_name("tenant")
     await admin.create_tenant(tenant)
     namespace = f"{tenant}/ns"
     await admin.create_namespace(namespace, admin_pb2.Policies(message_ttl_seconds=600, max_producers_per_topic=5))
@@ -201,7 +182,7 @@ async def test_topic_policies_override_the_namespace_and_the_broker(admin: Admin
 # ---- topics ----
 
 async def test_topics_are_created_listed_and_deleted(admin: AdminClient, wire: WireClient) -> None:
-    tenant = unique("tenant")
+    tenant = unique_name("tenant")
     await admin.create_tenant(tenant)
     namespace = f"{tenant}/ns"
     await admin.create_namespace(namespace)
@@ -225,14 +206,14 @@ async def test_topics_are_created_listed_and_deleted(admin: AdminClient, wire: W
 
 
 async def test_partitions_grow_and_never_shrink(admin: AdminClient) -> None:
-    topic = f"persistent://public/default/{unique('grow')}"
+    topic = unique_topic("grow")
     await admin.create_topic(topic, partitions=2)
     assert await admin.update_partitions(topic, 4) == 4
     assert await admin.get_partitions(topic) == 4
     with pytest.raises(NotAllowedError, match=f"cannot shrink from 4 to 3 partitions: topic {topic} can only grow"):
         await admin.update_partitions(topic, 3)
     with pytest.raises(NotFoundError, match="does not exist"):
-        await admin.update_partitions(f"persistent://public/default/{unique('never-made')}", 2)
+        await admin.update_partitions(unique_topic("never-made"), 2)
 
 
 async def test_a_bad_topic_name_is_refused(admin: AdminClient) -> None:
@@ -247,7 +228,7 @@ async def test_a_bad_topic_name_is_refused(admin: AdminClient) -> None:
 async def test_stats_move_as_messages_are_produced_consumed_and_acknowledged(
     admin: AdminClient, wire: WireClient,
 ) -> None:
-    topic = f"persistent://public/default/{unique('stats')}"
+    topic = unique_topic("stats")
     producer = await wire.producer(topic, properties={"app": "billing"})
     await admin.create_subscription(topic, "sub", InitialPosition.Earliest)
     before = await admin.topic_stats(topic)
@@ -321,7 +302,7 @@ async def test_stats_move_as_messages_are_produced_consumed_and_acknowledged(
 
 
 async def test_a_partitioned_topics_stats_sum_its_partitions(admin: AdminClient, wire: WireClient) -> None:
-    topic = f"persistent://public/default/{unique('summed')}"
+    topic = unique_topic("summed")
     await admin.create_topic(topic, partitions=3)
     await admin.create_subscription(topic, "sub", InitialPosition.Earliest)  # on every partition
     for index, count in ((0, 2), (2, 3)):
@@ -350,7 +331,7 @@ async def test_a_call_on_a_partitioned_topic_answers_once_every_partition_has(ad
     # while partition 0's call still ran, reading the finished call's metadata (garbage: found by
     # tests/fuzz/test_hostile_fuzz.py): the subscription was not there when the caller looked.
     for _ in range(3):
-        topic = f"persistent://public/default/{unique('fan-out')}"
+        topic = unique_topic("fan-out")
         await admin.create_topic(topic, partitions=2)
         await admin.create_subscription(f"{topic}-partition-1", "s", InitialPosition.Earliest)
         with pytest.raises(AlreadyExistsError, match=f"subscription 's' already exists on {topic}-partition-1"):
@@ -359,7 +340,7 @@ async def test_a_call_on_a_partitioned_topic_answers_once_every_partition_has(ad
 
 
 async def test_internal_stats_show_ledgers_and_cursors(admin: AdminClient, wire: WireClient) -> None:
-    topic = f"persistent://public/default/{unique('internal')}"
+    topic = unique_topic("internal")
     producer = await wire.producer(topic)
     await admin.create_subscription(topic, "sub", InitialPosition.Earliest)
     sent = await send_entries(producer, 3)
@@ -386,7 +367,7 @@ async def test_internal_stats_show_ledgers_and_cursors(admin: AdminClient, wire:
 
 
 async def test_non_persistent_topic_stats(admin: AdminClient, wire: WireClient) -> None:
-    topic = f"non-persistent://public/default/{unique('np')}"
+    topic = unique_topic("np", persistent=False)
     producer = await wire.producer(topic)
     await producer.send(b"dropped: nobody listens")
     stats = await admin.topic_stats(topic)
@@ -398,7 +379,7 @@ async def test_non_persistent_topic_stats(admin: AdminClient, wire: WireClient) 
 # ---- unload and terminate ----
 
 async def test_unload_then_stats_reload_the_topic(admin: AdminClient, wire: WireClient) -> None:
-    topic = f"persistent://public/default/{unique('unload')}"
+    topic = unique_topic("unload")
     producer = await wire.producer(topic)
     await send_entries(producer, 2)
     await admin.unload_topic(topic)
@@ -408,14 +389,14 @@ async def test_unload_then_stats_reload_the_topic(admin: AdminClient, wire: Wire
 
 
 async def test_terminate_refuses_further_writes(admin: AdminClient, wire: WireClient) -> None:
-    topic = f"persistent://public/default/{unique('terminate')}"
+    topic = unique_topic("terminate")
     producer = await wire.producer(topic)
     sent = await send_entries(producer, 2)
     last = await admin.terminate_topic(topic)
     assert (last.ledger_id, last.entry_id) == sent[-1][:2]
     assert (await admin.topic_stats(topic)).terminated
     with pytest.raises(NotAllowedError, match="partitioned topic: terminate its partitions one by one"):
-        topic_parted = f"persistent://public/default/{unique('terminate-parted')}"
+        topic_parted = unique_topic("terminate-parted")
         await admin.create_topic(topic_parted, partitions=2)
         await admin.terminate_topic(topic_parted)
 
@@ -423,7 +404,7 @@ async def test_terminate_refuses_further_writes(admin: AdminClient, wire: WireCl
 # ---- subscriptions ----
 
 async def test_subscriptions_start_where_asked(admin: AdminClient, wire: WireClient) -> None:
-    topic = f"persistent://public/default/{unique('starts')}"
+    topic = unique_topic("starts")
     producer = await wire.producer(topic)
     sent = await send_entries(producer, 3)
     await admin.create_subscription(topic, "earliest", InitialPosition.Earliest)
@@ -439,7 +420,7 @@ async def test_subscriptions_start_where_asked(admin: AdminClient, wire: WireCli
 
 
 async def test_peek_skip_and_reset_move_a_subscription(admin: AdminClient, wire: WireClient) -> None:
-    topic = f"persistent://public/default/{unique('cursor')}"
+    topic = unique_topic("cursor")
     producer = await wire.producer(topic)
     sent = await send_entries(producer, 4, publish_times=[1000, 2000, 3000, 4000])
     await admin.create_subscription(topic, "sub", InitialPosition.Earliest)
@@ -468,7 +449,7 @@ async def test_peek_skip_and_reset_move_a_subscription(admin: AdminClient, wire:
 
 
 async def test_subscription_errors(admin: AdminClient, wire: WireClient) -> None:
-    topic = f"persistent://public/default/{unique('sub-errors')}"
+    topic = unique_topic("sub-errors")
     producer = await wire.producer(topic)
     await send_entries(producer, 1)
     for call in (admin.peek_messages(topic, "missing"), admin.skip_messages(topic, "missing", 1),
@@ -491,7 +472,7 @@ async def test_subscription_errors(admin: AdminClient, wire: WireClient) -> None
 
 
 async def test_deleting_a_subscription_with_consumers_needs_force(admin: AdminClient, wire: WireClient) -> None:
-    topic = f"persistent://public/default/{unique('unsubscribe')}"
+    topic = unique_topic("unsubscribe")
     consumer = await wire.consumer(topic, "sub")
     with pytest.raises(PreconditionFailedError, match="has 1 other consumer\\(s\\) connected"):
         await admin.delete_subscription(topic, "sub")
@@ -518,7 +499,7 @@ async def test_a_broker_address_works_as_the_url(shared_standalone: StandalonePr
 
 
 async def test_a_forwarded_call_is_never_forwarded_again(admin: AdminClient, wire: WireClient) -> None:
-    topic = f"persistent://public/default/{unique('forwarded')}"
+    topic = unique_topic("forwarded")
     await admin.unload_topic(topic)  # no owner now: a plain call would look one up and forward
     stub = admin_pb2_grpc.AdminServiceStub(wire.channel(await admin.broker_address()))
     with pytest.raises(grpc.aio.AioRpcError) as failure:
@@ -529,7 +510,7 @@ async def test_a_forwarded_call_is_never_forwarded_again(admin: AdminClient, wir
 
 def test_the_blocking_facade(shared_standalone: StandaloneProcess) -> None:
     with SyncAdminClient(shared_standalone.service_url) as admin:
-        tenant = unique("sync-tenant")
+        tenant = unique_name("sync-tenant")
         assert admin.create_tenant(tenant).name == tenant
         assert tenant in admin.list_tenants()
         with pytest.raises(NotFoundError, match="Tenant no-such-tenant does not exist"):

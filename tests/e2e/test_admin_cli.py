@@ -5,7 +5,6 @@ with exit status 2, and help for everything."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import subprocess
 from typing import Any
@@ -15,13 +14,8 @@ from herald.client import Client
 from herald.common.codec.entry import EntryMetadata, encode_entry
 
 from tests.conftest import VENV_BIN, StandaloneProcess, service_env
+from tests.helpers import unique_name, unique_topic
 from tests.wire import WireClient
-
-_names = itertools.count()
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{next(_names)}"
 
 
 class AdminCli:
@@ -90,7 +84,7 @@ def test_help_documents_every_group_and_command(cli: AdminCli) -> None:
 
 
 def test_tenants(cli: AdminCli) -> None:
-    tenant = unique("acme")
+    tenant = unique_name("acme")
     assert "admin_roles:      ops, dev" in cli.run("tenants", "create", tenant, "--admin-roles", "ops,dev").stdout
     assert tenant in cli.run("tenants", "list").stdout.splitlines()
     assert tenant in cli.json("tenants", "list")["tenants"]
@@ -103,7 +97,7 @@ def test_tenants(cli: AdminCli) -> None:
 
 
 def test_namespaces_and_their_policies(cli: AdminCli) -> None:
-    tenant = unique("corp")
+    tenant = unique_name("corp")
     namespace = f"{tenant}/orders"
     cli.run("tenants", "create", tenant)
     created = cli.json("namespaces", "create", namespace, "--retention-time", "7d", "--retention-size", "10G")
@@ -154,7 +148,7 @@ def test_usage_errors_exit_with_status_2(cli: AdminCli) -> None:
     assert "no policy given" in cli.error("namespaces", "set-policy", "public/default", status=2)
     assert "nothing to clear" in cli.error("topics", "clear-policy", "t", status=2)
     assert "give --ensemble, --write-quorum and --ack-quorum together" in cli.error(
-        "topics", "set-policy", f"persistent://public/default/{unique('q')}", "--ensemble", "1", status=2)
+        "topics", "set-policy", unique_topic("q"), "--ensemble", "1", status=2)
     assert "one of the arguments" in cli.error("subscriptions", "reset", "t", "s", status=2)
     assert "give a number of entries to skip, or --all" in cli.error("subscriptions", "skip", "t", "s", status=2)
     assert "invalid position 'x'" in cli.error("subscriptions", "create", "t", "s", "--position", "x", status=2)
@@ -171,8 +165,8 @@ def test_an_unreachable_broker_is_one_error_line(cli: AdminCli) -> None:
 
 
 def test_topics(cli: AdminCli, shared_standalone: StandaloneProcess) -> None:
-    topic = f"persistent://public/default/{unique('orders')}"
-    parted = f"persistent://public/default/{unique('parted')}"
+    topic = unique_topic("orders")
+    parted = unique_topic("parted")
     assert cli.run("topics", "create", topic).stdout == f"topic {topic} created\n"
     assert cli.json("topics", "create", parted, "--partitions", "2") == {"created": parted, "partitions": 2}
     listed = cli.json("topics", "list", "public/default")["topics"]
@@ -208,7 +202,7 @@ def test_topics(cli: AdminCli, shared_standalone: StandaloneProcess) -> None:
 
 
 def test_subscriptions(cli: AdminCli, shared_standalone: StandaloneProcess) -> None:
-    topic = f"persistent://public/default/{unique('subs')}"
+    topic = unique_topic("subs")
     produce(shared_standalone.service_url, topic, 4)
     cli.run("subscriptions", "create", topic, "from-start", "--position", "earliest")
     assert cli.run("subscriptions", "create", topic, "from-now").stdout == (
@@ -248,7 +242,7 @@ def test_subscriptions(cli: AdminCli, shared_standalone: StandaloneProcess) -> N
 
 
 def test_peek_shows_an_entry_it_cannot_decode(cli: AdminCli, shared_standalone: StandaloneProcess) -> None:
-    topic = f"persistent://public/default/{unique('garbled')}"
+    topic = unique_topic("garbled")
 
     async def send_garbled_entry() -> None:
         async with WireClient(shared_standalone.port) as wire:

@@ -356,10 +356,10 @@ async def test_flush_keeps_pending_messages_through_close(standalone: Standalone
 async def test_pending_receive_fails_when_the_consumer_closes(standalone: StandaloneProcess) -> None:
     async with AsyncClient(standalone.service_url) as client:
         consumer = await client.subscribe("waiting", "sub")
+        # Tasks take their first step in the order they were made: receive() is waiting on the
+        # empty queue when close() begins.
         waiting = asyncio.ensure_future(consumer.receive())
-        await asyncio.sleep(0.05)
-        assert not waiting.done()
-        await consumer.close()
+        await asyncio.ensure_future(consumer.close())
         with pytest.raises(ConsumerClosedError, match="consumer closed"):
             await waiting
         with pytest.raises(ConsumerClosedError):

@@ -8,7 +8,6 @@ LookupTopic with a redirect to the standalone's lookup and passes the partition 
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import AsyncIterator
 
 import grpc
@@ -21,12 +20,7 @@ from herald.client.connection import ConnectionPool
 from herald.common.errors import AlreadyClosedError, HeraldError, HeraldTimeoutError
 
 from tests.conftest import StandaloneProcess, free_port
-
-_names = itertools.count()
-
-
-def new_topic() -> str:
-    return f"persistent://public/default/connections-{next(_names)}"
+from tests.helpers import unique_topic
 
 
 class RedirectingLookup(lookup_pb2_grpc.LookupServiceServicer):
@@ -73,7 +67,7 @@ async def redirector(shared_standalone: StandaloneProcess) -> AsyncIterator[tupl
 
 async def test_lookups_follow_redirects_to_the_owner(redirector: tuple[RedirectingLookup, str]) -> None:
     servicer, address = redirector
-    topic = new_topic()
+    topic = unique_topic("connections")
     async with AsyncClient(f"herald://{address}") as client:
         producer = await client.create_producer(topic)
         consumer = await client.subscribe(topic, "s", initial_position=InitialPosition.Earliest)
@@ -90,7 +84,7 @@ async def test_a_lookup_redirected_without_end_fails_clearly(shared_standalone: 
     try:
         async with AsyncClient(f"herald://{address}", operation_timeout=5) as client:
             with pytest.raises(HeraldError, match="was redirected more than 20 times"):
-                await client.create_producer(new_topic())
+                await client.create_producer(unique_topic("connections"))
     finally:
         await server.stop(None)
 
@@ -118,12 +112,12 @@ async def test_a_service_nobody_listens_on_fails_within_the_operation_timeout() 
     async with AsyncClient(f"herald://127.0.0.1:{free_port()}", connection_timeout=0.5,
                            operation_timeout=2) as client:
         with pytest.raises(HeraldTimeoutError, match=r"did not complete within the operation timeout of 2s"):
-            await client.create_producer(new_topic())
+            await client.create_producer(unique_topic("connections"))
 
 
 async def test_a_client_survives_its_service_restarting(standalone: StandaloneProcess) -> None:
     """The pooled channel of the stopped process fails, is dropped, and a new one is made."""
-    topic = new_topic()
+    topic = unique_topic("connections")
     async with AsyncClient(standalone.service_url, operation_timeout=60) as client:
         producer = await client.create_producer(topic)
         await producer.send(b"before")

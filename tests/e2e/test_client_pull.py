@@ -3,20 +3,17 @@ the proxy, against a real `herald standalone`."""
 
 from __future__ import annotations
 
-import itertools
-
 from herald.client import AsyncClient, Client, MessageId
 from herald.common.codec.entry import decode_entry
 
 from tests.conftest import StandaloneProcess
-
-_names = itertools.count()
+from tests.helpers import unique_topic
 
 
 async def test_pull_reads_stored_entries_from_a_position_and_says_where_to_go_on(
     shared_standalone: StandaloneProcess,
 ) -> None:
-    topic = f"persistent://public/default/pulled-{next(_names)}"
+    topic = unique_topic("pulled")
     async with AsyncClient(shared_standalone.proxy_url) as client:
         assert (await client.get_last_message_id(topic)).ledger_id == -1
         producer = await client.create_producer(topic, batching_enabled=False)
@@ -36,7 +33,7 @@ async def test_pull_reads_stored_entries_from_a_position_and_says_where_to_go_on
 
 
 def test_the_blocking_client_pulls_and_gets_the_last_message_id_too(shared_standalone: StandaloneProcess) -> None:
-    topic = f"persistent://public/default/pulled-{next(_names)}"
+    topic = unique_topic("pulled")
     with Client(shared_standalone.service_url) as client:
         last = client.create_producer(topic).send(b"only")
         assert client.get_last_message_id(topic) == last

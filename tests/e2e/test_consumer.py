@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import inspect
-import itertools
 import logging
 import os
 import signal
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,33 +48,11 @@ from herald.common.codec.entry import EntryMetadata, encode_entry, pack_record
 from herald.common.errors import ConnectionError_, PreconditionFailedError
 
 from tests.conftest import StandaloneProcess
+from tests.helpers import eventually, eventually_sync, unique_topic
 from tests.unit.test_chunk_assembly import chunks
 from tests.wire import WireClient, make_entry
 
 EARLIEST = InitialPosition.Earliest
-_names = itertools.count()
-
-
-def new_topic() -> str:
-    return f"persistent://public/default/consumer-{next(_names)}"
-
-
-@pytest.fixture
-async def client(shared_standalone: StandaloneProcess) -> AsyncIterator[AsyncClient]:
-    async with AsyncClient(shared_standalone.service_url) as made:
-        yield made
-
-
-@pytest.fixture
-async def wire(shared_standalone: StandaloneProcess) -> AsyncIterator[WireClient]:
-    async with WireClient(shared_standalone.port) as made:
-        yield made
-
-
-@pytest.fixture
-async def admin(shared_standalone: StandaloneProcess) -> AsyncIterator[AdminClient]:
-    async with AdminClient(shared_standalone.service_url) as made:
-        yield made
 
 
 async def publish(wire: WireClient, topic: str, *values: bytes, **options: Any) -> list[MessageId]:
@@ -114,25 +90,6 @@ def values(messages: Sequence[Message[Any]]) -> list[bytes]:
     return [message.data() for message in messages]
 
 
-async def eventually(check: Callable[[], Any], what: str, seconds: float = 20.0) -> None:
-    deadline = time.monotonic() + seconds
-    while True:
-        result = check()
-        if inspect.isawaitable(result):
-            result = await result
-        if result:
-            return
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
-
-
-def eventually_sync(check: Callable[[], Any], what: str, seconds: float = 20.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 async def subscription_stats(admin: AdminClient, topic: str, name: str) -> Any:
     stats = await admin.topic_stats(topic)
     (found,) = [s for s in stats.subscriptions if s.name == name]
@@ -145,7 +102,7 @@ async def subscription_stats(admin: AdminClient, topic: str, name: str) -> Any:
 async def test_a_listener_gets_every_message_in_order_one_at_a_time(
     client: AsyncClient, wire: WireClient, kind: str,
 ) -> None:
-    topic = new_topic()
+    topic = unique_topic("consumer")
     seen: list[bytes] = []
     running = most_at_once = 0
     done = asyncio.Event()
@@ -181,7 +138,7 @@ async def test_a_listener_gets_every_message_in_order_one_at_a_time(
 async def test_a_listener_that_raises_is_logged_and_its_message_stays_unacknowledged(
     client: AsyncClient, wire: WireClient, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    topic = new_topic()
+    topic = unique_topic("consumer")
     handled: list[bytes] = []
 
     def listener(consumer: AsyncConsumer[bytes], message: Message[bytes]) -> None:
@@ -203,7 +160,7 @@ async def test_a_listener_that_raises_is_logged_and_its_message_stays_unacknowle
 
 
 async def test_a_listener_may_close_its_own_consumer(client: AsyncClient, wire: WireClient) -> None:
-    topic = new_topic()
+    topic = unique_topic("consumer")
     closed = asyncio.Event()
 
     async def listener(consumer: AsyncConsumer[bytes], message: Message[bytes]) -> None:
@@ -219,7 +176,7 @@ async def test_a_listener_may_close_its_own_consumer(client: AsyncClient, wire: 
 def test_a_blocking_listener_runs_on_its_own_thread_with_the_blocking_consumer(
     shared_standalone: StandaloneProcess,
 ) -> None:
-    topic = new_topic()
+    topic = unique_topic("consumer")
     calls: list[tuple[str, object, bytes, MessageId | Sequence[MessageId]]] = []
     done = threading.Event()
 
@@ -259,7 +216,7 @@ def test_a_blocking_listener_runs_on_its_own_thread_with_the_blocking_consumer(
 async def test_batch_receive_stops_at_the_message_limit_or_when_its_timeout_passes(
     client: AsyncClient, wire: WireClient,
 ) -> None:
-    topic = new_topic()
+    topic = unique_topic("consumer")
     consumer = await client.subscribe(topic, "s", initial_position=EARLIEST, batch_receive_policy=BatchReceivePolicy(
         max_num_messages=10, max_num_bytes=-1, timeout=0.3))
     await publish(wire, topic, *[b"%02d" % i for i in range(25)])
@@ -273,7 +230,7 @@ async def test_batch_receive_stops_at_the_message_limit_or_when_its_timeout_pass
 async def test_batch_receive_stops_at_the_byte_limit_but_always_takes_one_message(
     client: AsyncClient, wire: WireClient,
 ) -> None:
-    topic = new_topic()
+    topic = unique_topic("consumer")
     consumer = await client.subscribe(topic, "s", initial_position=EARLIEST, batch_receive_policy=BatchReceivePolicy(
         max_num_messages=-1, max_num_bytes=25, timeout=0.3))
     await publish(wire, topic, b"x" * 40, *[b"y" * 10] * 5)
@@ -283,11 +240,12 @@ async def test_batch_receive_stops_at_the_byte_limit_but_always_takes_one_messag
 
 
 async def test_a_waiting_batch_receive_fails_when_the_consumer_closes(client: AsyncClient) -> None:
-    consumer = await client.subscribe(new_topic(), "s", batch_receive_policy=BatchReceivePolicy(timeout=30))
+    consumer = await client.subscribe(unique_topic("consumer"), "s",
+                                      batch_receive_policy=BatchReceivePolicy(timeout=30))
+    # Tasks take their first step in the order they were made: batch_receive() is waiting (its
+    # timeout is 30 s) when close() begins.
     waiting = asyncio.ensure_future(consumer.batch_receive())
-    await asyncio.sleep(0.05)
-    assert not waiting.done()
-    await consumer.close()
+    await asyncio.ensure_future(consumer.close())
     with pytest.raises(ConsumerClosedError, match="consumer closed"):
         await waiting
     with pytest.raises(ConsumerClosedError):
@@ -299,7 +257,7 @@ async def test_a_waiting_batch_receive_fails_when_the_consumer_closes(client: As
 async def test_acks_wait_for_their_group_until_it_is_full(
     client: AsyncClient, wire: WireClient, admin: AdminClient,
 ) -> None:
-    topic = new_topic()
+    topic = unique_topic("consumer")
     consumer = await client.subscribe(topic, "s", consumer_type=ConsumerType.Shared, initial_position=EARLIEST,
                                       ack_group_time=60.0, ack_group_max_size=5)
     await publish(wire, topic, *[b"%d" % i for i in range(5)])
@@ -322,7 +280,7 @@ async def _equals(value: Any, expected: Any) -> bool:
 
 
 async def test_close_sends_the_acks_still_grouped(client: AsyncClient, wire: WireClient) -> None:
-    topic = new_topic()
+    topic = unique_topic("consumer")
     consumer = await client.subscribe(topic, "s", initial_position=EARLIEST, ack_group_time=60.0)
     await publish(wire, topic, b"a", b"b")
     for message in await drain(consumer, 2):
@@ -336,7 +294,7 @@ async def test_close_sends_the_acks_still_grouped(client: AsyncClient, wire: Wir
 async def test_the_ack_timeout_redelivers_only_what_was_not_acknowledged_with_its_count_raised(
     client: AsyncClient, wire: WireClient, kind: ConsumerType,
 ) -> None:
-    topic = new_topic()
+    topic = unique_topic("consumer")
     recorder = Recorder()
     consumer = await client.subscribe(topic, "s", consumer_type=kind, initial_position=EARLIEST, ack_timeout=10,
                                       ack_timeout_tick=0.5, interceptors=[recorder])
@@ -354,7 +312,7 @@ async def test_the_ack_timeout_redelivers_only_what_was_not_acknowledged_with_it
 async def test_a_negatively_acknowledged_message_comes_back_after_the_delay_with_its_count_raised(
     client: AsyncClient, wire: WireClient,
 ) -> None:
-    topic = new_topic()
+    topic = unique_topic("consumer")
     recorder = Recorder()
     consumer = await client.subscribe(topic, "s", consumer_type=ConsumerType.Shared, initial_position=EARLIEST,
                                       negative_ack_redelivery_delay=0.3, interceptors=[recorder])
@@ -373,7 +331,7 @@ async def test_a_negatively_acknowledged_message_comes_back_after_the_delay_with
 async def test_an_exclusive_negative_ack_brings_everything_unacknowledged_back_once(
     client: AsyncClient, wire: WireClient,
 ) -> None:
-    topic = new_topic()
+    topic = unique_topic("consumer")
     consumer = await client.subscribe(topic, "s", initial_position=EARLIEST, negative_ack_redelivery_delay=0.3)
     await publish(wire, topic, b"a", b"b", b"c")
     (first,) = await drain(consumer, 1)
@@ -389,7 +347,7 @@ async def test_an_exclusive_negative_ack_brings_everything_unacknowledged_back_o
 async def test_redeliver_unacknowledged_messages_brings_back_everything_not_acknowledged(
     client: AsyncClient, wire: WireClient,
 ) -> None:
-    topic = new_topic()
+    topic = unique_topic("consumer")
     consumer = await client.subscribe(topic, "s", consumer_type=ConsumerType.Shared, initial_position=EARLIEST)
     await publish(wire, topic, b"a", b"b", b"c")
     _, b, _ = await drain(consumer, 3)
@@ -404,7 +362,7 @@ async def test_redeliver_unacknowledged_messages_brings_back_everything_not_ackn
 async def test_a_message_nacked_max_redeliver_count_times_stops_coming_and_is_a_dead_letter(
     client: AsyncClient, wire: WireClient, admin: AdminClient,
 ) -> None:
-    topic = new_topic()
+    topic = unique_topic("consumer")
     consumer = await client.subscribe(
         topic, "s", consumer_type=ConsumerType.Shared, initial_position=EARLIEST, negative_ack_redelivery_delay=0,
         ack_group_time=0, dead_letter_policy=DeadLetterPolicy(max_redeliver_count=2))
@@ -424,7 +382,7 @@ async def test_a_message_nacked_max_redeliver_count_times_stops_coming_and_is_a_
 async def test_reconsume_later_is_refused_without_retries_and_served_by_a_multi_topic_consumer_with_them(
     client: AsyncClient, wire: WireClient,
 ) -> None:
-    topic = new_topic()
+    topic = unique_topic("consumer")
     plain = await client.subscribe(topic, "plain", initial_position=EARLIEST)
     retrying = await client.subscribe(topic, "retry", ConsumerType.Shared, initial_position=EARLIEST,
                                       retry_enable=True)
@@ -443,7 +401,7 @@ async def test_reconsume_later_is_refused_without_retries_and_served_by_a_multi_
 # ---- seek, pause, unsubscribe, last message id ----
 
 async def test_seek_to_a_message_id_delivers_from_it_again(client: AsyncClient, wire: WireClient) -> None:
-    topic = new_topic()
+    topic = unique_topic("consumer")
     consumer = await client.subscribe(topic, "s", initial_position=EARLIEST)
     await publish(wire, topic, b"a", b"b", b"c", b"d")
     received = await drain(consumer, 4)
@@ -459,7 +417,7 @@ async def test_seek_to_a_message_id_delivers_from_it_again(client: AsyncClient, 
 async def test_seek_to_a_publish_time_in_milliseconds_or_as_an_aware_datetime(
     client: AsyncClient, wire: WireClient,
 ) -> None:
-    topic = new_topic()
+    topic = unique_topic("consumer")
     consumer = await client.subscribe(topic, "s", initial_position=EARLIEST)
     producer = await wire.producer(topic)
     for value, published in ((b"a", 1_000), (b"b", 2_000), (b"c", 3_000)):
@@ -473,7 +431,7 @@ async def test_seek_to_a_publish_time_in_milliseconds_or_as_an_aware_datetime(
 
 
 async def test_seek_to_the_edges(client: AsyncClient, wire: WireClient) -> None:
-    topic = new_topic()
+    topic = unique_topic("consumer")
     consumer = await client.subscribe(topic, "s", initial_position=EARLIEST)
     await publish(wire, topic, b"a", b"b")
     await drain(consumer, 2)
@@ -486,7 +444,7 @@ async def test_seek_to_the_edges(client: AsyncClient, wire: WireClient) -> None:
 
 
 async def test_bad_seek_targets_are_refused_and_the_consumer_goes_on(client: AsyncClient, wire: WireClient) -> None:
-    topic = new_topic()
+    topic = unique_topic("consumer")
     consumer = await client.subscribe(topic, "s")
     with pytest.raises(InvalidArgumentError, match="aware datetime"):
         await consumer.seek(datetime.datetime(2024, 1, 1))  # naive: refused
@@ -502,7 +460,7 @@ async def test_bad_seek_targets_are_refused_and_the_consumer_goes_on(client: Asy
 
 
 async def test_a_paused_consumer_asks_for_nothing_until_resumed(client: AsyncClient, wire: WireClient) -> None:
-    topic = new_topic()
+    topic = unique_topic("consumer")
     consumer = await client.subscribe(topic, "s", initial_position=EARLIEST, receiver_queue_size=4)
     consumer.pause()
     await publish(wire, topic, *[b"%d" % i for i in range(10)])
@@ -515,7 +473,7 @@ async def test_a_paused_consumer_asks_for_nothing_until_resumed(client: AsyncCli
 async def test_unsubscribe_deletes_the_subscription_and_closes_the_consumer(
     client: AsyncClient, wire: WireClient, admin: AdminClient,
 ) -> None:
-    topic = new_topic()
+    topic = unique_topic("consumer")
     consumer = await client.subscribe(topic, "gone")
     await consumer.unsubscribe()
     assert "gone" not in await admin.list_subscriptions(topic)
@@ -535,7 +493,7 @@ async def test_unsubscribe_deletes_the_subscription_and_closes_the_consumer(
 async def test_the_last_message_id_is_the_topics_last_entry_and_batch_index(
     client: AsyncClient, wire: WireClient,
 ) -> None:
-    topic = new_topic()
+    topic = unique_topic("consumer")
     consumer = await client.subscribe(topic, "s")
     assert await consumer.get_last_message_id() == MessageId(-1, -1, -1, -1)
     producer = await wire.producer(topic)
@@ -545,7 +503,7 @@ async def test_the_last_message_id_is_the_topics_last_entry_and_batch_index(
 
 async def test_a_closed_consumer_refuses_every_call(client: AsyncClient) -> None:
     recorder = Recorder()
-    consumer = await client.subscribe(new_topic(), "s", interceptors=[recorder])
+    consumer = await client.subscribe(unique_topic("consumer"), "s", interceptors=[recorder])
     await consumer.close()
     await consumer.close()  # twice: nothing
     some_id = MessageId(1, 1)
@@ -569,7 +527,7 @@ async def test_a_seek_the_broker_does_not_answer_times_out_or_fails_with_the_con
 ) -> None:
     assert standalone.proc is not None
     async with AsyncClient(standalone.service_url, operation_timeout=2.0) as client:
-        consumer = await client.subscribe(new_topic(), "s")
+        consumer = await client.subscribe(unique_topic("consumer"), "s")
         os.kill(standalone.proc.pid, signal.SIGSTOP)
         try:
             with pytest.raises(HeraldTimeoutError, match=r"seeking 's' .* did not complete within the operation"):
@@ -605,7 +563,7 @@ class BrokenEvents(ConsumerEventListener):
 async def test_failover_consumers_hear_when_they_become_active_or_inactive(
     client: AsyncClient, wire: WireClient, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    topic = new_topic()
+    topic = unique_topic("consumer")
     first_events, second_events = Events(), Events()
     failover = ConsumerType.Failover
     first = await client.subscribe(topic, "s", failover, consumer_name="a", consumer_event_listener=first_events)
@@ -628,14 +586,15 @@ def test_a_blocking_consumers_event_listener_gets_the_blocking_consumer_on_its_t
 ) -> None:
     events = Events()
     with Client(shared_standalone.service_url) as client:
-        consumer = client.subscribe(new_topic(), "s", ConsumerType.Failover, consumer_event_listener=events)
+        consumer = client.subscribe(unique_topic("consumer"), "s", ConsumerType.Failover,
+                                    consumer_event_listener=events)
         eventually_sync(lambda: events.events == [("active", consumer, -1)], "the blocking consumer active")
 
 
 async def test_the_consumer_knows_when_it_reached_the_end_of_a_terminated_topic(
     client: AsyncClient, wire: WireClient, admin: AdminClient,
 ) -> None:
-    topic = new_topic()
+    topic = unique_topic("consumer")
     consumer = await client.subscribe(topic, "s", initial_position=EARLIEST, ack_group_time=0)
     await publish(wire, topic, b"only")
     (message,) = await drain(consumer, 1)
@@ -650,7 +609,7 @@ async def test_the_consumer_knows_when_it_reached_the_end_of_a_terminated_topic(
 async def test_compressed_batches_and_chunked_messages_from_the_wire_arrive_whole(
     client: AsyncClient, wire: WireClient, admin: AdminClient,
 ) -> None:
-    topic = new_topic()
+    topic = unique_topic("consumer")
     consumer = await client.subscribe(topic, "s", initial_position=EARLIEST, ack_group_time=0, schema=StringSchema())
     producer = await wire.producer(topic, name="raw")
     payload = bytearray()
@@ -687,7 +646,7 @@ async def test_compressed_batches_and_chunked_messages_from_the_wire_arrive_whol
 async def test_an_entry_that_does_not_decompress_is_dropped_with_an_error_and_the_rest_flows(
     client: AsyncClient, wire: WireClient, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    topic = new_topic()
+    topic = unique_topic("consumer")
     consumer = await client.subscribe(topic, "s", initial_position=EARLIEST)
     producer = await wire.producer(topic)
     garbage = EntryMetadata(producer_name=producer.name, sequence_id=0, highest_sequence_id=0, num_messages=1,
@@ -731,7 +690,7 @@ class Broken(ConsumerInterceptor):
 async def test_interceptors_see_messages_and_acks_and_consumer_properties_reach_the_broker(
     client: AsyncClient, wire: WireClient, admin: AdminClient, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    topic = new_topic()
+    topic = unique_topic("consumer")
     recorder = Recorder()
     consumer = await client.subscribe(topic, "s", initial_position=EARLIEST, interceptors=[Broken(), recorder],
                                       properties={"app": "billing", "zone": "eu"})
@@ -750,7 +709,7 @@ async def test_interceptors_see_messages_and_acks_and_consumer_properties_reach_
 async def test_stats_count_what_the_consumer_did_and_are_logged_every_interval(
     shared_standalone: StandaloneProcess, wire: WireClient, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    topic = new_topic()
+    topic = unique_topic("consumer")
     with caplog.at_level(logging.INFO, logger="herald.client.topic_consumer"):
         async with AsyncClient(shared_standalone.service_url, stats_interval=0.2) as client:
             consumer = await client.subscribe(topic, "s", consumer_type=ConsumerType.Shared,
@@ -780,7 +739,7 @@ class Order:
 async def test_messages_expose_their_fields_and_decode_through_the_schema(
     client: AsyncClient, wire: WireClient,
 ) -> None:
-    topic = new_topic()
+    topic = unique_topic("consumer")
     texts = await client.subscribe(topic, "text", initial_position=EARLIEST, schema=StringSchema())
     orders = await client.subscribe(topic, "json", initial_position=EARLIEST, schema=JsonSchema(Order))
     producer = await wire.producer(topic, name="orders-app")
@@ -803,7 +762,7 @@ async def test_messages_expose_their_fields_and_decode_through_the_schema(
 # ---- the blocking facade ----
 
 def test_the_blocking_consumer_offers_every_call(shared_standalone: StandaloneProcess) -> None:
-    topic = new_topic()
+    topic = unique_topic("consumer")
     publish_now(shared_standalone.port, topic, *[b"%d" % i for i in range(6)])
     with Client(shared_standalone.service_url) as client:
         consumer = client.subscribe(
@@ -851,6 +810,6 @@ def test_the_blocking_consumer_refuses_cumulative_acks_on_shared_in_the_callers_
     shared_standalone: StandaloneProcess,
 ) -> None:
     with Client(shared_standalone.service_url) as client:
-        consumer = client.subscribe(new_topic(), "s", ConsumerType.KeyShared)
+        consumer = client.subscribe(unique_topic("consumer"), "s", ConsumerType.KeyShared)
         with pytest.raises(NotAllowedError, match="not allowed on a KeyShared subscription"):
             consumer.acknowledge_cumulative(MessageId(1, 1))

@@ -11,7 +11,6 @@ import json
 import re
 import time
 import urllib.request
-import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +22,7 @@ from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import ROOT, StandaloneProcess, running_standalone
+from tests.helpers import unique_topic
 
 DASHBOARDS = ROOT / "charts" / "herald" / "dashboards"
 METRICS_DOC = ROOT / "docs" / "metrics.md"
@@ -206,7 +206,7 @@ async def produce_dead_letters(server: StandaloneProcess) -> Exported:
     """Through the proxy: messages a consumer negatively acknowledges until the dlq-worker moved them
     to the dead-letter topic. Scrapes until every family the dashboards filter by label has its
     series (a deadline, not a sleep)."""
-    topic = f"persistent://public/default/dashboards-{uuid.uuid4().hex[:8]}"
+    topic = unique_topic("dashboards")
     dlq_topic = f"{topic}-s-DLQ"
     checks: dict[str, Callable[[list[Metric]], bool]] = {
         # The messages went as one batch, or a few: one dead letter is one entry.

@@ -6,24 +6,15 @@ once the count is reached anew; bad requests and bad policies are refused with c
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 from herald.api.v1 import admin_pb2, broker_pb2, common_pb2, deadletter_pb2
 
 from tests.conftest import StandaloneProcess
+from tests.helpers import eventually, unique_topic
 from tests.wire import WireClient, WireConsumer, WireError, WireLetters, open_letters, values_of
-
-_names = itertools.count()
-
-
-@pytest.fixture
-async def wire(shared_standalone: StandaloneProcess) -> AsyncIterator[WireClient]:
-    async with WireClient(shared_standalone.port) as client:
-        yield client
 
 
 @pytest.fixture
@@ -33,7 +24,7 @@ async def new_topic(wire: WireClient) -> AsyncIterator[Callable[[], str]]:
     made: list[str] = []
 
     def make() -> str:
-        made.append(f"persistent://public/default/dead-{next(_names)}")
+        made.append(unique_topic("dead"))
         return made[-1]
 
     yield make
@@ -99,18 +90,23 @@ async def dead_and_backlog(wire: WireClient, topic: str) -> tuple[int, int]:
     return stats.dead_letters, stats.backlog_entries
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], what: str, seconds: float = 30.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not await check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
-
-
 async def stats_become(wire: WireClient, topic: str, dead: int, backlog: int) -> None:
     async def reached() -> bool:
         return await dead_and_backlog(wire, topic) == (dead, backlog)
 
     await eventually(reached, f"{dead} dead letters and a backlog of {backlog} on {topic}")
+
+
+async def nothing_before_a_marker(wire: WireClient, consumer: WireConsumer, topic: str) -> None:
+    """Nothing is (re)delivered to the consumer before a marker published once the broker has
+    handled its requests: redeliveries go out before newer entries, so whatever the requests set
+    to come again would come first. The marker is acknowledged."""
+    await consumer.handled()
+    (marker,) = await publish(wire, topic, b"marker")
+    (first,) = await consumer.receive(1)
+    assert (at(first), values_of(first)) == (at(marker), [b"marker"])
+    assert await consumer.sent_so_far() == []
+    await consumer.ack(first)
 
 
 def where(letter: deadletter_pb2.DeadLetter) -> tuple[int, int]:
@@ -133,8 +129,8 @@ async def test_an_entry_that_reached_the_limit_is_no_longer_dispatched_but_lent_
     poison, fine = await consumer.receive(2)
     await consumer.ack(fine)
     await nack_until_dead(consumer, [poison], 2)
-    assert await consumer.nothing_for(0.5) == []
     await stats_become(wire, topic, dead=1, backlog=1)
+    assert await consumer.sent_so_far() == []  # and "after" below comes first: no redelivery was waiting
     worker = await letters(wire, topic, permits=10)
     (letter,) = await worker.receive(1)
     assert (letter.topic, letter.subscription, where(letter)) == (topic, "s", at(poison))
@@ -156,12 +152,13 @@ async def test_a_dead_letter_stays_unacknowledged_until_moved_then_is_acknowledg
     (letter,) = await worker.receive(1)
     assert (where(letter), letter.redelivery_count) == (at(sent), 1)
     await consumer.redeliver()  # still not dispatched, however often asked
-    assert await consumer.nothing_for(0.5) == []
-    assert await dead_and_backlog(wire, topic) == (1, 1)
+    await nothing_before_a_marker(wire, consumer, topic)
+    await stats_become(wire, topic, dead=1, backlog=1)  # the marker's ack taken, the letter still waits
     await worker.moved(letter.letter_id)
     await stats_become(wire, topic, dead=0, backlog=0)
     await consumer.redeliver()
-    assert await consumer.nothing_for(0.5) == []
+    await nothing_before_a_marker(wire, consumer, topic)
+    await stats_become(wire, topic, dead=0, backlog=0)
 
 
 async def test_the_dead_letter_and_retry_topics_of_the_policy_are_given_with_the_letter(
@@ -220,7 +217,7 @@ async def test_a_failed_letter_is_handed_out_again(wire: WireClient, new_topic: 
     worker = await letters(wire, topic, permits=1)
     (letter,) = await worker.receive(1)
     await worker.failed(letter.letter_id, "the dead-letter topic refused it")
-    assert await worker.nothing_for(0.5) == []  # its one permit was used
+    assert await worker.lent_so_far() == []  # its one permit was used
     assert await dead_and_backlog(wire, topic) == (1, 1)
     await worker.flow(1)
     (again,) = await worker.receive(1)
@@ -249,8 +246,8 @@ async def test_a_letter_acknowledged_another_way_is_no_longer_a_letter(
     error = await worker.error()
     assert error.code == common_pb2.NOT_FOUND and f"dead letter {lent.letter_id} is not lent" in error.message
     await worker.flow(5)
-    assert await worker.nothing_for(0.5) == []  # the waiting one was withdrawn too
-    assert await consumer.nothing_for(0.2) == []
+    assert await worker.lent_so_far() == []  # the waiting one was withdrawn too
+    assert await consumer.sent_so_far() == []
 
 
 async def test_letters_outstanding_when_a_stream_ends_go_to_the_next_stream(
@@ -263,7 +260,7 @@ async def test_letters_outstanding_when_a_stream_ends_go_to_the_next_stream(
     first = await letters(wire, topic, permits=10)
     lent = await first.receive(2)
     second = await letters(wire, topic, permits=10)
-    assert await second.nothing_for(0.5) == []  # lent to the first stream while it lasts
+    assert await second.lent_so_far() == []  # lent to the first stream while it lasts
     await first.stream.send(None)  # the worker ends its stream cleanly
     again = await second.receive(2)
     assert sorted(where(letter) for letter in again) == sorted(where(letter) for letter in lent)
@@ -313,13 +310,13 @@ async def test_no_letters_are_sent_beyond_the_flow_permits(wire: WireClient, new
     await nack_until_dead(consumer, await consumer.receive(3), 1)
     await stats_become(wire, topic, dead=3, backlog=3)
     worker = await letters(wire, topic)
-    assert await worker.nothing_for(0.5) == []  # no permits yet
+    assert await worker.lent_so_far() == []  # no permits yet
     await worker.flow(2)
     assert len(await worker.receive(2)) == 2
-    assert await worker.nothing_for(0.5) == []
+    assert await worker.lent_so_far() == []
     await worker.flow(1)
     assert len(await worker.receive(1)) == 1
-    assert await worker.nothing_for(0.3) == []
+    assert await worker.lent_so_far() == []
 
 
 async def test_bad_letter_requests_get_a_clear_error_and_change_nothing(
@@ -343,10 +340,10 @@ async def test_bad_letter_requests_get_a_clear_error_and_change_nothing(
     await worker.stream.send(deadletter_pb2.DeadLetterRequest())
     error = await worker.error()
     assert error.code == common_pb2.INVALID_ARGUMENT and "needs a command" in error.message
-    assert await worker.nothing_for(0.3) == []  # the bad flow added no permits (nor took any)
+    assert await worker.lent_so_far() == []  # the bad flow added no permits (nor took any)
     await worker.flow(1)
     (letter,) = await worker.receive(1)
-    assert await worker.nothing_for(0.3) == []
+    assert await worker.lent_so_far() == []
     # Another stream cannot report a letter lent to this one.
     other = await letters(wire, topic)
     await other.moved(letter.letter_id)

@@ -5,12 +5,8 @@ the broker that really serves its partition, and follows the partition when its 
 
 from __future__ import annotations
 
-import asyncio
-import itertools
-import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TypeVar
+from collections.abc import Awaitable, Callable
 
 import grpc
 import grpc.aio
@@ -21,26 +17,8 @@ from herald.common.errors import NotAllowedError
 from herald.local_cluster import LocalCluster
 
 from tests.conftest import StandaloneProcess, service_env
+from tests.helpers import eventually, unique_name, unique_topic
 from tests.wire import WireClient, WireError, values_of
-
-T = TypeVar("T")
-_names = itertools.count()
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{next(_names)}"
-
-
-@pytest.fixture
-async def admin(shared_standalone: StandaloneProcess) -> AsyncIterator[AdminClient]:
-    async with AdminClient(shared_standalone.service_url, timeout=20) as client:
-        yield client
-
-
-@pytest.fixture
-async def wire(shared_standalone: StandaloneProcess) -> AsyncIterator[WireClient]:
-    async with WireClient(shared_standalone.port) as client:
-        yield client
 
 
 async def refused(call: Awaitable[object]) -> grpc.aio.AioRpcError:
@@ -48,18 +26,6 @@ async def refused(call: Awaitable[object]) -> grpc.aio.AioRpcError:
     with pytest.raises(grpc.aio.AioRpcError) as raised:
         await call
     return raised.value
-
-
-async def eventually(probe: Callable[[], Awaitable[T]], what: str, timeout: float = 30.0) -> T:  # noqa: ASYNC109
-    """Poll `probe` until it answers something true; its last answer is in the failure."""
-    deadline = time.monotonic() + timeout
-    while True:
-        answer = await probe()
-        if answer:
-            return answer
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not happen within {timeout}s; last answer: {answer!r}")
-        await asyncio.sleep(0.1)
 
 
 async def partitions_of(wire: WireClient, topic: str) -> int:
@@ -99,17 +65,17 @@ async def assert_round_trip(wire: WireClient, topic: str, value: bytes) -> None:
 # ---- partitioned-topic metadata ----
 
 async def test_partition_count_is_answered_for_the_base_name_only(admin: AdminClient, wire: WireClient) -> None:
-    local = unique("orders")
-    topic, plain = f"persistent://public/default/{local}", f"persistent://public/default/{unique('plain')}"
+    local = unique_name("orders")
+    topic, plain = f"persistent://public/default/{local}", unique_topic("plain")
     await admin.create_topic(topic, partitions=3)
     await admin.create_topic(plain)
     assert await partitions_of(wire, topic) == 3
     assert await partitions_of(wire, local) == 3  # the short name means public/default
     assert await partitions_of(wire, plain) == 0
     assert await partitions_of(wire, f"{topic}-partition-0") == 0  # a partition is a topic of its own
-    assert await partitions_of(wire, f"persistent://public/default/{unique('never-made')}") == 0
+    assert await partitions_of(wire, unique_topic("never-made")) == 0
     assert await partitions_of(wire, f"non-persistent://public/default/{local}") == 0  # domains are apart
-    non_persistent = f"non-persistent://public/default/{unique('np-orders')}"
+    non_persistent = unique_topic("np-orders", persistent=False)
     await admin.create_topic(non_persistent, partitions=2)
     assert await partitions_of(wire, non_persistent) == 2
 
@@ -117,7 +83,7 @@ async def test_partition_count_is_answered_for_the_base_name_only(admin: AdminCl
 async def test_each_partition_is_looked_up_owned_and_served_like_a_topic(
     admin: AdminClient, wire: WireClient,
 ) -> None:
-    topic = f"persistent://public/default/{unique('served')}"
+    topic = unique_topic("served")
     await admin.create_topic(topic, partitions=3)
     [broker] = (await brokers_of(wire)).values()
     for index in range(3):
@@ -130,7 +96,7 @@ async def test_each_partition_is_looked_up_owned_and_served_like_a_topic(
 async def test_grown_partitions_are_routable_and_usable_and_a_refused_shrink_changes_nothing(
     admin: AdminClient, wire: WireClient,
 ) -> None:
-    topic = f"persistent://public/default/{unique('growing')}"
+    topic = unique_topic("growing")
     await admin.create_topic(topic, partitions=2)
     await assert_round_trip(wire, f"{topic}-partition-1", b"before growing")
     past = f"{topic}-partition-2"
@@ -159,7 +125,7 @@ async def test_the_broker_refuses_a_partitioned_topics_base_name_and_partitions_
     would make a hidden topic beside them, and one dialling the broker with a partition past the
     count (lookup refuses it) would make a partition that cannot exist."""
     broker = f"127.0.0.1:{shared_standalone.broker_port}"
-    topic = f"persistent://public/default/{unique('based')}"
+    topic = unique_topic("based")
     await admin.create_topic(topic, partitions=2)
     why = (f"topic {topic} is partitioned (2 partitions): producers and consumers use its partitions, "
            f"{topic}-partition-0 to -1")
@@ -184,7 +150,7 @@ async def test_the_broker_refuses_a_partitioned_topics_base_name_and_partitions_
 async def test_route_names_every_partition_with_its_index_name_and_owner(
     admin: AdminClient, wire: WireClient,
 ) -> None:
-    topic = f"non-persistent://public/default/{unique('routed')}"
+    topic = unique_topic("routed", persistent=False)
     await admin.create_topic(topic, partitions=4)
     [broker] = (await brokers_of(wire)).values()
     route = await route_of(wire, topic)
@@ -197,7 +163,7 @@ async def test_route_names_every_partition_with_its_index_name_and_owner(
 
 
 async def test_route_of_a_non_partitioned_topic_is_one_route_with_partition_minus_one(wire: WireClient) -> None:
-    local = unique("single")
+    local = unique_name("single")
     [broker] = (await brokers_of(wire)).values()
     route = await route_of(wire, local)
     assert route.partitions == 0
@@ -239,7 +205,7 @@ async def test_topics_of_a_namespace_are_the_existing_ones_with_partitions_folde
     broker has served (recorded until it is deleted). Being looked up, routed or asked for partition
     metadata creates nothing. A used `x-partition-<i>` whose `x` is not partitioned is a topic of
     its own, listed by its full name."""
-    namespace = f"public/{unique('discovery')}"
+    namespace = f"public/{unique_name('discovery')}"
     await admin.create_namespace(namespace)
     assert await topics_of(wire, namespace) == []
     persistent, non_persistent = f"persistent://{namespace}", f"non-persistent://{namespace}"
@@ -268,7 +234,7 @@ async def test_topics_of_a_namespace_are_the_existing_ones_with_partitions_folde
 async def test_topics_of_an_unknown_namespace_are_not_found_and_of_a_malformed_one_invalid(
     wire: WireClient,
 ) -> None:
-    missing = f"public/{unique('missing')}"
+    missing = f"public/{unique_name('missing')}"
     for namespace, message in ((missing, f"Namespace {missing} does not exist"),
                                ("no-such-tenant/ns", "Tenant no-such-tenant does not exist")):
         error = await refused(topics_of(wire, namespace))
@@ -289,7 +255,7 @@ async def test_partitions_spread_over_both_brokers_and_each_route_names_the_brok
     make_local_cluster: Callable[..., LocalCluster],
 ) -> None:
     cluster = make_local_cluster(extra_env={**service_env(), "HERALD_BROKER_CLUSTER": "east"})
-    topic = f"persistent://public/default/{unique('spread')}"
+    topic = unique_topic("spread")
     async with WireClient(cluster.lookup.port) as wire, AdminClient(cluster.service_url, timeout=30) as admin:
         brokers = await brokers_of(wire)
         assert {(b.broker_id, b.address, b.cluster) for b in brokers.values()} == {
@@ -323,7 +289,7 @@ async def test_partitions_spread_over_both_brokers_and_each_route_names_the_brok
 
 
 async def test_a_killed_broker_leaves_cluster_info_and_routes_name_the_survivor(local_cluster: LocalCluster) -> None:
-    topic = f"persistent://public/default/{unique('failover')}"
+    topic = unique_topic("failover")
     async with WireClient(local_cluster.lookup.port) as wire, AdminClient(local_cluster.service_url,
                                                                            timeout=30) as admin:
         await admin.create_topic(topic, partitions=8)

@@ -9,7 +9,6 @@ dead letters, replaying each once."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import re
 import socket
@@ -43,9 +42,9 @@ from herald.local_cluster import LocalCluster
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import VENV_BIN, StandaloneProcess, service_env
+from tests.helpers import eventually, unique_name, unique_topic
 from tests.wire import WireClient, open_letters
 
-_names = itertools.count()
 ORIGIN = ("REAL_TOPIC", "ORIGIN_MESSAGE_ID", "SUBSCRIPTION", "REDELIVERY_COUNT", "REASON")
 
 
@@ -149,17 +148,6 @@ def make_worker(tmp_path: Path) -> Iterator[MakeWorker]:
 
 # ---- the client's side ----
 
-@pytest.fixture
-async def client(shared_standalone: StandaloneProcess) -> AsyncIterator[AsyncClient]:
-    async with AsyncClient(shared_standalone.service_url) as made:
-        yield made
-
-
-@pytest.fixture
-async def admin(shared_standalone: StandaloneProcess) -> AsyncIterator[AdminClient]:
-    async with AdminClient(shared_standalone.service_url) as made:
-        yield made
-
 
 @pytest.fixture
 async def new_topic(admin: AdminClient) -> AsyncIterator[Callable[..., str]]:
@@ -168,7 +156,7 @@ async def new_topic(admin: AdminClient) -> AsyncIterator[Callable[..., str]]:
     made: list[str] = []
 
     def make(prefix: str = "dlq-worker") -> str:
-        made.append(f"persistent://public/default/{prefix}-{next(_names)}")
+        made.append(unique_topic(prefix))
         return made[-1]
 
     yield make
@@ -178,13 +166,6 @@ async def new_topic(admin: AdminClient) -> AsyncIterator[Callable[..., str]]:
                 await admin.delete_topic(name, force=True)
             except Exception:  # never created, or already gone
                 pass
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], what: str, seconds: float = 60.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not await check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
 
 
 def metric_reaches(worker: WorkerProcess, name: str, value: float) -> Callable[[], Awaitable[bool]]:
@@ -257,7 +238,7 @@ async def stats_become(admin: AdminClient, topic: str, dead: int, backlog: int, 
     async def reached() -> bool:
         return await subscription_stats(admin, topic) == (dead, backlog)
 
-    await eventually(reached, f"{dead} dead letters and a backlog of {backlog} on {topic}", seconds)
+    await eventually(reached, f"{dead} dead letters and a backlog of {backlog} on {topic}", timeout=seconds)
 
 
 async def read_all(client: AsyncClient, topic: str) -> list[Message[bytes]]:
@@ -354,37 +335,63 @@ async def make_letters(client: AsyncClient, admin: AdminClient, topic: str, coun
     return values
 
 
-async def settled_dead_letters(admin: AdminClient, topic: str) -> int:
-    """The dead-letter count once it stopped moving (reports a killed worker wrote just before
-    dying may still be read by the broker)."""
-    last = -1
-    while True:
+async def dead_letters_once_its_stream_ended(wire: WireClient, admin: AdminClient, topic: str, count: int) -> int:
+    """The subscription's dead-letter count once the broker has ended a killed worker's Letters
+    stream: until then, a report the worker wrote just before dying may still be read. A stream of
+    our own, with permits for every letter, is lent every letter the killed worker does not hold;
+    once it holds as many of the topic's letters as the subscription counts, the killed worker
+    holds none, so no report of its can change the count. Ending ours gives them back."""
+    ours = await open_letters(wire, await wire.owner(topic))
+    await ours.flow(count)
+    held: set[int] = set()
+
+    async def ours_holds_every_letter() -> bool:
+        held.update(letter.letter_id for letter in await ours.receive(count, timeout=0.05) if letter.topic == topic)
         dead, _ = await subscription_stats(admin, topic)
-        if dead == last:
-            return dead
-        last = dead
-        await asyncio.sleep(0.3)
+        return len(held) == dead  # never fewer counted than ours holds: they are all still letters
+
+    await eventually(ours_holds_every_letter, f"every dead letter of {topic} lent to a stream of ours")
+    await ours.close()
+    return len(held)
+
+
+MARKER = b"marker: published after the killed worker's publications"
+
+
+async def dlq_once_publications_landed(client: AsyncClient, admin: AdminClient, dlq: str) -> list[Message[bytes]]:
+    """The dead-letter topic's messages once a killed worker's publications have all landed or
+    failed: the broker has closed its producers there (it reads no more of their sends), and a
+    marker published after their last sends is stored after them (a topic completes its adds in
+    order). The marker is left out."""
+    async def no_producers() -> bool:
+        return not (await admin.topic_stats(dlq)).producers
+
+    await eventually(no_producers, f"the killed worker's producers on {dlq} closed")
+    producer = await client.create_producer(dlq, batching_enabled=False)
+    await producer.send(MARKER)
+    await producer.close()
+    return [message for message in await read_all(client, dlq) if message.data() != MARKER]
 
 
 async def test_a_worker_killed_mid_move_neither_loses_nor_duplicates_a_letter(
-    shared_standalone: StandaloneProcess, client: AsyncClient, admin: AdminClient, new_topic: Callable[..., str],
-    make_worker: MakeWorker,
+    shared_standalone: StandaloneProcess, client: AsyncClient, admin: AdminClient, wire: WireClient,
+    new_topic: Callable[..., str], make_worker: MakeWorker,
 ) -> None:
     topic = new_topic()
     values = await make_letters(client, admin, topic, 300)
     first = make_worker(shared_standalone.service_url, flow_permits=3)
     await eventually(metric_reaches(first, "herald_dlq_letters_moved_total", 30), "the first worker's moves")
     first.kill()
-    dead = await settled_dead_letters(admin, topic)
+    dead = await dead_letters_once_its_stream_ended(wire, admin, topic, len(values))
     assert dead > 0  # killed while letters were still waiting or being moved
     # Letters the killed worker published but never reported moved: in the DLQ and unacknowledged
     # (usually one or two: the kill lands between a publish and its report).
-    in_doubt = len(await read_all(client, f"{topic}-s-DLQ")) + dead - len(values)
+    in_doubt = len(await dlq_once_publications_landed(client, admin, f"{topic}-s-DLQ")) + dead - len(values)
     second = make_worker(shared_standalone.service_url)
     await stats_become(admin, topic, dead=0, backlog=0)
     samples = second.metrics()
     assert (samples["herald_dlq_letters_moved_total"], samples["herald_dlq_duplicates_total"]) == (dead, in_doubt)
-    assert_once_each(await read_all(client, f"{topic}-s-DLQ"), values)
+    assert_once_each([m for m in await read_all(client, f"{topic}-s-DLQ") if m.data() != MARKER], values)
 
 
 async def test_a_letter_published_before_its_worker_died_is_recognised_and_not_stored_again(
@@ -683,7 +690,7 @@ async def test_a_letter_its_dead_letter_topic_refuses_stays_unacknowledged_and_m
     make_worker: MakeWorker,
 ) -> None:
     worker = make_worker(shared_standalone.service_url)
-    namespace = f"public/tiny-{next(_names)}"
+    namespace = f"public/{unique_name('tiny')}"
     await admin.create_namespace(namespace, admin_pb2.Policies(max_message_size=1024))
     topic, dlq = new_topic(), f"persistent://{namespace}/dlq"
     nacker = await AlwaysNack.subscribe(client, topic, max_redeliver_count=1, dead_letter_topic=dlq)
@@ -706,7 +713,7 @@ async def test_a_letter_whose_dead_letter_namespace_does_not_exist_waits_until_i
     make_worker: MakeWorker,
 ) -> None:
     worker = make_worker(shared_standalone.service_url)
-    namespace = f"public/later-{next(_names)}"
+    namespace = f"public/{unique_name('later')}"
     topic, dlq = new_topic(), f"persistent://{namespace}/dlq"
     nacker = await AlwaysNack.subscribe(client, topic, max_redeliver_count=1, dead_letter_topic=dlq)
     values = await produce(client, topic, 1)
@@ -727,7 +734,7 @@ async def refused_then_accepted(
 ) -> None:
     """`count` letters whose dead-letter namespace does not exist yet: once `parked` of them wait
     out their retry delay, run `meanwhile`, then make the namespace; each letter moves once."""
-    namespace = f"public/later-{next(_names)}"
+    namespace = f"public/{unique_name('later')}"
     dlq = f"persistent://{namespace}/dlq"
     nacker = await AlwaysNack.subscribe(client, topic, max_redeliver_count=1, dead_letter_topic=dlq)
     values = await produce(client, topic, count)

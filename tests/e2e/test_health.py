@@ -9,11 +9,9 @@ import json
 import shutil
 import signal
 import subprocess
-import time
 import urllib.error
 import urllib.request
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +20,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.conftest import VENV_BIN, StandaloneProcess, free_port, service_env, wait_for_port
+from tests.helpers import eventually_sync
 
 DEADLINE = 60.0
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -39,18 +38,6 @@ def http_get(url: str) -> tuple[int, dict[str, Any]]:
         return 0, {}
 
 
-def poll(what: str, probe: Callable[[], Any], until: Callable[[Any], bool], deadline: float = DEADLINE) -> Any:
-    """probe() until `until` holds of its answer (every 50 ms, up to `deadline` seconds)."""
-    end = time.monotonic() + deadline
-    while True:
-        answer = probe()
-        if until(answer):
-            return answer
-        if time.monotonic() > end:
-            raise AssertionError(f"{what}: still {answer!r} after {deadline}s")
-        time.sleep(0.05)
-
-
 def grpc_status(port: int, service: str = "") -> int | str:
     """The Check answer of grpc.health.v1 on 127.0.0.1:port for `service`, or the error's code name."""
     with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
@@ -59,6 +46,11 @@ def grpc_status(port: int, service: str = "") -> int | str:
                 health_pb2.HealthCheckRequest(service=service), timeout=5).status)
         except grpc.RpcError as error:
             return str(error.code().name)  # type: ignore[attr-defined]
+
+
+def health_becomes(status: int, what: str, port: int, service: str = "") -> None:
+    """Poll grpc.health.v1 Check on 127.0.0.1:port until it answers `status`."""
+    eventually_sync(lambda: grpc_status(port, service), what, until=lambda answer: answer == status, timeout=DEADLINE)
 
 
 def first_watched_status(port: int, service: str = "") -> int:
@@ -93,7 +85,7 @@ def test_standalone_answers_serving_on_each_grpc_port_for_the_server_and_each_se
         whole.proxy_port: ["herald.v1.LookupService", "herald.v1.BrokerService", "herald.v1.AdminService"],
     }
     for port, services in ports.items():
-        poll(f"health of port {port}", lambda port=port: grpc_status(port), lambda status: status == SERVING)
+        health_becomes(SERVING, f"health of port {port}", port)
         for service in services:
             assert grpc_status(port, service) == SERVING, (port, service)
             assert first_watched_status(port, service) == SERVING, (port, service)
@@ -104,7 +96,8 @@ def test_standalone_answers_serving_on_each_grpc_port_for_the_server_and_each_se
 def test_standalone_is_alive_and_ready_with_every_check_of_every_service_named(whole: StandaloneProcess) -> None:
     base = f"http://127.0.0.1:{whole.metrics_port}"
     assert http_get(f"{base}/healthz") == (200, {"alive": True})
-    _, body = poll("standalone /readyz", lambda: http_get(f"{base}/readyz"), lambda answer: answer[0] == 200)
+    _, body = eventually_sync(lambda: http_get(f"{base}/readyz"), "standalone /readyz",
+                              until=lambda answer: answer[0] == 200, timeout=DEADLINE)
     assert body["ready"] is True
     assert set(body["checks"]) == {
         "standalone/serving",
@@ -158,13 +151,15 @@ class ServiceProcess:
         return http_get(f"http://127.0.0.1:{self.metrics_port}/readyz")
 
     def wait_ready(self) -> dict[str, Any]:
-        _, body = poll(f"{self.name} /readyz", self.readyz, lambda answer: answer[0] == 200)
+        _, body = eventually_sync(self.readyz, f"{self.name} /readyz", until=lambda answer: answer[0] == 200,
+                                  timeout=DEADLINE)
         return body  # type: ignore[no-any-return]
 
     def wait_not_ready(self, check: str) -> str:
         """Poll /readyz until it answers 503 with `check` failing; that check's reason."""
-        _, body = poll(f"{self.name} /readyz failing {check}", self.readyz,
-                       lambda answer: answer[0] == 503 and not answer[1]["checks"].get(check, {"ok": True})["ok"])
+        _, body = eventually_sync(
+            self.readyz, f"{self.name} /readyz failing {check}", timeout=DEADLINE,
+            until=lambda answer: answer[0] == 503 and not answer[1]["checks"].get(check, {"ok": True})["ok"])
         return str(body["checks"][check]["reason"])
 
 
@@ -222,11 +217,8 @@ class Services:
 
 
 @pytest.fixture
-def services(redis_url: str, tmp_path: Path) -> Iterator[Services]:
-    db = 1 + (uuid.uuid4().int % 14)
-    metadata_url = redis_url.rsplit("/", 1)[0] + f"/{db}"
-    subprocess.run(["redis-cli", "-u", metadata_url, "flushdb"], check=True, capture_output=True)
-    made = Services(metadata_url, tmp_path)
+def services(redis_db_url: str, tmp_path: Path) -> Iterator[Services]:
+    made = Services(redis_db_url, tmp_path)
     try:
         yield made
     finally:
@@ -244,19 +236,19 @@ def test_a_broker_and_a_dlq_worker_whose_lookup_is_down_are_not_ready_until_look
     assert set(body["checks"]) == {"broker/serving", "broker/lookup-registration", "broker/metadata-store"}
     assert set(worker.wait_ready()["checks"]) == {"dlq-worker/serving", "dlq-worker/lookup"}
     assert set(storage.wait_ready()["checks"]) == {"storage/serving", "storage/journal"}
-    poll("broker health", lambda: grpc_status(port_of(broker)), lambda status: status == SERVING)
+    health_becomes(SERVING, "broker health", port_of(broker))
 
     assert lookup.stop() == 0
     reason = broker.wait_not_ready("broker/lookup-registration")
     assert f"lookup at 127.0.0.1:{lookup.port}" in reason
     assert "lookup" in worker.wait_not_ready("dlq-worker/lookup")
-    poll("broker health without lookup", lambda: grpc_status(port_of(broker)), lambda status: status == NOT_SERVING)
+    health_becomes(NOT_SERVING, "broker health without lookup", port_of(broker))
     assert broker.readyz()[1]["checks"]["broker/metadata-store"] == {"ok": True}  # only lookup is missing
 
     lookup.start()
     broker.wait_ready()
     worker.wait_ready()
-    poll("broker health with lookup back", lambda: grpc_status(port_of(broker)), lambda status: status == SERVING)
+    health_becomes(SERVING, "broker health with lookup back", port_of(broker))
 
 
 def test_a_lookup_whose_redis_is_stopped_is_not_ready_until_redis_returns(
@@ -267,18 +259,16 @@ def test_a_lookup_whose_redis_is_stopped_is_not_ready_until_redis_returns(
     try:
         lookup = services.lookup(f"redis://127.0.0.1:{redis.port}/0")
         assert set(lookup.wait_ready()["checks"]) == {"lookup/serving", "lookup/metadata-store"}
-        poll("lookup health", lambda: grpc_status(port_of(lookup), "herald.v1.LookupService"),
-             lambda status: status == SERVING)
+        health_becomes(SERVING, "lookup health", port_of(lookup), "herald.v1.LookupService")
 
         redis.stop()
         reason = lookup.wait_not_ready("lookup/metadata-store")
         assert f"127.0.0.1:{redis.port}" in reason
-        poll("lookup health without redis", lambda: grpc_status(port_of(lookup), "herald.v1.LookupService"),
-             lambda status: status == NOT_SERVING)
+        health_becomes(NOT_SERVING, "lookup health without redis", port_of(lookup), "herald.v1.LookupService")
 
         redis.start()
         lookup.wait_ready()
-        poll("lookup health with redis back", lambda: grpc_status(port_of(lookup)), lambda status: status == SERVING)
+        health_becomes(SERVING, "lookup health with redis back", port_of(lookup))
     finally:
         redis.stop()
 

@@ -19,9 +19,7 @@ test_policies.py (with the others still working)."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import re
-import time
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import TypeVar
@@ -45,27 +43,12 @@ from herald.common.transport.rpc import error_from_rpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import StandaloneProcess, running_standalone
+from tests.helpers import eventually, unique_name, unique_topic
 from tests.wire import WireClient, make_entry
 
 T = TypeVar("T")
 DEADLINE = 30.0
 SMALL_GRPC_LIMIT = 256 * 1024
-_names = itertools.count()
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{next(_names)}"
-
-
-async def eventually(attempt: Callable[[], Awaitable[T | None]], what: str) -> T:
-    deadline = time.monotonic() + DEADLINE
-    while True:
-        result = await attempt()
-        if result is not None:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {DEADLINE}s: {what}")
-        await asyncio.sleep(0.1)
 
 
 def own_connection(port: int) -> grpc.aio.Channel:
@@ -105,7 +88,7 @@ async def consuming(channel: grpc.aio.Channel, topic: str = "held-connections") 
     """A call in progress on the connection: a Consume stream, subscribed (to `topic`, looked up)."""
     call = broker_pb2_grpc.BrokerServiceStub(channel).Consume()
     await call.write(broker_pb2.ConsumeRequest(subscribe=broker_pb2.Subscribe(
-        topic=topic, subscription=unique("held"), type=broker_pb2.SHARED)))
+        topic=topic, subscription=unique_name("held"), type=broker_pb2.SHARED)))
     reply = await asyncio.wait_for(call.read(), DEADLINE)
     assert reply.HasField("subscribed"), reply
     return call
@@ -242,7 +225,7 @@ async def test_every_server_refuses_a_request_over_its_grpc_receive_limit_and_se
             assert isinstance(error, MessageTooLargeError) and not error.retryable
             assert "grpc_max_receive_message_bytes" in str(error)
             try:  # the same connection serves a normal request
-                await call(channel, unique("small"))
+                await call(channel, unique_name("small"))
             except grpc.aio.AioRpcError as exc:
                 assert exc.code() != grpc.StatusCode.RESOURCE_EXHAUSTED, (port, exc)
     await produce_and_consume(small_requests, 20)
@@ -260,7 +243,7 @@ def with_unknown_field(data: bytes) -> bytes:
 
 async def produce_and_consume(server: StandaloneProcess, count: int) -> None:
     """Another client still works: `count` messages produced and consumed in order."""
-    topic = unique("still-works")
+    topic = unique_name("still-works")
     async with AsyncClient(server.service_url) as client:
         consumer = await client.subscribe(topic, "s", initial_position=InitialPosition.Earliest)
         producer = await client.create_producer(topic, batching_enabled=False)
@@ -298,7 +281,7 @@ async def test_a_raw_stream_writing_ahead_of_its_receipts_gets_every_receipt_in_
     small_requests: StandaloneProcess,
 ) -> None:
     async with WireClient(small_requests.port) as wire:
-        topic = unique("raw-ahead")
+        topic = unique_name("raw-ahead")
         producer = await wire.producer(topic)
         for sequence_id in range(40):  # written without waiting for receipts
             await producer.stream.send(broker_pb2.ProduceRequest(send=broker_pb2.SendEntry(
@@ -321,7 +304,7 @@ async def admin(small_requests: StandaloneProcess) -> AsyncIterator[AdminClient]
 async def test_a_namespace_at_max_topics_refuses_one_more_topic_however_it_is_made(
     small_requests: StandaloneProcess, admin: AdminClient,
 ) -> None:
-    tenant = unique("limited")
+    tenant = unique_name("limited")
     await admin.create_tenant(tenant)
     namespace = f"{tenant}/ns"
     await admin.create_namespace(namespace, admin_pb2.Policies(max_topics=3))
@@ -359,7 +342,7 @@ async def test_a_namespace_at_max_topics_refuses_one_more_topic_however_it_is_ma
 # ---- partitions per topic ----
 
 async def test_a_partitioned_topic_past_max_partitions_per_topic_is_refused(admin: AdminClient) -> None:
-    topic, grown = (f"persistent://public/default/{unique('parts')}" for _ in range(2))
+    topic, grown = (unique_topic("parts") for _ in range(2))
     with pytest.raises(NotAllowedError, match=re.escape(
             f"topic {topic} cannot have 4 partitions: the limit is 3 per topic (the broker setting "
             "max_partitions_per_topic)")):

@@ -6,7 +6,6 @@ own /metrics, and the client's collector an application registers."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -22,16 +21,12 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import StandaloneProcess, running_standalone
+from tests.helpers import unique_topic
 
 DEADLINE = 30.0
 EARLIEST = InitialPosition.Earliest
 Labels = tuple[tuple[str, str], ...]
 Samples = dict[tuple[str, Labels], float]
-_names = itertools.count()
-
-
-def new_topic(prefix: str) -> str:
-    return f"persistent://public/default/{prefix}-{next(_names)}-{int(time.time())}"
 
 
 def parse(text: str) -> Samples:
@@ -82,7 +77,7 @@ def metered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneProc
 async def test_after_a_produce_consume_every_family_shows_live_values_with_its_labels(
     metered: StandaloneProcess,
 ) -> None:
-    topic = new_topic("flow")
+    topic = unique_topic("flow")
     sub = (("subscription", "shared"), ("topic", topic))
     async with AsyncClient(metered.service_url) as client, AdminClient(metered.service_url, timeout=20) as admin:
         producer = await client.create_producer(topic, producer_name="metered-producer")
@@ -169,7 +164,7 @@ async def test_after_a_produce_consume_every_family_shows_live_values_with_its_l
 
 
 async def test_a_reader_adds_no_subscription_series(metered: StandaloneProcess) -> None:
-    topic = new_topic("read")
+    topic = unique_topic("read")
     async with AsyncClient(metered.service_url) as client:
         producer = await client.create_producer(topic)
         await producer.send(b"x")
@@ -186,7 +181,7 @@ async def test_a_reader_adds_no_subscription_series(metered: StandaloneProcess) 
 
 async def test_without_topic_level_metrics_the_broker_exports_broker_wide_sums(tmp_path: Path) -> None:
     with running_standalone(tmp_path / "data", metrics_topic_level=False) as server:
-        topic = new_topic("wide")
+        topic = unique_topic("wide")
         async with AsyncClient(server.service_url) as client:
             producer = await client.create_producer(topic)
             consumer = await client.subscribe(topic, "s", initial_position=EARLIEST)
@@ -208,7 +203,7 @@ async def test_without_topic_level_metrics_the_broker_exports_broker_wide_sums(t
 # ---- a crash: the new owner fences the ledger --------------------------------------------------
 
 async def test_a_ledger_recovered_after_a_crash_is_counted_as_fenced(standalone: StandaloneProcess) -> None:
-    topic = new_topic("crash")
+    topic = unique_topic("crash")
     async with AsyncClient(standalone.service_url) as client:
         producer = await client.create_producer(topic)
         await producer.send(b"before")
@@ -226,7 +221,7 @@ async def test_a_ledger_recovered_after_a_crash_is_counted_as_fenced(standalone:
 
 async def test_each_service_process_serves_its_own_metrics(make_local_cluster: Callable[..., LocalCluster]) -> None:
     cluster = make_local_cluster(brokers=1, storage_nodes=1, ensemble_size=1, write_quorum=1, ack_quorum=1)
-    topic = new_topic("apart")
+    topic = unique_topic("apart")
     async with AsyncClient(cluster.service_url) as client:
         producer = await client.create_producer(topic)
         consumer = await client.subscribe(topic, "s", initial_position=EARLIEST)
@@ -262,7 +257,7 @@ async def test_each_service_process_serves_its_own_metrics(make_local_cluster: C
 # ---- the client's collector ---------------------------------------------------------------------
 
 async def test_the_client_collector_exports_its_producers_and_consumers(metered: StandaloneProcess) -> None:
-    topic = new_topic("client")
+    topic = unique_topic("client")
     registry = CollectorRegistry()
     async with AsyncClient(metered.service_url) as client:
         registry.register(ClientMetrics(client))  # type: ignore[arg-type]
@@ -290,7 +285,7 @@ async def test_the_client_collector_exports_its_producers_and_consumers(metered:
 
 
 def test_the_client_collector_exports_a_blocking_clients_producers(metered: StandaloneProcess) -> None:
-    topic = new_topic("blocking")
+    topic = unique_topic("blocking")
     registry = CollectorRegistry()
     client = Client(metered.service_url)
     try:

@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import inspect
 import logging
 import re
 import time
-import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -45,29 +43,14 @@ from herald.client.topic_consumer import TopicConsumer
 from herald.common.errors import NotFoundError, PreconditionFailedError
 
 from tests.conftest import StandaloneProcess
+from tests.helpers import eventually, unique_name, unique_topic
 
 EARLIEST = InitialPosition.Earliest
 SHARED = ConsumerType.Shared
 
 
-def new_topic(prefix: str = "multi", namespace: str = "public/default") -> str:
-    return f"persistent://{namespace}/{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-@pytest.fixture
-async def client(shared_standalone: StandaloneProcess) -> AsyncIterator[AsyncClient]:
-    async with AsyncClient(shared_standalone.service_url) as made:
-        yield made
-
-
-@pytest.fixture
-async def admin(shared_standalone: StandaloneProcess) -> AsyncIterator[AdminClient]:
-    async with AdminClient(shared_standalone.service_url) as made:
-        yield made
-
-
 async def partitioned(admin: AdminClient, partitions: int) -> str:
-    topic = new_topic()
+    topic = unique_topic("multi")
     await admin.create_topic(topic, partitions=partitions)
     return topic
 
@@ -91,18 +74,6 @@ async def drain(consumer: AsyncConsumer[Any], count: int, wait: float = 10.0) ->
 
 def values(messages: Sequence[Message[Any]]) -> list[bytes]:
     return [message.data() for message in messages]
-
-
-async def eventually(check: Callable[[], Any], what: str, seconds: float = 20.0) -> None:
-    deadline = time.monotonic() + seconds
-    while True:
-        result = check()
-        if inspect.isawaitable(result):
-            result = await result
-        if result:
-            return
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
 
 
 def multi(consumer: AsyncConsumer[Any]) -> MultiTopicConsumer[Any]:
@@ -139,9 +110,9 @@ async def test_a_one_partition_topic_is_consumed_as_partitioned(client: AsyncCli
 async def test_a_list_of_topics_in_different_namespaces_is_read_as_one(
     client: AsyncClient, admin: AdminClient,
 ) -> None:
-    namespace = f"public/other-{uuid.uuid4().hex[:6]}"
+    namespace = f"public/{unique_name('other')}"
     await admin.create_namespace(namespace)
-    plain, elsewhere, parted = new_topic(), new_topic(namespace=namespace), await partitioned(admin, 2)
+    plain, elsewhere, parted = unique_topic("multi"), unique_topic("multi", namespace), await partitioned(admin, 2)
     consumer = multi(await client.subscribe([plain, elsewhere, parted, plain], "s", initial_position=EARLIEST))
     assert consumer.topic == f"{plain},{elsewhere},{parted}"  # duplicates once
     assert len(consumer.partitions) == 4
@@ -156,7 +127,7 @@ async def test_a_list_of_topics_in_different_namespaces_is_read_as_one(
 
 
 async def test_a_list_of_one_topic_is_a_plain_topic_consumer(client: AsyncClient) -> None:
-    assert isinstance(await client.subscribe([new_topic()], "s"), TopicConsumer)
+    assert isinstance(await client.subscribe([unique_topic("multi")], "s"), TopicConsumer)
 
 
 # ---- acknowledging ----
@@ -165,7 +136,7 @@ async def test_acks_by_message_or_id_and_cumulative_acks_go_to_the_partition_the
     client: AsyncClient, admin: AdminClient,
 ) -> None:
     topic = await partitioned(admin, 2)
-    second = new_topic()
+    second = unique_topic("multi")
     names = [topic, second]
     consumer = await client.subscribe(names, "s", initial_position=EARLIEST, ack_group_time=0)
     await produce(client, topic, 6)
@@ -229,13 +200,14 @@ async def test_an_exclusive_negative_ack_brings_back_only_what_its_partition_lef
 
 
 async def test_an_id_from_no_message_received_cannot_be_routed(client: AsyncClient, admin: AdminClient) -> None:
-    consumer = await client.subscribe([await partitioned(admin, 2), new_topic()], "s")
+    consumer = await client.subscribe([await partitioned(admin, 2), unique_topic("multi")], "s")
     with pytest.raises(InvalidArgumentError, match="is not from a message this consumer received"):
         consumer.acknowledge(MessageId(10**9, 1, -1, -1))
     with pytest.raises(InvalidArgumentError, match="takes a Message or MessageId"):
         consumer.acknowledge("1:2")  # type: ignore[arg-type]
+    two_topics = await client.subscribe([unique_topic("multi"), unique_topic("multi")], "s", SHARED)
     with pytest.raises(NotAllowedError, match="cumulative acknowledgement is not allowed"):
-        (await client.subscribe([new_topic(), new_topic()], "s", SHARED)).acknowledge_cumulative(MessageId(1, 1))
+        two_topics.acknowledge_cumulative(MessageId(1, 1))
 
 
 # ---- the receiver queues ----
@@ -529,7 +501,7 @@ async def test_growth_is_off_without_auto_update(client: AsyncClient, admin: Adm
 async def test_a_message_reconsumed_later_comes_back_after_its_delay_counting_rounds_then_goes_to_the_dlq(
     client: AsyncClient,
 ) -> None:
-    topic = new_topic()
+    topic = unique_topic("multi")
     consumer = await client.subscribe(topic, "s", SHARED, initial_position=EARLIEST, retry_enable=True,
                                       dead_letter_policy=DeadLetterPolicy(max_redeliver_count=2),
                                       schema=StringSchema())
@@ -564,7 +536,7 @@ async def test_retry_topics_may_be_named_and_a_partitioned_topic_may_retry(
     client: AsyncClient, admin: AdminClient,
 ) -> None:
     topic = await partitioned(admin, 2)
-    retry_topic, dlq_topic = new_topic("my-retry"), new_topic("my-dlq")
+    retry_topic, dlq_topic = unique_topic("my-retry"), unique_topic("my-dlq")
     consumer = multi(await client.subscribe(
         topic, "s", SHARED, initial_position=EARLIEST, retry_enable=True,
         dead_letter_policy=DeadLetterPolicy(1, dead_letter_topic=dlq_topic, retry_letter_topic=retry_topic)))
@@ -588,7 +560,7 @@ async def test_reconsume_later_is_refused_without_retries_or_with_a_bad_delay(
     (message,) = await drain(consumer, 1)
     with pytest.raises(NotAllowedError, match="reconsume_later needs retry_enable=True"):
         await consumer.reconsume_later(message, 1)
-    retrying = await client.subscribe(new_topic(), "s", SHARED, retry_enable=True)
+    retrying = await client.subscribe(unique_topic("multi"), "s", SHARED, retry_enable=True)
     for delay in (-1, "soon", datetime.timedelta(seconds=-1), float("nan")):
         with pytest.raises(InvalidArgumentError, match="reconsume_later's delay"):
             await retrying.reconsume_later(message, delay)  # type: ignore[arg-type]
@@ -604,7 +576,7 @@ async def test_retry_enable_is_refused_on_subscriptions_that_do_not_delay(
 ) -> None:
     with pytest.raises(InvalidArgumentError, match=f"retry_enable needs a Shared or Key_Shared subscription, not "
                                                    f"{kind.name}"):
-        await client.subscribe(new_topic(), "s", kind, retry_enable=True)
+        await client.subscribe(unique_topic("multi"), "s", kind, retry_enable=True)
 
 
 # ---- errors ----
@@ -622,7 +594,7 @@ async def test_an_unknown_topic_in_a_list_fails_the_subscription_and_leaves_noth
 
 async def test_names_mixed_with_a_pattern_are_refused(client: AsyncClient) -> None:
     with pytest.raises(InvalidArgumentError, match="topic names and a topics pattern cannot be combined"):
-        await client.subscribe([new_topic(), re.compile("persistent://public/default/x-.*")], "s")  # type: ignore[list-item]
+        await client.subscribe([unique_topic("multi"), re.compile("persistent://public/default/x-.*")], "s")  # type: ignore[list-item]
 
 
 # ---- the blocking facade ----
@@ -633,7 +605,7 @@ def test_the_blocking_consumer_reads_a_list_of_topics_and_partitions(shared_stan
             return await partitioned(admin, 2)
 
     topic = asyncio.run(setup())
-    other = new_topic()
+    other = unique_topic("multi")
     with Client(shared_standalone.service_url) as client:
         consumer = client.subscribe([topic, other], "s", initial_position=EARLIEST)
         producer = client.create_producer(topic, batching_enabled=False)

@@ -6,7 +6,6 @@ the producer checks, and the client library on such a topic."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,20 +16,10 @@ from herald.client import AsyncClient
 from herald.metadata.embedded import EmbeddedMetadataStore
 
 from tests.conftest import StandaloneProcess, running_standalone
+from tests.helpers import unique_topic
 from tests.wire import WireClient, WireError, make_entry, values_of
 
 MAX_PENDING = 4
-_names = itertools.count()
-
-
-def new_topic(prefix: str = "np") -> str:
-    return f"non-persistent://public/default/{prefix}-{next(_names)}"
-
-
-@pytest.fixture
-async def wire(shared_standalone: StandaloneProcess) -> AsyncIterator[WireClient]:
-    async with WireClient(shared_standalone.port) as client:
-        yield client
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +97,7 @@ class StalledConsumer:
 # ---- receipts and delivery ----
 
 async def test_receipts_are_minus_one(wire: WireClient) -> None:
-    topic = new_topic()
+    topic = unique_topic("np", persistent=False)
     producer = await wire.producer(topic)
     assert producer.last_sequence_id == -1
     replies = [await producer.send(b"m%d" % i) for i in range(3)]
@@ -117,7 +106,7 @@ async def test_receipts_are_minus_one(wire: WireClient) -> None:
 
 
 async def test_exclusive_and_shared_subscriptions_get_what_is_published_while_connected(wire: WireClient) -> None:
-    topic = new_topic()
+    topic = unique_topic("np", persistent=False)
     producer = await wire.producer(topic)
     await producer.send(b"before anyone")
     exclusive = await wire.consumer(topic, "exclusive", type=broker_pb2.EXCLUSIVE)
@@ -138,12 +127,14 @@ async def test_exclusive_and_shared_subscriptions_get_what_is_published_while_co
     await exclusive.ack(got[0])
     await exclusive.ack(got[-1], cumulative=True)
     await shared_a.redeliver(*shared[:2])
-    assert await exclusive.nothing_for(0.3) == await shared_a.nothing_for(0.1) == []
-    assert exclusive.events == shared_a.events == []  # no error either
+    await exclusive.handled()  # no error: the first error on each stream is the one handled() asks for
+    await shared_a.handled()
+    assert await exclusive.sent_so_far() == await shared_a.sent_so_far() == []
+    assert exclusive.events == shared_a.events == []
 
 
 async def test_a_message_published_while_no_consumer_has_permits_is_not_delivered_later(wire: WireClient) -> None:
-    topic = new_topic()
+    topic = unique_topic("np", persistent=False)
     consumer = await wire.consumer(topic, "sub", type=broker_pb2.SHARED)
     producer = await wire.producer(topic)
     await producer.send(b"missed-1")
@@ -153,7 +144,7 @@ async def test_a_message_published_while_no_consumer_has_permits_is_not_delivere
     await producer.send(b"seen")
     (entry,) = await consumer.receive(1)
     assert values_of(entry) == [b"seen"]
-    assert await consumer.nothing_for(0.3) == []
+    assert await consumer.sent_so_far() == []
     stats = await topic_stats(wire, topic)
     assert stats.persistent is False
     (sub,) = stats.subscriptions
@@ -161,7 +152,7 @@ async def test_a_message_published_while_no_consumer_has_permits_is_not_delivere
 
 
 async def test_subscribing_beyond_an_exclusive_consumer_is_refused(wire: WireClient) -> None:
-    topic = new_topic()
+    topic = unique_topic("np", persistent=False)
     await wire.consumer(topic, "sub", type=broker_pb2.EXCLUSIVE)
     with pytest.raises(WireError) as refused:
         await wire.consumer(topic, "sub", type=broker_pb2.EXCLUSIVE)
@@ -172,7 +163,7 @@ async def test_subscribing_beyond_an_exclusive_consumer_is_refused(wire: WireCli
 # ---- producer checks ----
 
 async def test_a_corrupt_entry_gets_the_checksum_error(wire: WireClient) -> None:
-    topic = new_topic()
+    topic = unique_topic("np", persistent=False)
     producer = await wire.producer(topic)
     corrupt = bytearray(make_entry(producer.name, 0, b"hello"))
     corrupt[-1] ^= 0xFF
@@ -184,7 +175,7 @@ async def test_a_corrupt_entry_gets_the_checksum_error(wire: WireClient) -> None
 
 
 async def test_a_producer_name_in_use_is_refused(wire: WireClient) -> None:
-    topic = new_topic()
+    topic = unique_topic("np", persistent=False)
     await wire.producer(topic, "only-one")
     with pytest.raises(WireError) as refused:
         await wire.producer(topic, "only-one")
@@ -196,7 +187,7 @@ async def test_a_producer_name_in_use_is_refused(wire: WireClient) -> None:
 async def test_over_the_pending_limit_messages_are_dropped_with_minus_one_receipts(
     limited_standalone: StandaloneProcess,
 ) -> None:
-    topic = new_topic("limited")
+    topic = unique_topic("limited", persistent=False)
     async with WireClient(limited_standalone.port) as wire:
         stalled = await StalledConsumer.open(wire, topic, "stalled", permits=1_000_000)
         reading = await wire.consumer(topic, "reading", type=broker_pb2.SHARED)
@@ -217,7 +208,7 @@ async def test_over_the_pending_limit_messages_are_dropped_with_minus_one_receip
         assert accepted + stats.msg_dropped_counter == sent
         # The reading subscription got every accepted message and nothing else.
         assert len(await reading.receive(accepted)) == accepted
-        assert await reading.nothing_for(0.3) == []
+        assert await reading.sent_so_far() == []
         assert sorted(s.msg_dropped_counter for s in stats.subscriptions) == [0, 0]
         # Once the stalled stream takes its entries again, messages go through again.
         await stalled.read_entries(accepted)
@@ -257,7 +248,7 @@ async def test_nothing_is_stored(standalone: StandaloneProcess) -> None:
 async def test_the_client_produces_and_consumes_on_a_non_persistent_topic(
     shared_standalone: StandaloneProcess,
 ) -> None:
-    topic = new_topic("client")
+    topic = unique_topic("client", persistent=False)
     async with AsyncClient(shared_standalone.service_url) as client:
         consumer = await client.subscribe(topic, "sub")
         async with WireClient(shared_standalone.port) as wire:

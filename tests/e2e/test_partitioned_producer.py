@@ -11,7 +11,6 @@ import functools
 import itertools
 import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 
@@ -39,13 +38,14 @@ from herald.client.producer import SendCallback
 from herald.client.routing import key_hash
 
 from tests.conftest import StandaloneProcess
+from tests.helpers import unique_topic
 
 EARLIEST = InitialPosition.Earliest
 
 
 @pytest.fixture
 def topic() -> Iterator[str]:
-    yield f"persistent://public/default/parted-{uuid.uuid4().hex[:10]}"
+    yield unique_topic("parted")
 
 
 async def create_partitioned(server: StandaloneProcess, topic: str, partitions: int) -> None:

@@ -6,12 +6,7 @@ unknown namespace, retries with a pattern); and the blocking facade."""
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import re
-import time
-import uuid
-from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -21,25 +16,14 @@ from herald.client.pattern_consumer import PatternConsumer, parse_pattern
 from herald.common.errors import NotFoundError
 
 from tests.conftest import StandaloneProcess
+from tests.helpers import eventually, unique_name
 
 EARLIEST = InitialPosition.Earliest
 
 
 @pytest.fixture
-async def client(shared_standalone: StandaloneProcess) -> AsyncIterator[AsyncClient]:
-    async with AsyncClient(shared_standalone.service_url) as made:
-        yield made
-
-
-@pytest.fixture
-async def admin(shared_standalone: StandaloneProcess) -> AsyncIterator[AdminClient]:
-    async with AdminClient(shared_standalone.service_url) as made:
-        yield made
-
-
-@pytest.fixture
 def prefix() -> str:
-    return f"pat-{uuid.uuid4().hex[:8]}"
+    return unique_name("pat")
 
 
 async def produce(client: AsyncClient, topic: str, *values: bytes) -> None:
@@ -59,18 +43,6 @@ async def received(consumer: AsyncConsumer[Any], count: int) -> dict[str, list[b
         consumer.acknowledge(message)
     assert await consumer.receive(timeout=0.2) is None
     return by_topic
-
-
-async def eventually(check: Callable[[], Any], what: str, seconds: float = 20.0) -> None:
-    deadline = time.monotonic() + seconds
-    while True:
-        result = check()
-        if inspect.isawaitable(result):
-            result = await result
-        if result:
-            return
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
 
 
 async def test_a_pattern_reads_every_matching_topic_of_its_namespace_and_no_other(

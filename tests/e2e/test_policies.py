@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, TypeVar
 
 import grpc
@@ -29,17 +29,13 @@ from herald.metadata.redis import RedisMetadataStore
 from herald.storage.client.ledger_metadata import read_ledger_metadata
 
 from tests.conftest import StandaloneProcess, running_standalone, service_env
+from tests.helpers import eventually, unique_name, unique_topic
 from tests.wire import WireClient, WireConsumer, WireError, WireProducer, make_entry
 
 T = TypeVar("T")
 ENTRIES_PER_LEDGER = 4
 CHECK_INTERVAL = 0.2  # backlog quota, retention and expiry checks, seconds
 FRAMING_ALLOWANCE = 10 * 1024  # broker.producer.ENTRY_FRAMING_ALLOWANCE: header, metadata, framing
-_names = itertools.count()
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{next(_names)}"
 
 
 @pytest.fixture(scope="module")
@@ -70,27 +66,11 @@ async def wire(policy_standalone: StandaloneProcess) -> AsyncIterator[WireClient
 
 async def new_namespace(admin: AdminClient, **policies: Any) -> str:
     """A fresh tenant with one namespace holding these policies; returns "tenant/namespace"."""
-    tenant = unique("tenant")
+    tenant = unique_name("tenant")
     await admin.create_tenant(tenant)
     namespace = f"{tenant}/ns"
     await admin.create_namespace(namespace, admin_pb2.Policies(**policies))
     return namespace
-
-
-def topic_in(namespace: str, prefix: str = "t") -> str:
-    return f"persistent://{namespace}/{unique(prefix)}"
-
-
-async def eventually(check: Callable[[], Awaitable[T | None]], what: str, timeout: float = 15.0) -> T:  # noqa: ASYNC109
-    """Poll `check` until it returns something truthy (returned), failing after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = await check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout}s")
-        await asyncio.sleep(0.05)
 
 
 def receipt_of(reply: broker_pb2.ProduceResponse) -> tuple[int, int]:
@@ -156,7 +136,7 @@ async def test_producing_or_subscribing_in_a_namespace_that_does_not_exist_is_re
     """Lookup refuses the topic (no owner is assigned to it), and so does the broker itself when a
     client dials it directly."""
     broker = f"127.0.0.1:{policy_standalone.broker_port}"
-    tenant = unique("tenant")
+    tenant = unique_name("tenant")
     missing_tenant = f"Tenant {tenant} does not exist"
     await refused_by_lookup(wire, f"persistent://{tenant}/ns/t", missing_tenant)
     error = await refused_producer(wire, f"persistent://{tenant}/ns/t", address=broker)
@@ -175,7 +155,7 @@ async def test_producing_or_subscribing_in_a_namespace_that_does_not_exist_is_re
     assert await admin.list_namespaces(tenant) == []  # nothing was made on the way
 
     # public/default exists from the start: short names work on a fresh standalone.
-    producer = await wire.producer(unique("short-name"))
+    producer = await wire.producer(unique_name("short-name"))
     assert receipt_of(await producer.send(b"x"))[0] >= 0
     assert "public/default" in await admin.list_namespaces("public")
 
@@ -195,7 +175,7 @@ async def refused_by_lookup(wire: WireClient, topic: str, message: str) -> None:
 
 
 async def test_the_client_is_told_the_namespace_does_not_exist(policy_standalone: StandaloneProcess) -> None:
-    tenant = unique("tenant")
+    tenant = unique_name("tenant")
     async with AsyncClient(policy_standalone.service_url, operation_timeout=20) as client:
         with pytest.raises(NotFoundError, match=f"Tenant {tenant} does not exist"):
             await client.create_producer(f"persistent://{tenant}/ns/t")
@@ -209,7 +189,7 @@ async def test_a_producer_over_the_namespaces_limit_is_refused_until_one_leaves(
     admin: AdminClient, wire: WireClient,
 ) -> None:
     namespace = await new_namespace(admin, max_producers_per_topic=2)
-    topic = topic_in(namespace)
+    topic = unique_topic("t", namespace)
     first, second = await wire.producer(topic), await wire.producer(topic)
     error = await refused_producer(wire, topic)
     assert (error.code, error.error.message) == (
@@ -224,7 +204,7 @@ async def test_a_producer_over_the_namespaces_limit_is_refused_until_one_leaves(
 
 async def test_a_topics_producer_limit_overrides_its_namespaces_live(admin: AdminClient, wire: WireClient) -> None:
     namespace = await new_namespace(admin, max_producers_per_topic=1)
-    topic, other = topic_in(namespace), topic_in(namespace)
+    topic, other = unique_topic("t", namespace), unique_topic("t", namespace)
     await wire.producer(topic)
     await wire.producer(other)
     assert (await refused_producer(wire, topic)).code == common_pb2.PRODUCER_BUSY
@@ -246,7 +226,7 @@ async def test_a_consumer_over_the_topics_limit_is_refused_until_one_leaves(
     admin: AdminClient, wire: WireClient,
 ) -> None:
     namespace = await new_namespace(admin, max_consumers_per_topic=2)
-    topic = topic_in(namespace)
+    topic = unique_topic("t", namespace)
     producer = await wire.producer(topic)
     first = await wire.consumer(topic, "a")
     second = await wire.consumer(topic, "b", type=broker_pb2.SHARED)
@@ -268,7 +248,7 @@ async def test_a_consumer_over_the_subscriptions_limit_is_refused_until_one_leav
     admin: AdminClient, wire: WireClient,
 ) -> None:
     namespace = await new_namespace(admin, max_consumers_per_subscription=1)
-    topic = topic_in(namespace)
+    topic = unique_topic("t", namespace)
     first = await wire.consumer(topic, "s", type=broker_pb2.SHARED)
     error = await refused_consumer(wire, topic, "s", type=broker_pb2.SHARED)
     assert (error.code, error.error.message) == (
@@ -287,7 +267,7 @@ async def test_a_consumer_over_the_subscriptions_limit_is_refused_until_one_leav
 
     async def refused() -> WireError | None:
         try:
-            consumer = await wire.consumer(topic, unique("sub"), type=broker_pb2.SHARED)
+            consumer = await wire.consumer(topic, unique_name("sub"), type=broker_pb2.SHARED)
         except WireError as error:
             return error
         await consumer.close()
@@ -302,7 +282,7 @@ async def test_producers_registering_at_once_never_pass_the_limit_together(
     admin: AdminClient, wire: WireClient,
 ) -> None:
     namespace = await new_namespace(admin, max_producers_per_topic=1)
-    for topic in (topic_in(namespace), f"non-persistent://{namespace}/{unique('np')}"):
+    for topic in (unique_topic("t", namespace), unique_topic("np", namespace, persistent=False)):
         await wire.owner(topic)  # looked up once, so that the registrations race at the broker
         results = await asyncio.gather(*(wire.producer(topic) for _ in range(4)), return_exceptions=True)
         refused = [r for r in results if isinstance(r, WireError)]
@@ -315,7 +295,7 @@ async def test_non_persistent_topics_follow_their_namespaces_limits_live(
 ) -> None:
     namespace = await new_namespace(admin, max_producers_per_topic=1, max_consumers_per_topic=1,
                                     encryption_required=True)
-    topic = f"non-persistent://{namespace}/{unique('np')}"
+    topic = unique_topic("np", namespace, persistent=False)
     producer = await wire.producer(topic)
     error = await refused_producer(wire, topic)
     assert error.error.message == f"Topic reached max producers limit (1): {topic} has 1 producers"
@@ -339,7 +319,7 @@ async def test_a_partitioned_topics_policies_apply_to_its_partitions_unless_over
     admin: AdminClient, wire: WireClient,
 ) -> None:
     namespace = await new_namespace(admin)
-    base = topic_in(namespace, "partitioned")
+    base = unique_topic("partitioned", namespace)
     await admin.create_topic(base, partitions=2)
     first, second = f"{base}-partition-0", f"{base}-partition-1"
     await admin.set_topic_policies(base, admin_pb2.Policies(max_producers_per_topic=1))
@@ -365,7 +345,7 @@ async def test_with_deduplication_off_a_resent_sequence_id_is_stored_again(
     admin: AdminClient, wire: WireClient,
 ) -> None:
     namespace = await new_namespace(admin, deduplication_enabled=False)
-    topic, overridden = topic_in(namespace), topic_in(namespace)
+    topic, overridden = unique_topic("t", namespace), unique_topic("t", namespace)
     await admin.set_topic_policies(overridden, admin_pb2.Policies(deduplication_enabled=True))
     for name, stored_twice in ((topic, True), (overridden, False)):
         producer = await wire.producer(name)
@@ -382,7 +362,7 @@ async def test_turning_deduplication_off_and_on_applies_to_a_loaded_topic(
     admin: AdminClient, wire: WireClient,
 ) -> None:
     namespace = await new_namespace(admin)
-    topic = topic_in(namespace)
+    topic = unique_topic("t", namespace)
     producer = await wire.producer(topic)
     receipt_of(await producer.send_entry(make_entry(producer.name, 1, b"a"), 1))
     assert receipt_of(await producer.send_entry(make_entry(producer.name, 1, b"a"), 1)) == (-1, -1)  # on by default
@@ -413,7 +393,7 @@ async def test_a_namespace_requiring_encryption_refuses_unencrypted_messages(
     admin: AdminClient, wire: WireClient,
 ) -> None:
     namespace = await new_namespace(admin, encryption_required=True)
-    topic, overridden = topic_in(namespace), topic_in(namespace)
+    topic, overridden = unique_topic("t", namespace), unique_topic("t", namespace)
     await admin.set_topic_policies(overridden, admin_pb2.Policies(encryption_required=False))
     producer = await wire.producer(topic)
     assert error_of(await producer.send(b"plain")) == (common_pb2.METADATA_ERROR, "Messages must be encrypted")
@@ -431,7 +411,7 @@ async def test_a_namespace_requiring_encryption_refuses_unencrypted_messages(
 
 async def test_requiring_encryption_applies_to_a_loaded_topic(admin: AdminClient, wire: WireClient) -> None:
     namespace = await new_namespace(admin)
-    topic = topic_in(namespace)
+    topic = unique_topic("t", namespace)
     producer = await wire.producer(topic)
     receipt_of(await producer.send(b"plain"))
     await admin.set_topic_policies(topic, admin_pb2.Policies(encryption_required=True))
@@ -457,7 +437,7 @@ async def test_the_namespaces_max_message_size_is_reported_and_enforced(
 ) -> None:
     limit = 16 * 1024
     namespace = await new_namespace(admin, max_message_size=limit)
-    topic, overridden = topic_in(namespace), topic_in(namespace)
+    topic, overridden = unique_topic("t", namespace), unique_topic("t", namespace)
     await admin.set_topic_policies(overridden, admin_pb2.Policies(max_message_size=4 * limit))
     producer, registered = await wire.register(topic)
     assert registered.max_message_size == limit
@@ -488,7 +468,7 @@ async def test_the_namespaces_max_message_size_is_reported_and_enforced(
 
 async def test_a_changed_max_message_size_applies_to_a_loaded_topic(admin: AdminClient, wire: WireClient) -> None:
     namespace = await new_namespace(admin)
-    topic = topic_in(namespace)
+    topic = unique_topic("t", namespace)
     producer, registered = await wire.register(topic)
     assert registered.max_message_size == 5 * 1024 * 1024  # the broker's default
     value = b"x" * (64 * 1024)
@@ -548,7 +528,7 @@ async def test_over_its_size_quota_a_send_fails_with_producer_exception_and_noth
 ) -> None:
     limit = 4 * entry_size() + entry_size() // 2
     namespace = await new_namespace(admin, backlog_quota=quota(limit_bytes=limit))
-    topic = topic_in(namespace)
+    topic = unique_topic("t", namespace)
     consumer = await wire.consumer(topic, "slow")
     producer = await wire.producer(topic)
     positions = await fill(producer, 5)  # the fifth goes over
@@ -575,7 +555,7 @@ async def test_over_its_size_quota_a_send_fails_with_producer_exception_and_noth
 
 async def test_over_its_age_quota_a_send_fails_with_producer_exception(admin: AdminClient, wire: WireClient) -> None:
     namespace = await new_namespace(admin, backlog_quota=quota(limit_seconds=60))
-    topic = topic_in(namespace)
+    topic = unique_topic("t", namespace)
     consumer = await wire.consumer(topic, "slow")
     producer = await wire.producer(topic)
     an_hour_ago = int(time.time() * 1000) - 3600_000
@@ -608,7 +588,7 @@ async def test_over_its_age_quota_a_send_fails_with_producer_exception(admin: Ad
 async def test_a_topics_backlog_quota_overrides_its_namespaces(admin: AdminClient, wire: WireClient) -> None:
     limit = 2 * entry_size() + entry_size() // 2
     namespace = await new_namespace(admin, backlog_quota=quota(limit_bytes=limit))
-    roomy, unlimited, plain = topic_in(namespace), topic_in(namespace), topic_in(namespace)
+    roomy, unlimited, plain = unique_topic("t", namespace), unique_topic("t", namespace), unique_topic("t", namespace)
     roomy_limit = 10 * entry_size() + entry_size() // 2
     await admin.set_topic_policies(roomy, admin_pb2.Policies(backlog_quota=quota(limit_bytes=roomy_limit)))
     await admin.set_topic_policies(unlimited, admin_pb2.Policies(backlog_quota=quota()))
@@ -626,7 +606,7 @@ async def test_a_backlog_quota_changed_while_the_topic_is_loaded_applies_at_once
     admin: AdminClient, wire: WireClient,
 ) -> None:
     namespace = await new_namespace(admin)
-    topic = topic_in(namespace)
+    topic = unique_topic("t", namespace)
     await wire.consumer(topic, "slow")
     producer = await wire.producer(topic)
     await fill(producer, 6)  # no quota yet
@@ -670,7 +650,7 @@ async def test_over_its_size_quota_sends_are_held_in_order_until_the_consumer_ac
     limit = 4 * entry_size() + entry_size() // 2
     namespace = await new_namespace(admin, backlog_quota=quota(limit_bytes=limit,
                                                                 policy=admin_pb2.PRODUCER_REQUEST_HOLD))
-    topic = topic_in(namespace)
+    topic = unique_topic("t", namespace)
     consumer = await wire.consumer(topic, "slow")
     producer = await wire.producer(topic)
     await fill(producer, 5)  # over the quota now
@@ -692,7 +672,7 @@ async def test_over_its_age_quota_sends_are_held_until_the_old_message_is_acknow
     admin: AdminClient, wire: WireClient, policy_standalone: StandaloneProcess,
 ) -> None:
     namespace = await new_namespace(admin)
-    topic = topic_in(namespace)
+    topic = unique_topic("t", namespace)
     # A topic policy this time (the namespace has none).
     await admin.set_topic_policies(topic, admin_pb2.Policies(
         backlog_quota=quota(limit_seconds=60, policy=admin_pb2.PRODUCER_REQUEST_HOLD)))
@@ -733,7 +713,7 @@ async def test_over_its_size_quota_the_slowest_subscriptions_oldest_entries_are_
     limit = 4 * entry_size() + entry_size() // 2
     namespace = await new_namespace(admin, backlog_quota=quota(
         limit_bytes=limit, policy=admin_pb2.CONSUMER_BACKLOG_EVICTION))
-    topic = topic_in(namespace)
+    topic = unique_topic("t", namespace)
     await admin.create_subscription(topic, "slow")
     fast = await wire.consumer(topic, "fast")
     producer = await wire.producer(topic)
@@ -753,7 +733,7 @@ async def test_over_its_size_quota_the_slowest_subscriptions_oldest_entries_are_
 
 async def test_over_its_age_quota_the_old_entries_are_evicted_live(admin: AdminClient, wire: WireClient) -> None:
     namespace = await new_namespace(admin)
-    topic = topic_in(namespace)
+    topic = unique_topic("t", namespace)
     await admin.create_subscription(topic, "slow")
     producer = await wire.producer(topic)
     an_hour_ago = int(time.time() * 1000) - 3600_000
@@ -778,7 +758,7 @@ async def test_messages_older_than_the_ttl_are_acknowledged_on_every_subscriptio
     admin: AdminClient, wire: WireClient,
 ) -> None:
     namespace = await new_namespace(admin, message_ttl_seconds=60)
-    topic, never = topic_in(namespace), topic_in(namespace)
+    topic, never = unique_topic("t", namespace), unique_topic("t", namespace)
     await admin.set_topic_policies(never, admin_pb2.Policies(message_ttl_seconds=0))  # never expire
     an_hour_ago = int(time.time() * 1000) - 3600_000
     young: dict[str, list[tuple[int, int]]] = {}
@@ -838,7 +818,7 @@ async def ledger_ids(admin: AdminClient, topic: str) -> list[int]:
 async def read_back(policy_standalone: StandaloneProcess, topic: str, count: int) -> int:
     """How many messages a new subscription from the earliest finds (up to `count`)."""
     async with AsyncClient(policy_standalone.service_url) as client:
-        consumer = await client.subscribe(topic, unique("reader"), initial_position=InitialPosition.Earliest)
+        consumer = await client.subscribe(topic, unique_name("reader"), initial_position=InitialPosition.Earliest)
         found = 0
         while found < count and await consumer.receive(timeout=5) is not None:
             found += 1
@@ -850,14 +830,14 @@ async def test_retention_policies_decide_which_consumed_ledgers_are_deleted(
 ) -> None:
     keep_nothing = await new_namespace(admin, retention=retention(0, 0))
     keep_all = await new_namespace(admin, retention=retention(-1, -1))
-    forever = topic_in(keep_all)
-    overridden = topic_in(keep_nothing)  # its own policy keeps what its namespace's would not
+    forever = unique_topic("t", keep_all)
+    overridden = unique_topic("t", keep_nothing)  # its own policy keeps what its namespace's would not
     await admin.set_topic_policies(overridden, admin_pb2.Policies(retention=retention(-1, -1)))
-    by_size = topic_in(keep_all)  # the newest 5,000 bytes: a little over one ledger
+    by_size = unique_topic("t", keep_all)  # the newest 5,000 bytes: a little over one ledger
     await admin.set_topic_policies(by_size, admin_pb2.Policies(retention=retention(-1, 5000)))
     kept = {topic: await produce_and_consume_all(wire, admin, topic) for topic in (forever, overridden, by_size)}
 
-    trimmed = topic_in(keep_nothing)
+    trimmed = unique_topic("t", keep_nothing)
     ledgers = await produce_and_consume_all(wire, admin, trimmed)
 
     async def only_the_open_ledger_left() -> bool:
@@ -880,7 +860,7 @@ async def test_a_retention_policy_changed_while_the_topic_is_loaded_applies_at_o
     admin: AdminClient, wire: WireClient,
 ) -> None:
     namespace = await new_namespace(admin, retention=retention(-1, -1))
-    topic = topic_in(namespace)
+    topic = unique_topic("t", namespace)
     ledgers = await produce_and_consume_all(wire, admin, topic)
     assert await ledger_ids(admin, topic) == ledgers
     await admin.set_topic_policies(topic, admin_pb2.Policies(retention=retention(1, -1)))  # one second
@@ -897,7 +877,7 @@ async def test_deleting_a_topic_with_clients_is_refused_unless_forced_and_leaves
     admin: AdminClient, wire: WireClient, policy_standalone: StandaloneProcess,
 ) -> None:
     namespace = await new_namespace(admin)
-    topic = topic_in(namespace)
+    topic = unique_topic("t", namespace)
     await admin.set_topic_policies(topic, admin_pb2.Policies(max_producers_per_topic=1))
     consumer = await wire.consumer(topic, "s", type=broker_pb2.SHARED)
     producer = await wire.producer(topic)
@@ -933,7 +913,7 @@ async def test_deleting_a_topic_with_clients_is_refused_unless_forced_and_leaves
 
 async def test_a_topic_whose_clients_left_is_deleted_without_force(admin: AdminClient, wire: WireClient) -> None:
     namespace = await new_namespace(admin)
-    topic = topic_in(namespace)
+    topic = unique_topic("t", namespace)
     consumer = await wire.consumer(topic, "s")
     producer = await wire.producer(topic)
     await fill(producer, 2)
@@ -975,7 +955,7 @@ async def test_new_ledgers_get_the_storage_quorums_of_their_policies(
     try:
         async with AdminClient(cluster.service_url, timeout=20) as admin, WireClient(cluster.lookup.port) as wire:
             namespace = await new_namespace(admin, persistence=persistence(3, 3, 2))
-            topic, overridden = topic_in(namespace), topic_in(namespace)
+            topic, overridden = unique_topic("t", namespace), unique_topic("t", namespace)
             await admin.set_topic_policies(overridden, admin_pb2.Policies(persistence=persistence(2, 2, 1)))
             for name, expected in ((topic, (3, 3, 2)), (overridden, (2, 2, 1))):
                 producer = await wire.producer(name)
@@ -986,15 +966,17 @@ async def test_new_ledgers_get_the_storage_quorums_of_their_policies(
             producer = await wire.producer(topic)
             await admin.set_namespace_policies(namespace, admin_pb2.Policies(persistence=persistence(3, 2, 1)))
 
+            sequences = itertools.count(50)  # past the sequence ids this producer sent
+
             async def rolled_over_with_new_quorums() -> bool:
-                (position,) = await fill(producer, 1, first=50 + next(_names))
+                (position,) = await fill(producer, 1, first=next(sequences))
                 return await quorums(store, position[0]) == (3, 2, 1)
 
             await eventually(rolled_over_with_new_quorums, "a new ledger with the namespace's new quorums")
 
             # More copies than there are storage nodes: the producer hears why it cannot write.
             greedy = await new_namespace(admin, persistence=persistence(5, 4, 2))
-            error = await refused_producer(wire, topic_in(greedy))
+            error = await refused_producer(wire, unique_topic("t", greedy))
             assert error.code == common_pb2.PERSISTENCE_ERROR
             assert "could not create a ledger" in error.error.message
             assert "cannot create a ledger with E=5 Qw=4 Qa=2: it needs at least 4 healthy storage nodes" in (

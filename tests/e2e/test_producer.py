@@ -10,12 +10,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime
-import itertools
 import logging
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -49,26 +47,10 @@ from herald.common.codec.compression import decompress
 from herald.common.codec.entry import EntryMetadata, Record, decode_entry, iter_records
 
 from tests.conftest import StandaloneProcess
+from tests.helpers import eventually, unique_topic
 from tests.wire import WireClient
 
 EARLIEST = InitialPosition.Earliest
-_names = itertools.count()
-
-
-def new_topic(prefix: str = "producer") -> str:
-    return f"persistent://public/default/{prefix}-{next(_names)}"
-
-
-@pytest.fixture
-async def client(shared_standalone: StandaloneProcess) -> AsyncIterator[AsyncClient]:
-    async with AsyncClient(shared_standalone.service_url) as made:
-        yield made
-
-
-@pytest.fixture
-async def admin(shared_standalone: StandaloneProcess) -> AsyncIterator[AdminClient]:
-    async with AdminClient(shared_standalone.service_url, timeout=20) as made:
-        yield made
 
 
 async def stored(port: int, topic: str) -> list[broker_pb2.DeliveredEntry]:
@@ -118,15 +100,6 @@ def rebuild(entries: list[broker_pb2.DeliveredEntry]) -> list[tuple[list[EntryMe
     return messages
 
 
-async def eventually(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:  # noqa: ASYNC109
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"no {what} within {timeout}s")
-
-
 async def drain(consumer: Any, count: int) -> list[Message[Any]]:
     received: list[Message[Any]] = []
     for _ in range(count):
@@ -145,7 +118,7 @@ class Order:
 
 
 async def test_a_schema_encodes_the_values_sent(client: AsyncClient) -> None:
-    topic = new_topic("schema")
+    topic = unique_topic("schema")
     consumer = await client.subscribe(topic, "sub", initial_position=EARLIEST)
     text = await client.create_producer(topic, schema=StringSchema())
     orders = await client.create_producer(topic, schema=JsonSchema(Order))
@@ -158,7 +131,7 @@ async def test_a_schema_encodes_the_values_sent(client: AsyncClient) -> None:
 
 
 async def test_a_value_its_schema_refuses_fails_the_send_and_the_producer_carries_on(client: AsyncClient) -> None:
-    topic = new_topic("schema-refused")
+    topic = unique_topic("schema-refused")
     text = await client.create_producer(topic, schema=StringSchema())
     with pytest.raises(SchemaError, match="StringSchema sends str values, got bytes"):
         await text.send(b"bytes")  # type: ignore[arg-type]
@@ -173,7 +146,7 @@ async def test_a_value_its_schema_refuses_fails_the_send_and_the_producer_carrie
 
 async def test_create_producer_refuses_something_that_is_not_a_schema(client: AsyncClient) -> None:
     with pytest.raises(InvalidArgumentError, match=r"schema must be a herald\.client\.Schema"):
-        await client.create_producer(new_topic(), schema=str)  # type: ignore[call-overload]
+        await client.create_producer(unique_topic("producer"), schema=str)  # type: ignore[call-overload]
 
 
 # ---- compression ----
@@ -183,7 +156,7 @@ async def test_create_producer_refuses_something_that_is_not_a_schema(client: As
 async def test_compressed_entries_are_stored_compressed_and_decompress_to_the_messages(
     client: AsyncClient, shared_standalone: StandaloneProcess, codec: CompressionType, batched: bool,
 ) -> None:
-    topic = new_topic("compressed")
+    topic = unique_topic("compressed")
     producer = await client.create_producer(topic, compression_type=codec, batching_enabled=batched,
                                             batching_max_publish_delay=10.0)
     values = [b"message %d says the same thing again and again " % i * 4 for i in range(30)]
@@ -205,7 +178,7 @@ async def test_compressed_entries_are_stored_compressed_and_decompress_to_the_me
 # ---- chunking ----
 
 async def small_limit_topic(admin: AdminClient, limit: int, prefix: str) -> str:
-    topic = new_topic(prefix)
+    topic = unique_topic(prefix)
     await admin.set_topic_policies(topic, admin_pb2.Policies(max_message_size=limit))
     return topic
 
@@ -287,7 +260,7 @@ async def test_chunked_and_compressed_messages_resent_across_a_crash_are_stored_
     standalone: StandaloneProcess, caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="herald.client")
-    topic = new_topic("chunks-restart")
+    topic = unique_topic("chunks-restart")
     async with AdminClient(standalone.service_url, timeout=20) as admin:
         await admin.set_topic_policies(topic, admin_pb2.Policies(max_message_size=32 * 1024))
     values = [os.urandom(70_000 + i) for i in range(40)]  # 3 chunks each, LZ4 cannot shrink them
@@ -335,9 +308,7 @@ async def test_a_chunk_the_broker_refuses_fails_its_whole_message_and_the_produc
         async def lowered() -> bool:
             return (await probe.send(b"p" * 20 * 1024)).HasField("send_error")
 
-        deadline = time.monotonic() + 10
-        while not await lowered():
-            assert time.monotonic() < deadline, "the lower limit never applied"
+        await eventually(lowered, "the lower limit applied")
         await probe.close()
     big = await producer.send_async(os.urandom(100_000))
     after = await producer.send_async(b"after")
@@ -379,7 +350,7 @@ async def test_a_consumer_receives_compressed_and_chunked_messages_whole(
 async def test_a_delayed_message_goes_alone_after_the_batch_queued_before_it(
     client: AsyncClient, shared_standalone: StandaloneProcess,
 ) -> None:
-    topic = new_topic("delayed-entry")
+    topic = unique_topic("delayed-entry")
     producer = await client.create_producer(topic, batching_max_publish_delay=10.0)
     first = await producer.send_async(b"a")
     second = await producer.send_async(b"b")
@@ -404,7 +375,7 @@ async def test_a_delayed_message_goes_alone_after_the_batch_queued_before_it(
 
 
 async def test_a_delayed_message_reaches_a_shared_subscription_after_later_ones(client: AsyncClient) -> None:
-    topic = new_topic("delayed")
+    topic = unique_topic("delayed")
     consumer = await client.subscribe(topic, "sub", consumer_type=ConsumerType.Shared, initial_position=EARLIEST)
     producer = await client.create_producer(topic)
     await producer.send(b"delayed", deliver_after=2.0)
@@ -415,7 +386,7 @@ async def test_a_delayed_message_reaches_a_shared_subscription_after_later_ones(
 
 
 async def test_deliver_options_are_checked_at_the_call(client: AsyncClient) -> None:
-    producer = await client.create_producer(new_topic("delayed-bad"))
+    producer = await client.create_producer(unique_topic("delayed-bad"))
     with pytest.raises(InvalidArgumentError, match="give deliver_at or deliver_after, not both"):
         await producer.send_async(b"x", deliver_at=1, deliver_after=1.0)
     with pytest.raises(InvalidArgumentError, match="timezone-aware"):
@@ -432,7 +403,7 @@ async def test_deliver_options_are_checked_at_the_call(client: AsyncClient) -> N
 async def test_key_based_batching_stores_one_key_per_entry_with_ascending_sequence_ids(
     client: AsyncClient, shared_standalone: StandaloneProcess,
 ) -> None:
-    topic = new_topic("key-based")
+    topic = unique_topic("key-based")
     consumer = await client.subscribe(topic, "sub", initial_position=EARLIEST)
     producer = await client.create_producer(topic, batching_type=BatchingType.KeyBased,
                                             batching_max_publish_delay=10.0, batching_max_messages=7)
@@ -458,7 +429,7 @@ async def test_key_based_batching_stores_one_key_per_entry_with_ascending_sequen
 
 
 async def test_key_based_batching_keeps_each_key_with_one_key_shared_consumer(client: AsyncClient) -> None:
-    topic = new_topic("key-shared")
+    topic = unique_topic("key-shared")
     consumers = [await client.subscribe(topic, "sub", consumer_type=ConsumerType.KeyShared,
                                         initial_position=EARLIEST) for _ in range(2)]
     producer = await client.create_producer(topic, batching_type=BatchingType.KeyBased,
@@ -487,7 +458,7 @@ async def test_key_based_batching_keeps_each_key_with_one_key_shared_consumer(cl
 async def test_default_batching_gives_an_entry_only_the_keys_all_its_messages_share(
     client: AsyncClient, shared_standalone: StandaloneProcess,
 ) -> None:
-    topic = new_topic("entry-keys")
+    topic = unique_topic("entry-keys")
     producer = await client.create_producer(topic, batching_max_publish_delay=10.0)
     for _ in range(3):
         await producer.send_async(b"same", key="k", ordering_key=b"o")
@@ -523,7 +494,7 @@ class Stamper(ProducerInterceptor):
 async def test_interceptors_change_messages_before_they_are_sent_and_hear_their_outcome(
     client: AsyncClient,
 ) -> None:
-    topic = new_topic("intercepted")
+    topic = unique_topic("intercepted")
     consumer = await client.subscribe(topic, "sub", initial_position=EARLIEST)
     recorder = Recorder()
     producer = await client.create_producer(topic, producer_name="stamp", interceptors=[Stamper(), recorder],
@@ -560,7 +531,7 @@ class WrongReturn(ProducerInterceptor):
 async def test_an_interceptor_that_raises_or_returns_garbage_is_skipped(
     client: AsyncClient, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    topic = new_topic("bad-interceptors")
+    topic = unique_topic("bad-interceptors")
     consumer = await client.subscribe(topic, "sub", initial_position=EARLIEST)
     recorder = Recorder()
     producer = await client.create_producer(topic, interceptors=[Raising(), WrongReturn(), recorder])
@@ -581,7 +552,7 @@ async def test_a_message_an_interceptor_makes_too_large_is_refused_and_acknowled
     shared_standalone: StandaloneProcess, client: AsyncClient,
 ) -> None:
     recorder = Recorder()
-    producer = await client.create_producer(new_topic("inflated"), interceptors=[Inflate(), recorder])
+    producer = await client.create_producer(unique_topic("inflated"), interceptors=[Inflate(), recorder])
     with pytest.raises(MessageTooLargeError):
         await producer.send_async(b"0123456789")
     assert [(message_id, type(error)) for _, message_id, error in recorder.acknowledged] == [
@@ -589,7 +560,7 @@ async def test_a_message_an_interceptor_makes_too_large_is_refused_and_acknowled
     assert producer.stats().pending_messages == 0
     with Client(shared_standalone.service_url) as sync_client:
         sync_recorder = Recorder()
-        sync_producer = sync_client.create_producer(new_topic("inflated-sync"),
+        sync_producer = sync_client.create_producer(unique_topic("inflated-sync"),
                                                     interceptors=[Inflate(), sync_recorder])
         outcome: list[HeraldError | None] = []
         done = threading.Event()
@@ -611,7 +582,7 @@ class Stringify(ProducerInterceptor):
 
 async def test_a_message_an_interceptor_gives_a_value_other_than_bytes_is_refused(client: AsyncClient) -> None:
     recorder = Recorder()
-    producer = await client.create_producer(new_topic("stringified"), interceptors=[Stringify(), recorder])
+    producer = await client.create_producer(unique_topic("stringified"), interceptors=[Stringify(), recorder])
     with pytest.raises(SchemaError, match="must be bytes, got str"):
         await producer.send(b"text")
     assert [type(error) for _, _, error in recorder.acknowledged] == [SchemaError]
@@ -620,7 +591,7 @@ async def test_a_message_an_interceptor_gives_a_value_other_than_bytes_is_refuse
 # ---- producer properties and stats ----
 
 async def test_producer_properties_are_shown_in_the_topics_stats(client: AsyncClient, admin: AdminClient) -> None:
-    topic = new_topic("properties")
+    topic = unique_topic("properties")
     producer = await client.create_producer(topic, producer_name="with-props",
                                             properties={"app": "billing", "région": "eu"})
     await producer.send(b"x")
@@ -630,7 +601,7 @@ async def test_producer_properties_are_shown_in_the_topics_stats(client: AsyncCl
 
 
 async def test_stats_count_messages_bytes_receipts_and_latencies_per_entry(client: AsyncClient) -> None:
-    producer = await client.create_producer(new_topic("stats"), batching_max_publish_delay=10.0,
+    producer = await client.create_producer(unique_topic("stats"), batching_max_publish_delay=10.0,
                                             batching_max_messages=10)
     assert producer.stats() == ProducerStats(0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0)
     futures = [await producer.send_async(b"x" * 95) for _ in range(25)]
@@ -645,7 +616,7 @@ async def test_stats_count_messages_bytes_receipts_and_latencies_per_entry(clien
 
 
 async def test_stats_count_messages_that_failed_after_being_queued(client: AsyncClient) -> None:
-    producer = await client.create_producer(new_topic("stats-failed"), batching_max_publish_delay=10.0,
+    producer = await client.create_producer(unique_topic("stats-failed"), batching_max_publish_delay=10.0,
                                             max_pending_messages=3)
     pending = [await producer.send_async(b"x") for _ in range(3)]
     with pytest.raises(ProducerQueueIsFullError):
@@ -663,7 +634,7 @@ async def test_stats_are_logged_every_stats_interval(
 ) -> None:
     caplog.set_level(logging.INFO, logger="herald.client")
     async with AsyncClient(shared_standalone.service_url, stats_interval=0.1) as client:
-        producer = await client.create_producer(new_topic("stats-logged"), producer_name="logged")
+        producer = await client.create_producer(unique_topic("stats-logged"), producer_name="logged")
         await producer.send(b"x")
         await eventually(lambda: "receipts" in caplog.text, "a stats line")
     logged = [r for r in caplog.records if r.getMessage().startswith("producer logged on ")]
@@ -677,7 +648,7 @@ async def test_a_stats_interval_of_zero_logs_no_stats(
 ) -> None:
     caplog.set_level(logging.INFO, logger="herald.client")
     async with AsyncClient(shared_standalone.service_url, stats_interval=0) as client:
-        producer = await client.create_producer(new_topic("stats-off"), producer_name="silent")
+        producer = await client.create_producer(unique_topic("stats-off"), producer_name="silent")
         await producer.send(b"x")
         assert producer._stats_timer is None  # type: ignore[attr-defined]
     assert "msg/s" not in caplog.text
@@ -687,7 +658,7 @@ async def test_a_stats_interval_of_zero_logs_no_stats(
 
 async def test_a_producer_made_with_its_own_max_pending_uses_it(client: AsyncClient) -> None:
     config = ProducerConfig(max_pending_messages=1000, batching_max_publish_delay=10.0)
-    producer: TopicProducer[bytes] = TopicProducer(new_topic("max-pending"), config, client.config, client._pool,
+    producer: TopicProducer[bytes] = TopicProducer(unique_topic("max-pending"), config, client.config, client._pool,
                                                    client._lookup, lambda _: None, max_pending_messages=2)
     await producer._start()
     try:
@@ -698,7 +669,7 @@ async def test_a_producer_made_with_its_own_max_pending_uses_it(client: AsyncCli
     finally:
         await producer.close()
     with pytest.raises(InvalidArgumentError, match="max_pending_messages must be a positive integer"):
-        TopicProducer(new_topic(), config, client.config, client._pool, client._lookup, lambda _: None,
+        TopicProducer(unique_topic("producer"), config, client.config, client._pool, client._lookup, lambda _: None,
                       max_pending_messages=0)
 
 
@@ -708,7 +679,7 @@ async def test_enqueue_nowait_reports_refusals_to_its_callback(client: AsyncClie
     def callback(error: HeraldError | None, message_id: MessageId | None) -> None:
         outcomes.append((error, message_id))
 
-    producer = await client.create_producer(new_topic("enqueue"), max_pending_messages=1,
+    producer = await client.create_producer(unique_topic("enqueue"), max_pending_messages=1,
                                             batching_max_publish_delay=10.0)
     assert producer.enqueue_nowait(b"x" * (producer.max_message_size + 1), callback)  # type: ignore[attr-defined]
     assert producer.enqueue_nowait(b"queued", callback, "k", None, {"a": "b"}, 5, None, None)
@@ -716,7 +687,7 @@ async def test_enqueue_nowait_reports_refusals_to_its_callback(client: AsyncClie
     assert [type(error) for error, _ in outcomes] == [MessageTooLargeError, ProducerQueueIsFullError]
     await producer.flush()
     assert outcomes[2][0] is None and isinstance(outcomes[2][1], MessageId)
-    blocking = await client.create_producer(new_topic("enqueue-blocking"), max_pending_messages=1,
+    blocking = await client.create_producer(unique_topic("enqueue-blocking"), max_pending_messages=1,
                                             block_if_queue_full=True, batching_max_publish_delay=10.0)
     assert blocking.enqueue_nowait(b"first", callback)
     assert not blocking.enqueue_nowait(b"offer again later", callback)  # full, and it blocks
@@ -728,7 +699,7 @@ async def test_enqueue_nowait_reports_refusals_to_its_callback(client: AsyncClie
 # ---- the blocking facade ----
 
 def test_sync_producer_sends_with_every_option(shared_standalone: StandaloneProcess) -> None:
-    topic = new_topic("sync-options")
+    topic = unique_topic("sync-options")
     with Client(shared_standalone.service_url) as client:
         consumer = client.subscribe(topic, "sub", consumer_type=ConsumerType.Shared, initial_position=EARLIEST)
         producer = client.create_producer(topic, schema=StringSchema(), batching_max_publish_delay=10.0)
@@ -760,7 +731,7 @@ def test_sync_producer_sends_with_every_option(shared_standalone: StandaloneProc
 
 def test_sync_producer_refuses_on_the_callers_thread(shared_standalone: StandaloneProcess) -> None:
     with Client(shared_standalone.service_url) as client:
-        producer = client.create_producer(new_topic("sync-refused"))
+        producer = client.create_producer(unique_topic("sync-refused"))
         with pytest.raises(MessageTooLargeError):
             producer.send(b"x" * (5 * 1024 * 1024 + 1))  # the broker's default max message size
         with pytest.raises(SchemaError):
@@ -774,7 +745,7 @@ def test_sync_producer_refuses_on_the_callers_thread(shared_standalone: Standalo
 
 def test_sync_send_async_reports_a_full_queue_to_its_callback(shared_standalone: StandaloneProcess) -> None:
     with Client(shared_standalone.service_url) as client:
-        producer = client.create_producer(new_topic("sync-full"), max_pending_messages=1,
+        producer = client.create_producer(unique_topic("sync-full"), max_pending_messages=1,
                                           batching_max_publish_delay=10.0)
         errors: list[HeraldError | None] = []
         refused = threading.Event()

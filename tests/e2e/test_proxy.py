@@ -6,7 +6,6 @@ metrics and every error path the proxy adds."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import re
 import signal
@@ -37,13 +36,8 @@ from herald.local_cluster import ClusterProcess, LocalCluster, free_port
 
 from tests.chaos.checker import CHECKER, CLIENT_OPTIONS, PHASE_SECONDS, ContinuousProducer, check
 from tests.conftest import VENV_BIN, StandaloneProcess, service_env
+from tests.helpers import eventually, eventually_passes, unique_name, unique_topic
 from tests.wire import make_entry, values_of
-
-_names = itertools.count()
-
-
-def new_topic(prefix: str = "px") -> str:
-    return f"persistent://public/default/{prefix}-{next(_names)}"
 
 
 def start_proxy(log_dir: Path, lookup_address: str, name: str = "proxy", port: int | None = None,
@@ -134,7 +128,7 @@ async def receive(consumer: AsyncConsumer[bytes], count: int) -> list[bytes]:
 # ---- the client-facing API through the proxy ----
 
 async def test_a_client_given_only_the_proxy_url_produces_and_consumes(client: AsyncClient) -> None:
-    topic = new_topic()
+    topic = unique_topic("px")
     consumer = await client.subscribe(topic, "s", initial_position=InitialPosition.Earliest)
     await produce(client, topic, [b"%d" % i for i in range(500)])
     assert await receive(consumer, 500) == [b"%d" % i for i in range(500)]
@@ -142,7 +136,7 @@ async def test_a_client_given_only_the_proxy_url_produces_and_consumes(client: A
 
 
 async def test_every_address_the_proxy_answers_is_its_own(proxy: ClusterProcess) -> None:
-    topic = new_topic()
+    topic = unique_topic("px")
     async with grpc.aio.insecure_channel(proxy.address) as channel:
         lookup = lookup_pb2_grpc.LookupServiceStub(channel)
         found = await lookup.LookupTopic(lookup_pb2.LookupTopicRequest(topic=topic))
@@ -155,7 +149,7 @@ async def test_every_address_the_proxy_answers_is_its_own(proxy: ClusterProcess)
 
 
 async def test_readers_and_last_message_ids_go_through_the_proxy(client: AsyncClient) -> None:
-    topic = new_topic("reader")
+    topic = unique_topic("reader")
     ids = await produce(client, topic, [b"a", b"b", b"c"], batching_enabled=False)
     reader = await client.create_reader(topic, MessageId.earliest)
     assert [(await reader.read_next(timeout=20)).value for _ in range(3)] == [b"a", b"b", b"c"]
@@ -168,9 +162,9 @@ async def test_readers_and_last_message_ids_go_through_the_proxy(client: AsyncCl
 
 async def test_pull_goes_to_the_broker_serving_the_queue(client: AsyncClient, admin: AdminClient,
                                                          proxy: ClusterProcess) -> None:
-    topic = new_topic("pull")
+    topic = unique_topic("pull")
     await produce(client, topic, [b"a", b"b"], batching_enabled=False)
-    parted = new_topic("pull-parts")
+    parted = unique_topic("pull-parts")
     await admin.create_topic(parted, partitions=2)
     await produce(client, f"{parted}-partition-1", [b"p1"])
     async with grpc.aio.insecure_channel(proxy.address) as channel:
@@ -193,7 +187,7 @@ async def test_pull_goes_to_the_broker_serving_the_queue(client: AsyncClient, ad
 
 
 async def test_a_partitioned_topic_through_the_proxy(client: AsyncClient, admin: AdminClient) -> None:
-    topic = new_topic("parts")
+    topic = unique_topic("parts")
     await admin.create_topic(topic, partitions=3)
     assert await client.get_partitions_for_topic(topic) == [f"{topic}-partition-{i}" for i in range(3)]
     consumer = await client.subscribe(topic, "s", ConsumerType.Shared, InitialPosition.Earliest)
@@ -210,7 +204,7 @@ async def test_a_partitioned_topic_through_the_proxy(client: AsyncClient, admin:
 async def test_admin_calls_and_topic_listing_go_through_the_proxy(
     client: AsyncClient, admin: AdminClient, proxy: ClusterProcess,
 ) -> None:
-    tenant = f"acme{next(_names)}"
+    tenant = unique_name("acme")
     await admin.create_tenant(tenant)
     await admin.create_namespace(f"{tenant}/orders")
     created, other = f"persistent://{tenant}/orders/created", f"persistent://{tenant}/orders/paid"
@@ -231,7 +225,7 @@ async def test_admin_calls_and_topic_listing_go_through_the_proxy(
     assert await receive(consumer, 1) == [b"x"]
     await consumer.close()
     with pytest.raises(NotFoundError, match="does not exist"):
-        await admin.get_tenant(f"missing{next(_names)}")
+        await admin.get_tenant(unique_name("missing"))
     async with AdminClient(proxy.address, timeout=20) as direct:  # the proxy as a broker address
         assert tenant in await direct.list_tenants()
 
@@ -240,7 +234,7 @@ async def test_admin_calls_and_topic_listing_go_through_the_proxy(
 
 async def test_metrics_count_connections_streams_and_bytes(client: AsyncClient, proxy: ClusterProcess) -> None:
     before = scrape(proxy)
-    topic = new_topic("metrics")
+    topic = unique_topic("metrics")
     consumer = await client.subscribe(topic, "s", initial_position=InitialPosition.Earliest)
     await produce(client, topic, [b"x" * 1000] * 20, batching_enabled=False)
     assert len(await receive(consumer, 20)) == 20
@@ -267,7 +261,7 @@ async def test_lookup_refusals_reach_the_client_as_lookup_gave_them(client: Asyn
 
 
 async def test_broker_refusals_reach_the_client_unchanged(client: AsyncClient) -> None:
-    topic = new_topic("busy")
+    topic = unique_topic("busy")
     first = await client.subscribe(topic, "exclusive")
     with pytest.raises(ConsumerBusyError):
         await client.subscribe(topic, "exclusive")
@@ -296,7 +290,7 @@ async def test_streams_must_start_with_registration_or_subscription(proxy: Clust
 
 
 async def test_a_stream_the_broker_ends_cleanly_ends_cleanly_for_the_client(proxy: ClusterProcess) -> None:
-    topic = new_topic("unsubscribe")
+    topic = unique_topic("unsubscribe")
     async with grpc.aio.insecure_channel(proxy.address) as channel:
         call = broker_pb2_grpc.BrokerServiceStub(channel).Consume()
         await call.write(broker_pb2.ConsumeRequest(subscribe=broker_pb2.Subscribe(topic=topic, subscription="s")))
@@ -350,7 +344,7 @@ async def test_unloaded_topic_is_looked_up_again_and_its_streams_resume(
 ) -> None:
     """The broker closes streams of a topic it unloads (SERVICE_NOT_READY): the proxy ends the
     client's streams with a retryable error, the client comes back through the proxy."""
-    topic = new_topic("unload")
+    topic = unique_topic("unload")
     consumer = await client.subscribe(topic, "s", initial_position=InitialPosition.Earliest)
     producer = await client.create_producer(topic)
     await (await producer.send_async(b"before"))
@@ -370,7 +364,7 @@ async def test_connections_over_the_limit_get_a_clear_error_and_the_others_keep_
     shared_standalone: StandaloneProcess, make_proxy: Callable[..., ClusterProcess],
 ) -> None:
     limited = make_proxy(lookup_address(shared_standalone), max_connections=1, connection_idle_timeout=1)
-    topic = new_topic("limit")
+    topic = unique_topic("limit")
     async with AsyncClient(url_of(limited)) as first:
         producer = await first.create_producer(topic)
         await (await producer.send_async(b"1"))
@@ -385,14 +379,12 @@ async def test_connections_over_the_limit_get_a_clear_error_and_the_others_keep_
         await (await producer.send_async(b"2"))  # the connection inside the limit is unaffected
         assert scrape(limited)["herald_proxy_rejected_connections_total"] >= 2
     # Once the first client is gone (and its connection idle past the timeout), a new one is let in.
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            async with AsyncClient(url_of(limited), operation_timeout=1) as third:
-                await produce(third, topic, [b"3"])
-            break
-        except HeraldError:
-            assert time.monotonic() < deadline, "no connection was let in after the first client left"
+    async def third_client_produces() -> None:
+        async with AsyncClient(url_of(limited), operation_timeout=1) as third:
+            await produce(third, topic, [b"3"])
+
+    await eventually_passes(third_client_produces, "a connection let in after the first client left",
+                            retry=(HeraldError,), timeout=60)
     async with AsyncClient(url_of(limited)) as reader:
         consumer = await reader.subscribe(topic, "s", initial_position=InitialPosition.Earliest)
         assert await receive(consumer, 3) == [b"1", b"2", b"3"]
@@ -526,7 +518,7 @@ def test_drained_proxy_lets_streams_finish_exits_0_and_its_replacement_takes_ove
     stored twice."""
     caplog.set_level(logging.INFO, logger="herald.client")
     draining = make_proxy(lookup_address(shared_standalone), drain_timeout=10)
-    topic = new_topic("drain")
+    topic = unique_topic("drain")
     producer = FloodProducer(url_of(draining), topic).start()
     producer.wait_for_acks(500)
     consumer = ContinuousConsumer(url_of(draining), topic).start()
@@ -558,7 +550,7 @@ async def test_draining_proxy_hands_back_the_receipts_of_the_sends_it_forwarded(
     retryable 'draining' error and exits 0. Meanwhile new calls are refused, and a stream that
     never said what it wants is ended."""
     proxy = make_proxy(lookup_address(shared_standalone), drain_timeout=60)
-    topic = new_topic("drain-receipts")
+    topic = unique_topic("drain-receipts")
     entries = [make_entry("drainer", n, b"v%d" % n) for n in range(30)]
     assert shared_standalone.proc is not None
     async with grpc.aio.insecure_channel(proxy.address) as channel:
@@ -582,11 +574,13 @@ async def test_draining_proxy_hands_back_the_receipts_of_the_sends_it_forwarded(
             for n in range(20, 30):
                 await send(n)
             wanted = forwarded + sum(len(entry) for entry in entries[20:])
-            await poll(lambda: scrape(proxy)['herald_proxy_forwarded_bytes_total{direction="to_broker"}'] >= wanted,
-                       "the proxy forwarding the last sends")
+            # Scraping blocks: off the loop, as the gRPC calls in flight need it.
+            await eventually(lambda: asyncio.to_thread(
+                lambda: scrape(proxy)['herald_proxy_forwarded_bytes_total{direction="to_broker"}'] >= wanted),
+                "the proxy forwarding the last sends")
             assert proxy.proc is not None
             proxy.proc.terminate()
-            await poll(lambda: "draining" in proxy.log_path.read_text(), "the proxy starting to drain")
+            await eventually(lambda: "draining" in proxy.log_path.read_text(), "the proxy starting to drain")
             with pytest.raises(grpc.aio.AioRpcError) as refused:
                 await lookup_pb2_grpc.LookupServiceStub(channel).LookupTopic(lookup_pb2.LookupTopicRequest(topic=topic))
             assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
@@ -605,13 +599,6 @@ async def test_draining_proxy_hands_back_the_receipts_of_the_sends_it_forwarded(
     assert replies[-1].error.message == "proxy is draining: reconnect"
     assert raised.value.code() == grpc.StatusCode.UNAVAILABLE
     assert await asyncio.to_thread(proxy.proc.wait, 60) == 0
-
-
-async def poll(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:  # noqa: ASYNC109
-    deadline = time.monotonic() + timeout
-    while not await asyncio.to_thread(condition):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
 
 
 @pytest.mark.timeout(300)

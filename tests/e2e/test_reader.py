@@ -8,11 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import inspect
 import threading
 import time
-import uuid
-from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -32,24 +29,9 @@ from herald.client.admin import AdminClient
 from herald.common.errors import NotFoundError
 
 from tests.conftest import StandaloneProcess
+from tests.helpers import eventually, unique_topic
 
 EARLIEST, LATEST = MessageId.earliest, MessageId.latest
-
-
-def new_topic() -> str:
-    return f"persistent://public/default/reader-{uuid.uuid4().hex[:10]}"
-
-
-@pytest.fixture
-async def client(shared_standalone: StandaloneProcess) -> AsyncIterator[AsyncClient]:
-    async with AsyncClient(shared_standalone.service_url) as made:
-        yield made
-
-
-@pytest.fixture
-async def admin(shared_standalone: StandaloneProcess) -> AsyncIterator[AdminClient]:
-    async with AdminClient(shared_standalone.service_url) as made:
-        yield made
 
 
 async def publish(client: AsyncClient, topic: str, *values: bytes) -> list[MessageId]:
@@ -88,24 +70,12 @@ async def read_all(reader: AsyncReader[Any]) -> list[bytes]:
     return got
 
 
-async def eventually(check: Callable[[], Any], what: str, seconds: float = 20.0) -> None:
-    deadline = time.monotonic() + seconds
-    while True:
-        result = check()
-        if inspect.isawaitable(result):
-            result = await result
-        if result:
-            return
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
-
-
 # ---- where it starts ----
 
 async def test_a_reader_starts_at_the_earliest_the_latest_or_a_message_id_included_or_not(
     client: AsyncClient,
 ) -> None:
-    topic = new_topic()
+    topic = unique_topic("reader")
     ids = await publish(client, topic, b"a", b"b", b"c")
     earliest = await client.create_reader(topic, EARLIEST)
     latest = await client.create_reader(topic, LATEST)
@@ -120,7 +90,7 @@ async def test_a_reader_starts_at_the_earliest_the_latest_or_a_message_id_includ
 
 
 async def test_a_start_inside_a_batch_reads_from_that_message_or_the_next(client: AsyncClient) -> None:
-    topic = new_topic()
+    topic = unique_topic("reader")
     ids = await publish_batch(client, topic, b"x0", b"x1", b"x2", b"x3")
     inclusive = await client.create_reader(topic, ids[1], start_message_id_inclusive=True)
     exclusive = await client.create_reader(topic, ids[1])
@@ -135,7 +105,7 @@ async def test_a_start_inside_a_batch_reads_from_that_message_or_the_next(client
 
 
 async def test_the_latest_included_is_the_last_message(client: AsyncClient) -> None:
-    topic = new_topic()
+    topic = unique_topic("reader")
     empty = await client.create_reader(topic, LATEST, start_message_id_inclusive=True)
     await publish(client, topic, b"a", b"b")
     last = await client.create_reader(topic, LATEST, start_message_id_inclusive=True)
@@ -149,7 +119,7 @@ async def test_the_latest_included_is_the_last_message(client: AsyncClient) -> N
 async def test_a_start_id_of_another_partition_or_no_message_id_is_refused(
     client: AsyncClient, admin: AdminClient,
 ) -> None:
-    topic = new_topic()
+    topic = unique_topic("reader")
     await admin.create_topic(topic, partitions=2)
     ids = await publish(client, topic, b"a", b"b")
     by_partition = {message_id.partition: message_id for message_id in ids}
@@ -158,19 +128,19 @@ async def test_a_start_id_of_another_partition_or_no_message_id_is_refused(
     with pytest.raises(InvalidArgumentError, match="is a message of partition 0, but the reader reads"):
         await client.create_reader(f"{topic}-partition-1", by_partition[0])
     with pytest.raises(InvalidArgumentError, match="is a message of partition 0, but the reader reads"):
-        await client.create_reader(new_topic(), by_partition[0])
+        await client.create_reader(unique_topic("reader"), by_partition[0])
     for bad in ("1:2", None, (1, 2)):
         with pytest.raises(InvalidArgumentError, match="start_message_id must be a MessageId"):
-            await client.create_reader(new_topic(), bad)  # type: ignore[call-overload]
+            await client.create_reader(unique_topic("reader"), bad)  # type: ignore[call-overload]
     with pytest.raises(InvalidArgumentError, match="invalid reader option"):
-        await client.create_reader(new_topic(), EARLIEST, subscription_name="s")
+        await client.create_reader(unique_topic("reader"), EARLIEST, subscription_name="s")
     with pytest.raises(InvalidArgumentError, match="receiver_queue_size"):
-        await client.create_reader(new_topic(), EARLIEST, receiver_queue_size=0)
+        await client.create_reader(unique_topic("reader"), EARLIEST, receiver_queue_size=0)
     assert client._readers == {reader}  # nothing left of the refused ones
 
 
 async def test_a_reader_of_a_partitioned_topic_is_refused(client: AsyncClient, admin: AdminClient) -> None:
-    topic = new_topic()
+    topic = unique_topic("reader")
     await admin.create_topic(topic, partitions=3)
     with pytest.raises(NotAllowedError, match="has 3 partitions: a reader reads one topic; create a reader for each"):
         await client.create_reader(topic, EARLIEST)
@@ -186,7 +156,7 @@ async def test_a_reader_of_an_unknown_namespace_fails(client: AsyncClient) -> No
 # ---- has_message_available ----
 
 async def test_has_message_available_on_an_empty_topic_mid_way_and_at_the_end(client: AsyncClient) -> None:
-    topic = new_topic()
+    topic = unique_topic("reader")
     reader = await client.create_reader(topic, EARLIEST)
     assert not await reader.has_message_available()
     await publish(client, topic, b"a", b"b", b"c")
@@ -204,7 +174,7 @@ async def test_has_message_available_on_an_empty_topic_mid_way_and_at_the_end(cl
 
 
 async def test_has_message_available_from_the_latest_or_a_start_id(client: AsyncClient) -> None:
-    topic = new_topic()
+    topic = unique_topic("reader")
     ids = await publish(client, topic, b"a", b"b", b"c")
     latest = await client.create_reader(topic, LATEST)
     last_included = await client.create_reader(topic, ids[2], start_message_id_inclusive=True)
@@ -224,7 +194,7 @@ async def test_has_message_available_from_the_latest_or_a_start_id(client: Async
 # ---- seek ----
 
 async def test_seek_moves_the_reader_to_a_message_id_a_time_or_an_end(client: AsyncClient) -> None:
-    topic = new_topic()
+    topic = unique_topic("reader")
     before = await publish(client, topic, b"a", b"b")
     middle = int(time.time() * 1000) + 1
     await asyncio.sleep(0.005)  # past `middle`: the next messages are published after it
@@ -250,7 +220,7 @@ async def test_seek_moves_the_reader_to_a_message_id_a_time_or_an_end(client: As
 
 
 async def test_seek_inside_a_batch_reads_from_that_message(client: AsyncClient) -> None:
-    topic = new_topic()
+    topic = unique_topic("reader")
     ids = await publish_batch(client, topic, b"x0", b"x1", b"x2")
     reader = await client.create_reader(topic, EARLIEST)
     assert await read(reader, 3) == [b"x0", b"x1", b"x2"]
@@ -264,7 +234,7 @@ async def test_seek_inside_a_batch_reads_from_that_message(client: AsyncClient) 
 async def test_a_reader_acknowledges_nothing_and_its_subscription_goes_with_it(
     client: AsyncClient, admin: AdminClient,
 ) -> None:
-    topic = new_topic()
+    topic = unique_topic("reader")
     await publish(client, topic, b"a", b"b")
     reader = await client.create_reader(topic, EARLIEST, reader_name="my-reader")
     assert reader.subscription.startswith("reader-") and reader.reader_name == "my-reader"
@@ -287,7 +257,7 @@ async def _equals(value: Any, expected: Any) -> bool:
 async def test_a_reader_resumes_after_the_last_message_it_read_when_it_reconnects(
     client: AsyncClient, admin: AdminClient,
 ) -> None:
-    topic = new_topic()
+    topic = unique_topic("reader")
     await publish(client, topic, b"a", b"b")
     await publish_batch(client, topic, b"c0", b"c1", b"c2")
     reader = await client.create_reader(topic, EARLIEST)
@@ -301,7 +271,7 @@ async def test_a_reader_resumes_after_the_last_message_it_read_when_it_reconnect
 
 
 async def test_a_reader_listener_gets_every_message_and_read_next_is_refused(client: AsyncClient) -> None:
-    topic = new_topic()
+    topic = unique_topic("reader")
     got: list[tuple[object, bytes]] = []
 
     async def listener(reader: AsyncReader[bytes], message: Message[bytes]) -> None:
@@ -316,7 +286,7 @@ async def test_a_reader_listener_gets_every_message_and_read_next_is_refused(cli
 
 
 async def test_a_closed_reader_fails_a_waiting_read_and_refuses_calls(client: AsyncClient) -> None:
-    reader = await client.create_reader(new_topic(), EARLIEST)
+    reader = await client.create_reader(unique_topic("reader"), EARLIEST)
     waiting = asyncio.ensure_future(reader.read_next())
     await asyncio.sleep(0)
     await reader.close()
@@ -330,14 +300,14 @@ async def test_a_closed_reader_fails_a_waiting_read_and_refuses_calls(client: As
 
 async def test_closing_the_client_closes_its_readers(shared_standalone: StandaloneProcess) -> None:
     async with AsyncClient(shared_standalone.service_url) as client:
-        reader = await client.create_reader(new_topic(), EARLIEST)
+        reader = await client.create_reader(unique_topic("reader"), EARLIEST)
     assert reader.closed
 
 
 # ---- the blocking facade ----
 
 def test_the_blocking_reader_offers_every_call(shared_standalone: StandaloneProcess) -> None:
-    topic = new_topic()
+    topic = unique_topic("reader")
     with Client(shared_standalone.service_url) as client:
         producer = client.create_producer(topic, batching_enabled=False)
         ids = [producer.send(value) for value in (b"a", b"b", b"c")]
@@ -369,7 +339,7 @@ async def _coroutine_listener(reader: Any, message: Any) -> None:
 def test_a_blocking_reader_listener_runs_on_its_own_thread_with_the_blocking_reader(
     shared_standalone: StandaloneProcess,
 ) -> None:
-    topic = new_topic()
+    topic = unique_topic("reader")
     got: list[tuple[object, bytes, str]] = []
     done = threading.Event()
 

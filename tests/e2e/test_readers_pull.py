@@ -6,9 +6,8 @@ check intervals set through HERALD_BROKER_* variables), and terminated topics.""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from typing import Any
 
 import grpc
@@ -19,20 +18,10 @@ from herald.common.errors import InvalidArgumentError, NotAllowedError, NotFound
 from herald.common.transport.rpc import error_from_rpc
 
 from tests.conftest import StandaloneProcess, running_standalone
+from tests.helpers import eventually, unique_topic
 from tests.wire import WireClient, WireConsumer, WireError, make_entry, values_of
 
-_names = itertools.count()
 TTL_SECONDS = 60
-
-
-def new_topic(prefix: str = "read") -> str:
-    return f"persistent://public/default/{prefix}-{next(_names)}"
-
-
-@pytest.fixture
-async def wire(shared_standalone: StandaloneProcess) -> AsyncIterator[WireClient]:
-    async with WireClient(shared_standalone.port) as client:
-        yield client
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +80,7 @@ async def refused(call: Awaitable[Any]) -> Exception:
 # ---- readers ----
 
 async def test_readers_start_at_the_earliest_the_latest_or_a_message_id(wire: WireClient) -> None:
-    topic = new_topic()
+    topic = unique_topic("read")
     positions = await publish(wire, topic, b"a", b"b", b"c")
     earliest = await reader(wire, topic, "r-early", initial_position=broker_pb2.EARLIEST)
     latest = await reader(wire, topic, "r-late", initial_position=broker_pb2.LATEST)
@@ -117,7 +106,7 @@ async def test_readers_start_at_the_earliest_the_latest_or_a_message_id(wire: Wi
 
 
 async def test_a_reader_cannot_take_a_durable_subscriptions_name(wire: WireClient) -> None:
-    topic = new_topic()
+    topic = unique_topic("read")
     durable = await wire.consumer(topic, "taken")
     with pytest.raises(WireError) as raised:
         await reader(wire, topic, "taken")
@@ -127,7 +116,7 @@ async def test_a_reader_cannot_take_a_durable_subscriptions_name(wire: WireClien
 
 
 async def test_a_reader_does_not_hold_back_retention(short_wire: WireClient) -> None:
-    topic = new_topic("retained")
+    topic = unique_topic("retained")
     first = await publish(short_wire, topic, b"a")
     behind = await short_wire.consumer(topic, "r", non_durable=True, initial_position=broker_pb2.EARLIEST)
     await publish(short_wire, topic, b"b", b"c", b"d", b"e", b"f")  # ledgers of 2: a b | c d | e f
@@ -145,7 +134,7 @@ async def test_a_reader_does_not_hold_back_retention(short_wire: WireClient) -> 
 # ---- last message id ----
 
 async def test_last_message_id_of_an_empty_a_batched_and_a_single_message_topic(wire: WireClient) -> None:
-    topic = new_topic()
+    topic = unique_topic("read")
     stub = await wire.broker(topic)
     empty = await stub.GetLastMessageId(broker_pb2.GetLastMessageIdRequest(topic=topic))
     assert (empty.last.ledger_id, empty.last.entry_id, empty.last.partition, empty.last.batch_index) == (-1, -1, -1, -1)
@@ -175,7 +164,7 @@ def _unbatched(entry: bytes) -> bytes:
 # ---- pull ----
 
 async def test_pull_reads_by_offset_and_says_where_to_go_on(wire: WireClient) -> None:
-    topic = new_topic()
+    topic = unique_topic("read")
     positions = await publish(wire, topic, b"a", b"b", b"c")
     reply = await pull(wire, topic, max_entries=2)
     assert values(list(reply.entries)) == [b"a", b"b"] and not reply.end_of_topic
@@ -186,11 +175,14 @@ async def test_pull_reads_by_offset_and_says_where_to_go_on(wire: WireClient) ->
 
 
 async def test_pull_long_polls_until_a_message_arrives(wire: WireClient) -> None:
-    topic = new_topic()
+    topic = unique_topic("read")
     (first,) = await publish(wire, topic, b"a")
     after = common_pb2.Position(ledger_id=first.ledger_id, entry_id=first.entry_id + 1)
     waiting = asyncio.ensure_future(pull(wire, topic, start=after, timeout_ms=30_000))
-    await asyncio.sleep(0.2)
+    # A pull sent after it to the same place waits out its own short timeout on the broker and
+    # comes back empty: by then the first has had every chance to come back, and still waits.
+    later = await pull(wire, topic, start=after, timeout_ms=300)
+    assert list(later.entries) == [] and later.next == after
     assert not waiting.done()
     await publish(wire, topic, b"b")
     reply = await asyncio.wait_for(waiting, 30)
@@ -198,7 +190,7 @@ async def test_pull_long_polls_until_a_message_arrives(wire: WireClient) -> None
 
 
 async def test_pull_times_out_empty_where_it_started(wire: WireClient) -> None:
-    topic = new_topic()
+    topic = unique_topic("read")
     (first,) = await publish(wire, topic, b"a")
     after = common_pb2.Position(ledger_id=first.ledger_id, entry_id=first.entry_id + 1)
     reply = await pull(wire, topic, start=after, timeout_ms=100)
@@ -206,7 +198,7 @@ async def test_pull_times_out_empty_where_it_started(wire: WireClient) -> None:
 
 
 async def test_pull_refuses_a_queue_out_of_range_and_an_unknown_subscription(wire: WireClient) -> None:
-    topic = new_topic()
+    topic = unique_topic("read")
     await publish(wire, topic, b"a")
     error = await refused(pull(wire, topic, partition=1))
     assert isinstance(error, InvalidArgumentError) and "queue id out of range" in str(error)
@@ -217,7 +209,7 @@ async def test_pull_refuses_a_queue_out_of_range_and_an_unknown_subscription(wir
 
 
 async def test_pull_reads_a_partition_of_a_partitioned_topic(wire: WireClient) -> None:
-    topic = new_topic("parts")
+    topic = unique_topic("parts")
     admin = await wire.admin(topic)
     await admin.CreateTopic(admin_pb2.CreateTopicRequest(topic=topic, partitions=2))
     await publish(wire, f"{topic}-partition-1", b"p1")
@@ -231,7 +223,7 @@ async def test_pull_reads_a_partition_of_a_partitioned_topic(wire: WireClient) -
 # ---- message TTL ----
 
 async def test_old_messages_expire_on_durable_subscriptions(short_wire: WireClient) -> None:
-    topic = new_topic("ttl")
+    topic = unique_topic("ttl")
     consumer = await short_wire.consumer(topic, "s", initial_position=broker_pb2.EARLIEST)
     old = int(time.time() * 1000) - 2 * TTL_SECONDS * 1000
     await publish(short_wire, topic, b"old-1", b"old-2", publish_time=old)
@@ -251,7 +243,7 @@ async def test_old_messages_expire_on_durable_subscriptions(short_wire: WireClie
 # ---- terminated topics ----
 
 async def test_terminated_topic_refuses_producers_and_ends_consumers_and_pulls(wire: WireClient) -> None:
-    topic = new_topic("terminated")
+    topic = unique_topic("terminated")
     consumer = await wire.consumer(topic, "s", initial_position=broker_pb2.EARLIEST)
     producer = await wire.producer(topic)
     await producer.send(b"a")
@@ -275,8 +267,3 @@ async def test_terminated_topic_refuses_producers_and_ends_consumers_and_pulls(w
     assert stats.terminated
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], what: str, seconds: float = 30.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not await check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)

@@ -6,24 +6,18 @@ is proved in test_readers_pull.py)."""
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from herald.api.v1 import admin_pb2, broker_pb2, common_pb2
 
 from tests.conftest import StandaloneProcess, running_standalone
+from tests.helpers import eventually, unique_name, unique_topic
 from tests.wire import WireClient, WireConsumer, values_of
 
-_names = itertools.count()
 LONG_DELAY_MS = 60_000
 TTL_SECONDS = 60
-
-
-def new_topic(prefix: str = "redeliver", namespace: str = "public/default") -> str:
-    return f"persistent://{namespace}/{prefix}-{next(_names)}"
 
 
 @pytest.fixture(scope="module")
@@ -76,13 +70,6 @@ async def subscription_stats(wire: WireClient, topic: str, subscription: str) ->
     return found
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], what: str, seconds: float = 30.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not await check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
-
-
 async def unacked_of(wire: WireClient, topic: str, subscription: str) -> dict[str, int]:
     """Unacknowledged messages per consumer name."""
     stats = await subscription_stats(wire, topic, subscription)
@@ -95,7 +82,7 @@ async def unacked_of(wire: WireClient, topic: str, subscription: str) -> dict[st
 async def test_redelivery_count_rises_per_entry_and_is_kept_per_subscription(
     wire: WireClient, sub_type: broker_pb2.SubscriptionType,
 ) -> None:
-    topic = new_topic()
+    topic = unique_topic("redeliver")
     first = await consume(wire, topic, "first", type=sub_type)
     second = await consume(wire, topic, "second", type=sub_type, permits=0)
     await publish(wire, topic, b"a", b"b", key="k")
@@ -118,7 +105,7 @@ async def test_redelivery_count_rises_per_entry_and_is_kept_per_subscription(
 async def test_single_consumer_types_redeliver_everything_unacknowledged_in_order(
     wire: WireClient, sub_type: broker_pb2.SubscriptionType,
 ) -> None:
-    topic = new_topic()
+    topic = unique_topic("redeliver")
     consumer = await consume(wire, topic, "s", type=sub_type)
     await publish(wire, topic, b"a", b"b", b"c", b"d", b"e")
     got = await consumer.receive(5)
@@ -130,11 +117,11 @@ async def test_single_consumer_types_redeliver_everything_unacknowledged_in_orde
     # Even when only some positions are named, these types redeliver everything unacknowledged.
     await consumer.redeliver(got[4])
     assert counted(await consumer.receive(2)) == [(b"c", 2), (b"e", 2)]
-    assert await consumer.nothing_for(0.5) == []
+    assert await consumer.sent_so_far() == []
 
 
 async def test_shared_redelivers_only_the_positions_given_and_never_acknowledged_ones(wire: WireClient) -> None:
-    topic = new_topic()
+    topic = unique_topic("redeliver")
     holder = await consume(wire, topic, "s", permits=3, type=broker_pb2.SHARED, consumer_name="holder")
     await publish(wire, topic, b"a", b"b", b"c")
     a, b, _ = await holder.receive(3)
@@ -142,18 +129,18 @@ async def test_shared_redelivers_only_the_positions_given_and_never_acknowledged
     await holder.ack(a)
     await holder.redeliver(a, b)  # a is acknowledged: only b comes back
     assert counted(await other.receive(1)) == [(b"b", 1)]
-    assert await other.nothing_for(0.5) == []
+    assert await other.sent_so_far() == []
     assert await unacked_of(wire, topic, "s") == {"holder": 1, "other": 1}  # c stays with its consumer
     await holder.redeliver()  # everything this consumer holds: c
     assert counted(await other.receive(1)) == [(b"c", 1)]
-    assert await holder.nothing_for(0.3) == [] and await other.nothing_for(0.3) == []
+    assert await holder.sent_so_far() == [] and await other.sent_so_far() == []
     assert await unacked_of(wire, topic, "s") == {"holder": 0, "other": 2}
 
 
 # ---- negative acks ----
 
 async def test_a_negatively_acked_entry_comes_back_after_its_delay_with_its_count_raised(wire: WireClient) -> None:
-    topic = new_topic()
+    topic = unique_topic("redeliver")
     consumer = await consume(wire, topic, "s", type=broker_pb2.SHARED)
     await publish(wire, topic, b"a", b"b")
     a, b = await consumer.receive(2)
@@ -169,7 +156,7 @@ async def test_a_negatively_acked_entry_comes_back_after_its_delay_with_its_coun
 
 
 async def test_a_long_nack_delay_holds_the_entry_while_others_keep_flowing(wire: WireClient) -> None:
-    topic = new_topic()
+    topic = unique_topic("redeliver")
     consumer = await consume(wire, topic, "s", type=broker_pb2.SHARED)
     await publish(wire, topic, b"a")
     (a,) = await consumer.receive(1)
@@ -178,32 +165,33 @@ async def test_a_long_nack_delay_holds_the_entry_while_others_keep_flowing(wire:
     later = await consumer.receive(2)
     assert counted(later) == [(b"b", 0), (b"c", 0)]
     await consumer.ack(*later)
-    assert await consumer.nothing_for(1.0) == []
+    await consumer.handled()
+    assert await consumer.sent_so_far() == []
     stats = await subscription_stats(wire, topic, "s")
     assert (stats.backlog_entries, stats.unacked_messages) == (1, 0)  # a waits, unacknowledged
 
 
 async def test_a_nack_of_several_entries_redelivers_just_those(wire: WireClient) -> None:
-    topic = new_topic()
+    topic = unique_topic("redeliver")
     consumer = await consume(wire, topic, "s", type=broker_pb2.SHARED)
     await publish(wire, topic, b"a", b"b", b"c", b"d")
     a, _, c, _ = await consumer.receive(4)
     await consumer.nack(a, c, delay_ms=100)
     again = sorted(await consumer.receive(2), key=lambda entry: entry.entry_id)
     assert counted(again) == [(b"a", 1), (b"c", 1)]
-    assert await consumer.nothing_for(0.5) == []
+    assert await consumer.sent_so_far() == []
 
 
 async def test_a_nack_on_exclusive_redelivers_everything_unacknowledged(wire: WireClient) -> None:
     # As Pulsar's client does on the single-consumer types: a nack means "redeliver all".
-    topic = new_topic()
+    topic = unique_topic("redeliver")
     consumer = await consume(wire, topic, "s", type=broker_pb2.EXCLUSIVE)
     await publish(wire, topic, b"a", b"b", b"c")
     a, _, c = await consumer.receive(3)
     await consumer.ack(a)
     await consumer.nack(c, delay_ms=100)
     assert counted(await consumer.receive(2)) == [(b"b", 1), (b"c", 1)]
-    assert await consumer.nothing_for(0.5) == []
+    assert await consumer.sent_so_far() == []
 
 
 # ---- delayed delivery ----
@@ -212,7 +200,7 @@ async def test_a_nack_on_exclusive_redelivers_everything_unacknowledged(wire: Wi
 async def test_an_entry_is_held_until_its_deliver_at_time_while_later_ones_flow(
     wire: WireClient, sub_type: broker_pb2.SubscriptionType,
 ) -> None:
-    topic = new_topic("delayed")
+    topic = unique_topic("delayed")
     consumer = await consume(wire, topic, "s", type=sub_type)
     # One key throughout: a delayed entry does not hold back later ones of its key.
     await publish(wire, topic, b"late", key="k", deliver_at=int(time.time() * 1000) + LONG_DELAY_MS)
@@ -225,7 +213,7 @@ async def test_an_entry_is_held_until_its_deliver_at_time_while_later_ones_flow(
     (soon,) = await consumer.receive(1, timeout=30)
     assert counted([soon]) == [(b"soon", 0)]
     assert int(time.time() * 1000) >= soon_at  # held until due, then delivered
-    assert await consumer.nothing_for(0.3) == []  # the late one is still held
+    assert await consumer.sent_so_far() == []  # the late one is still held
     assert (await subscription_stats(wire, topic, "s")).delayed_messages == 1
 
 
@@ -233,7 +221,7 @@ async def test_an_entry_is_held_until_its_deliver_at_time_while_later_ones_flow(
 async def test_single_consumer_types_deliver_a_delayed_entry_at_once(
     wire: WireClient, sub_type: broker_pb2.SubscriptionType,
 ) -> None:
-    topic = new_topic("delayed")
+    topic = unique_topic("delayed")
     consumer = await consume(wire, topic, "s", type=sub_type)
     await publish(wire, topic, b"late", deliver_at=int(time.time() * 1000) + LONG_DELAY_MS)
     await publish(wire, topic, b"now")
@@ -243,14 +231,14 @@ async def test_single_consumer_types_deliver_a_delayed_entry_at_once(
 
 async def test_a_delayed_entry_redelivered_before_it_is_due_is_still_held(wire: WireClient) -> None:
     # A held entry was never sent: asking for everything again must not release it early.
-    topic = new_topic("delayed")
+    topic = unique_topic("delayed")
     consumer = await consume(wire, topic, "s", type=broker_pb2.SHARED)
     await publish(wire, topic, b"late", deliver_at=int(time.time() * 1000) + LONG_DELAY_MS)
     await publish(wire, topic, b"now")
     assert counted(await consumer.receive(1)) == [(b"now", 0)]
     await consumer.redeliver()
     assert counted(await consumer.receive(1)) == [(b"now", 1)]
-    assert await consumer.nothing_for(0.5) == []
+    assert await consumer.sent_so_far() == []
     assert (await subscription_stats(wire, topic, "s")).delayed_messages == 1
 
 
@@ -274,7 +262,7 @@ async def test_a_key_shared_consumer_joining_while_an_entry_is_delayed_gets_its_
 ) -> None:
     # The delayed entry is unacknowledged, but no consumer holds it: it must not keep a joining
     # consumer waiting (for the mark-delete position to pass its join) until it is due and acked.
-    topic = new_topic("delayed")
+    topic = unique_topic("delayed")
     first = await consume(wire, topic, "s", type=broker_pb2.KEY_SHARED, consumer_name="first")
     await publish(wire, topic, b"late", key="late", deliver_at=int(time.time() * 1000) + LONG_DELAY_MS)
 
@@ -306,13 +294,13 @@ async def expired(wire: WireClient, topic: str, subscription: str = "s") -> tupl
 
 
 async def test_a_topic_message_ttl_policy_expires_old_messages(wire: WireClient) -> None:
-    topic = new_topic("ttl")
+    topic = unique_topic("ttl")
     consumer = await consume(wire, topic, "s", permits=0)
     await publish_old_and_young(wire, topic)
     admin = await wire.admin(topic)
+    # What every expiry check of the topic reads: no TTL, so nothing expires (and nothing has).
     effective = await admin.GetEffectivePolicies(admin_pb2.TopicRequest(topic=topic))
     assert effective.message_ttl_seconds == 0
-    await consumer.nothing_for(0.5)  # several expiry checks: without a TTL nothing expires
     assert await expired(wire, topic) == (0, 3)
     await admin.SetTopicPolicies(admin_pb2.SetPoliciesRequest(
         topic=topic, policies=admin_pb2.Policies(message_ttl_seconds=TTL_SECONDS)))
@@ -328,11 +316,12 @@ async def test_a_topic_message_ttl_policy_expires_old_messages(wire: WireClient)
 async def test_a_namespace_message_ttl_policy_expires_old_messages_unless_a_topic_overrides_it(
     wire: WireClient,
 ) -> None:
-    namespace = f"public/ttl-{next(_names)}"
+    namespace = f"public/{unique_name('ttl')}"
     admin = await wire.admin()
     await admin.CreateNamespace(admin_pb2.CreateNamespaceRequest(namespace=namespace))
-    expiring, kept = new_topic("ttl", namespace), new_topic("ttl", namespace)
-    consumers = [await consume(wire, topic, "s", permits=0) for topic in (expiring, kept)]
+    expiring, kept = unique_topic("ttl", namespace), unique_topic("ttl", namespace)
+    for topic in (expiring, kept):
+        await consume(wire, topic, "s", permits=0)  # the subscription whose backlog expires
     for topic in (expiring, kept):
         await publish_old_and_young(wire, topic)
     await (await wire.admin(kept)).SetTopicPolicies(admin_pb2.SetPoliciesRequest(
@@ -345,5 +334,15 @@ async def test_a_namespace_message_ttl_policy_expires_old_messages_unless_a_topi
         return await expired(wire, expiring) == (2, 1)
 
     await eventually(old_ones_expired, "the two old messages to expire under the namespace's TTL")
-    await consumers[1].nothing_for(0.5)  # several more expiry checks
+    # The topic's own policy is what its expiry checks read: no TTL, nothing expired...
+    kept_admin = await wire.admin(kept)
+    effective = await kept_admin.GetEffectivePolicies(admin_pb2.TopicRequest(topic=kept))
+    assert effective.message_ttl_seconds == 0
     assert await expired(wire, kept) == (0, 3)
+    # ... and it alone held them back: cleared, the namespace's TTL expires them too.
+    await kept_admin.SetTopicPolicies(admin_pb2.SetPoliciesRequest(topic=kept, clear=["message_ttl_seconds"]))
+
+    async def kept_ones_expired() -> bool:
+        return await expired(wire, kept) == (2, 1)
+
+    await eventually(kept_ones_expired, "the old messages of the topic expiring once its own TTL is cleared")

@@ -4,29 +4,14 @@ admin cursor operations (reset, skip, peek) and Unsubscribe with its refusals.""
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import AsyncIterator
-
 import grpc
 import pytest
 from herald.api.v1 import admin_pb2, broker_pb2, common_pb2
 from herald.common.errors import NotFoundError, PreconditionFailedError
 from herald.common.transport.rpc import error_from_rpc
 
-from tests.conftest import StandaloneProcess
+from tests.helpers import unique_topic
 from tests.wire import WireClient, WireConsumer, position, values_of
-
-_names = itertools.count()
-
-
-def new_topic() -> str:
-    return f"persistent://public/default/seek-{next(_names)}"
-
-
-@pytest.fixture
-async def wire(shared_standalone: StandaloneProcess) -> AsyncIterator[WireClient]:
-    async with WireClient(shared_standalone.port) as client:
-        yield client
 
 
 async def publish(wire: WireClient, topic: str, *values: bytes, publish_times: list[int] | None = None,
@@ -62,7 +47,7 @@ async def disconnected(consumer: WireConsumer) -> None:
 # ---- seek on the consumer's stream ----
 
 async def test_seek_to_a_message_id_redelivers_from_there_after_reconnecting(wire: WireClient) -> None:
-    topic = new_topic()
+    topic = unique_topic("seek")
     consumer = await consume(wire, topic, "s", initial_position=broker_pb2.EARLIEST)
     positions = await publish(wire, topic, b"a", b"b", b"c", b"d")
     got = await consumer.receive(4)
@@ -75,7 +60,7 @@ async def test_seek_to_a_message_id_redelivers_from_there_after_reconnecting(wir
 
 
 async def test_seek_by_publish_time_starts_at_the_first_message_published_then(wire: WireClient) -> None:
-    topic = new_topic()
+    topic = unique_topic("seek")
     consumer = await consume(wire, topic, "s", initial_position=broker_pb2.EARLIEST)
     await publish(wire, topic, b"a", b"b", b"c", publish_times=[1_000, 2_000, 3_000])
     await consumer.ack(*await consumer.receive(3))
@@ -86,16 +71,16 @@ async def test_seek_by_publish_time_starts_at_the_first_message_published_then(w
 
 
 async def test_seek_to_the_edges(wire: WireClient) -> None:
-    topic = new_topic()
+    topic = unique_topic("seek")
     consumer = await consume(wire, topic, "s", initial_position=broker_pb2.EARLIEST)
     await publish(wire, topic, b"a", b"b")
     await consumer.receive(2)  # not acknowledged
     assert not (await consumer.seek(edge=broker_pb2.LATEST)).HasField("error")
     await disconnected(consumer)
     latest = await consume(wire, topic, "s")
-    assert await latest.nothing_for(0.3) == []  # the unacknowledged ones were skipped over
     await publish(wire, topic, b"c")
     assert values(await latest.receive(1)) == [b"c"]
+    assert await latest.sent_so_far() == []  # c first and alone: the unacknowledged ones were skipped over
     assert not (await latest.seek(edge=broker_pb2.EARLIEST)).HasField("error")
     await disconnected(latest)
     earliest = await consume(wire, topic, "s")
@@ -103,7 +88,7 @@ async def test_seek_to_the_edges(wire: WireClient) -> None:
 
 
 async def test_seek_without_a_target_is_refused_and_the_stream_goes_on(wire: WireClient) -> None:
-    topic = new_topic()
+    topic = unique_topic("seek")
     consumer = await consume(wire, topic, "s")
     result = await consumer.seek()
     assert result.error.code == common_pb2.INVALID_ARGUMENT
@@ -115,7 +100,7 @@ async def test_seek_without_a_target_is_refused_and_the_stream_goes_on(wire: Wir
 # ---- admin: reset, skip, peek ----
 
 async def test_admin_reset_skip_and_peek(wire: WireClient) -> None:
-    topic = new_topic()
+    topic = unique_topic("seek")
     admin = await wire.admin(topic)
     await admin.CreateSubscription(admin_pb2.CreateSubscriptionRequest(
         topic=topic, subscription="s", edge=broker_pb2.EARLIEST))
@@ -131,7 +116,9 @@ async def test_admin_reset_skip_and_peek(wire: WireClient) -> None:
     everything = await admin.SkipMessages(admin_pb2.SkipMessagesRequest(topic=topic, subscription="s", all=True))
     assert everything.skipped == 4
     consumer = await consume(wire, topic, "s")
-    assert await consumer.nothing_for(0.3) == []
+    await publish(wire, topic, b"f")
+    assert values(await consumer.receive(1)) == [b"f"]
+    assert await consumer.sent_so_far() == []  # f first and alone: everything before was skipped
     with pytest.raises(grpc.aio.AioRpcError) as refused:
         await admin.ResetCursor(admin_pb2.ResetCursorRequest(topic=topic, subscription="nope",
                                                              edge=broker_pb2.EARLIEST))
@@ -140,7 +127,7 @@ async def test_admin_reset_skip_and_peek(wire: WireClient) -> None:
 
 
 async def test_admin_reset_disconnects_the_consumers(wire: WireClient) -> None:
-    topic = new_topic()
+    topic = unique_topic("seek")
     consumer = await consume(wire, topic, "s", initial_position=broker_pb2.EARLIEST)
     await publish(wire, topic, b"a", b"b")
     await consumer.ack(*await consumer.receive(2))
@@ -154,7 +141,7 @@ async def test_admin_reset_disconnects_the_consumers(wire: WireClient) -> None:
 # ---- unsubscribe ----
 
 async def test_the_only_consumer_unsubscribes_and_its_stream_ends(wire: WireClient) -> None:
-    topic = new_topic()
+    topic = unique_topic("seek")
     consumer = await consume(wire, topic, "s", initial_position=broker_pb2.EARLIEST)
     await publish(wire, topic, b"a")
     await consumer.receive(1)
@@ -166,11 +153,13 @@ async def test_the_only_consumer_unsubscribes_and_its_stream_ends(wire: WireClie
     listed = await admin.ListSubscriptions(admin_pb2.TopicRequest(topic=topic))
     assert list(listed.subscriptions) == []
     fresh = await consume(wire, topic, "s")  # a new subscription, at the latest position
-    assert await fresh.nothing_for(0.3) == []
+    await publish(wire, topic, b"b")
+    assert values(await fresh.receive(1)) == [b"b"]
+    assert await fresh.sent_so_far() == []  # b first and alone: a is not the new subscription's
 
 
 async def test_unsubscribe_is_refused_while_other_consumers_are_connected(wire: WireClient) -> None:
-    topic = new_topic()
+    topic = unique_topic("seek")
     first = await consume(wire, topic, "s", type=broker_pb2.SHARED)
     second = await consume(wire, topic, "s", type=broker_pb2.SHARED)
     result = await first.unsubscribe()

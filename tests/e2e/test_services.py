@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import signal
 import subprocess
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,11 +16,9 @@ from tests.conftest import VENV_BIN, StandaloneProcess, free_port, wait_for_port
 
 
 @pytest.fixture
-def services(redis_url: str, herald_env: dict[str, str], tmp_path: Path) -> Iterator[str]:
+def services(redis_db_url: str, herald_env: dict[str, str], tmp_path: Path) -> Iterator[str]:
     """storage, lookup and broker processes; yields the service URL."""
-    db = 1 + (uuid.uuid4().int % 14)
-    metadata_url = redis_url.rsplit("/", 1)[0] + f"/{db}"
-    subprocess.run(["redis-cli", "-u", metadata_url, "flushdb"], check=True, capture_output=True)
+    metadata_url = redis_db_url
     storage_port, lookup_port, broker_port = free_port(), free_port(), free_port()
     env = {**herald_env, "HERALD_BROKER_METADATA_URL": metadata_url, "HERALD_LOOKUP_HEARTBEAT_INTERVAL": "0.5",
            # One storage node: ledgers of one copy (the broker's cluster default is 3/2/2).

@@ -4,9 +4,6 @@ process), and serves every service's metrics at one /metrics endpoint."""
 
 from __future__ import annotations
 
-import asyncio
-import itertools
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,8 +13,7 @@ from herald.client import AsyncClient, ConsumerType, DeadLetterPolicy, InitialPo
 from herald.client.admin import AdminClient
 
 from tests.conftest import StandaloneProcess, running_standalone
-
-_names = itertools.count()
+from tests.helpers import eventually, unique_topic
 
 
 @pytest.fixture(scope="module")
@@ -26,17 +22,13 @@ def whole(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneProces
         yield server
 
 
-def new_topic(prefix: str) -> str:
-    return f"persistent://public/default/{prefix}-{next(_names)}"
-
-
 def scrape(standalone: StandaloneProcess) -> str:
     with urllib.request.urlopen(standalone.metrics_url, timeout=10) as reply:
         return str(reply.read().decode())
 
 
 async def test_a_client_given_only_the_proxy_url_produces_and_consumes(whole: StandaloneProcess) -> None:
-    topic = new_topic("through-proxy")
+    topic = unique_topic("through-proxy")
     async with AsyncClient(whole.proxy_url) as client:
         producer = await client.create_producer(topic)
         consumer = await client.subscribe(topic, "s", initial_position=InitialPosition.Earliest)
@@ -46,7 +38,7 @@ async def test_a_client_given_only_the_proxy_url_produces_and_consumes(whole: St
 
 
 async def test_the_embedded_dlq_worker_moves_dead_letters(whole: StandaloneProcess) -> None:
-    topic = new_topic("poison")
+    topic = unique_topic("poison")
     async with AsyncClient(whole.service_url) as client:
         await (await client.create_producer(topic)).send(b"poison", key="k")
         consumer = await client.subscribe(
@@ -61,13 +53,11 @@ async def test_the_embedded_dlq_worker_moves_dead_letters(whole: StandaloneProce
         assert moved is not None and (moved.value, moved.key) == (b"poison", "k")
         assert moved.properties["REAL_TOPIC"] == topic and moved.properties["SUBSCRIPTION"] == "handler"
     async with AdminClient(whole.service_url, timeout=20) as admin:
-        deadline = time.monotonic() + 30
-        while True:
+        async def handler_stats() -> tuple[int, int]:
             (sub,) = [s for s in (await admin.topic_stats(topic)).subscriptions if s.name == "handler"]
-            if (sub.dead_letters, sub.backlog_entries) == (0, 0):
-                break
-            assert time.monotonic() < deadline, f"the original was never acknowledged: {sub}"
-            await asyncio.sleep(0.1)
+            return sub.dead_letters, sub.backlog_entries
+
+        await eventually(handler_stats, "the original acknowledged once moved", until=lambda stats: stats == (0, 0))
 
 
 def test_one_metrics_endpoint_serves_every_embedded_service(whole: StandaloneProcess) -> None:

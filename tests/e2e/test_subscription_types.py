@@ -6,9 +6,7 @@ Shared with priority levels (SEEDS §3's dispatch order) and the refusals, with 
 
 from __future__ import annotations
 
-import asyncio
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 from herald.api.v1 import admin_pb2, broker_pb2, common_pb2
@@ -17,21 +15,11 @@ from herald.client.admin import AdminClient
 from herald.common.codec.entry import decode_entry
 
 from tests.conftest import StandaloneProcess
+from tests.helpers import eventually, unique_topic
 from tests.wire import WireClient, WireConsumer, WireError, WireProducer, abandon, values_of
 
 FAILOVER, SHARED, KEY_SHARED = broker_pb2.FAILOVER, broker_pb2.SHARED, broker_pb2.KEY_SHARED
 EXCLUSIVE, EARLIEST = broker_pb2.EXCLUSIVE, broker_pb2.EARLIEST
-_names = itertools.count()
-
-
-def new_topic(prefix: str) -> str:
-    return f"persistent://public/default/{prefix}-{next(_names)}"
-
-
-@pytest.fixture
-async def wire(shared_standalone: StandaloneProcess) -> AsyncIterator[WireClient]:
-    async with WireClient(shared_standalone.port) as client:
-        yield client
 
 
 # ---- helpers ----
@@ -46,14 +34,6 @@ async def subscription_stats(wire: WireClient, topic: str, subscription: str) ->
     stats = await topic_stats(wire, topic)
     (sub,) = [s for s in stats.subscriptions if s.name == subscription]
     return sub
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], what: str) -> None:
-    """Poll `check` until it holds (10 s deadline)."""
-    deadline = asyncio.get_running_loop().time() + 10
-    while not await check():
-        assert asyncio.get_running_loop().time() < deadline, f"never happened: {what}"
-        await asyncio.sleep(0.02)
 
 
 async def backlog_is(wire: WireClient, topic: str, subscription: str, entries: int) -> None:
@@ -118,7 +98,7 @@ async def leave(consumer: WireConsumer, how: str) -> None:
 # ---- Failover ----
 
 async def test_failover_active_consumer_is_chosen_by_priority_then_name_and_each_is_told(wire: WireClient) -> None:
-    topic = new_topic("failover-elect")
+    topic = unique_topic("failover-elect")
     c_b = await wire.consumer(topic, "fo", type=FAILOVER, consumer_name="c-b")
     assert await is_active(c_b) is True
     c_a = await wire.consumer(topic, "fo", type=FAILOVER, consumer_name="c-a")  # joins later, sorts first
@@ -138,7 +118,7 @@ async def test_failover_active_consumer_is_chosen_by_priority_then_name_and_each
     await publish(producer, b"m0", b"m1", b"m2")
     got = await c_a.receive(3)
     assert values(got) == [b"m0", b"m1", b"m2"]
-    assert await c_b.nothing_for(0.3) == [] and await low.nothing_for(0.05) == []
+    assert await c_b.sent_so_far() == [] and await low.sent_so_far() == []
     await c_a.ack(*got)
     await backlog_is(wire, topic, "fo", 0)
 
@@ -147,7 +127,7 @@ async def test_failover_active_consumer_is_chosen_by_priority_then_name_and_each
     assert await is_active(c_b) is True
     await publish(producer, b"m3")
     assert values(await c_b.receive(1)) == [b"m3"]
-    assert await low.nothing_for(0.3) == []
+    assert await low.sent_so_far() == []
     assert not told_active_change(low)
     # Only the lower priority level is left: it becomes active, and gets what c-b did not acknowledge.
     await c_b.close()
@@ -158,7 +138,7 @@ async def test_failover_active_consumer_is_chosen_by_priority_then_name_and_each
 
 @pytest.mark.parametrize("how", ["close", "killed"])
 async def test_failover_takes_over_at_the_cursor_when_the_active_consumer_leaves(wire: WireClient, how: str) -> None:
-    topic = new_topic(f"failover-takeover-{how}")
+    topic = unique_topic(f"failover-takeover-{how}")
     first = await wire.consumer(topic, "fo", type=FAILOVER, consumer_name="c-a", initial_position=EARLIEST)
     second = await wire.consumer(topic, "fo", type=FAILOVER, consumer_name="c-b")
     assert (await is_active(first), await is_active(second)) == (True, False)
@@ -175,7 +155,7 @@ async def test_failover_takes_over_at_the_cursor_when_the_active_consumer_leaves
     assert await is_active(second) is True
     taken_over = await second.receive(3)
     assert values(taken_over) == [b"m2", b"m4", b"m5"]
-    assert await second.nothing_for(0.3) == []  # m0, m1 and m3 were acknowledged: never again
+    assert await second.sent_so_far() == []  # m0, m1 and m3 were acknowledged: never again
     await publish(producer, b"m6")
     assert values(await second.receive(1)) == [b"m6"]
     stats = await subscription_stats(wire, topic, "fo")
@@ -185,7 +165,7 @@ async def test_failover_takes_over_at_the_cursor_when_the_active_consumer_leaves
 async def test_failover_higher_priority_consumer_joining_takes_over_what_the_active_one_had_not_acked(
     wire: WireClient,
 ) -> None:
-    topic = new_topic("failover-displaced")
+    topic = unique_topic("failover-displaced")
     low = await wire.consumer(topic, "fo", type=FAILOVER, consumer_name="a-low", priority_level=1,
                               initial_position=EARLIEST)
     assert await is_active(low) is True
@@ -203,13 +183,13 @@ async def test_failover_higher_priority_consumer_joining_takes_over_what_the_act
     assert values(await high.receive(2)) == [b"m1", b"m3"]
     await publish(producer, b"m4")
     assert values(await high.receive(1)) == [b"m4"]
-    assert await low.nothing_for(0.3) == []
+    assert await low.sent_so_far() == []
 
 
 async def test_failover_spreads_active_consumers_over_partitions_by_index(
     wire: WireClient, shared_standalone: StandaloneProcess,
 ) -> None:
-    topic = new_topic("failover-parted")
+    topic = unique_topic("failover-parted")
     async with AdminClient(shared_standalone.service_url, timeout=20) as admin:
         await admin.create_topic(topic, partitions=3)
     partitions = [f"{topic}-partition-{i}" for i in range(3)]
@@ -232,11 +212,12 @@ async def test_failover_spreads_active_consumers_over_partitions_by_index(
     for index, partition in enumerate(partitions):
         producer = await wire.producer(partition)
         await publish(producer, b"p%d" % index)
-    for index in range(3):
+    for index in range(3):  # each partition's message at its active consumer ...
+        assert values(await consumers[index, sorted(names)[index]].receive(1)) == [b"p%d" % index], index
+    for index in range(3):  # ... and at no other
         for name in names:
-            expected = [b"p%d" % index] if name == sorted(names)[index] else []
-            got = await consumers[index, name].receive(1) if expected else await consumers[index, name].nothing_for(0.1)
-            assert values(got) == expected, (index, name)
+            if name != sorted(names)[index]:
+                assert await consumers[index, name].sent_so_far() == [], (index, name)
 
     # c-b leaves partition 1: of c-a and c-c, the (1 mod 2)-th by name takes it.
     await consumers[1, "c-b"].close()
@@ -256,7 +237,7 @@ async def test_failover_spreads_active_consumers_over_partitions_by_index(
 async def test_key_shared_sends_each_key_to_one_consumer_in_publish_order_by_auto_split_ranges(
     wire: WireClient,
 ) -> None:
-    topic = new_topic("key-shared-keys")
+    topic = unique_topic("key-shared-keys")
     # Joining in this order, a owns 32768..65535, then b takes 0..32767, then c takes 0..16383 of b's.
     a, b, c = [await wire.consumer(topic, "ks", type=KEY_SHARED, consumer_name=name) for name in "abc"]
     owners = {"a": (32768, 65535), "b": (16384, 32767), "c": (0, 16383)}
@@ -274,7 +255,7 @@ async def test_key_shared_sends_each_key_to_one_consumer_in_publish_order_by_aut
 
     received = {name: await consumer.receive(20) for name, consumer in zip("abc", (a, b, c), strict=True)}
     for consumer in (a, b, c):
-        assert await consumer.nothing_for(0.1) == []
+        assert await consumer.sent_so_far() == []
     at: dict[str, set[str]] = {}
     for name, entries in received.items():
         for entry in entries:
@@ -289,7 +270,7 @@ async def test_key_shared_sends_each_key_to_one_consumer_in_publish_order_by_aut
 async def test_key_shared_joining_consumer_takes_part_of_the_range_and_gets_its_keys_afterwards(
     wire: WireClient,
 ) -> None:
-    topic = new_topic("key-shared-join")
+    topic = unique_topic("key-shared-join")
     lowest, lower, upper = keys_hashing_into(0, 16383, 3), keys_hashing_into(16384, 32767, 3), \
         keys_hashing_into(32768, 65535, 3)
     producer = await wire.producer(topic)
@@ -328,13 +309,13 @@ async def test_key_shared_joining_consumer_takes_part_of_the_range_and_gets_its_
     assert (values(got_a), values(got_b), values(got_c)) == (
         sent("three", upper), sent("three", lower), sent("three", lowest))
     for consumer in (a, b, c):
-        assert await consumer.nothing_for(0.1) == []
+        assert await consumer.sent_so_far() == []
 
 
 async def test_key_shared_joining_consumer_waits_for_earlier_entries_of_its_keys_to_be_acked(
     wire: WireClient,
 ) -> None:
-    topic = new_topic("key-shared-join-order")
+    topic = unique_topic("key-shared-join-order")
     (key,) = keys_hashing_into(0, 32767, 1)  # moves from a to b when b joins
     producer = await wire.producer(topic)
     a = await wire.consumer(topic, "ks", type=KEY_SHARED, consumer_name="a")
@@ -346,8 +327,12 @@ async def test_key_shared_joining_consumer_waits_for_earlier_entries_of_its_keys
     await b.flow(100)
     await permits_arrived(wire, topic, 2)
     await publish(producer, b"k1", key=key)
-    # a still holds k0: b must not overtake it with k1.
-    assert await b.nothing_for(0.5) == [] and await a.nothing_for(0.05) == []
+    # a still holds k0: b must not overtake it with k1. A marker of a key that stays a's, published
+    # after k1, reaches a: the broker has dispatched what it could of k1 by then.
+    (marker_key,) = keys_hashing_into(32768, 65535, 1)
+    await publish(producer, b"marker", key=marker_key)
+    assert values(await a.receive(1)) == [b"marker"]
+    assert await b.sent_so_far() == [] and await a.sent_so_far() == []
     await a.ack(held)
     assert values(await b.receive(1)) == [b"k1"]
 
@@ -356,7 +341,7 @@ async def test_key_shared_joining_consumer_waits_for_earlier_entries_of_its_keys
 async def test_key_shared_redelivers_a_leaving_consumers_entries_before_newer_ones_of_their_key(
     wire: WireClient, how: str,
 ) -> None:
-    topic = new_topic(f"key-shared-leave-{how}")
+    topic = unique_topic(f"key-shared-leave-{how}")
     (moving,) = keys_hashing_into(0, 32767, 1)  # b's while b is connected
     (staying,) = keys_hashing_into(32768, 65535, 1)  # always a's
     a = await wire.consumer(topic, "ks", type=KEY_SHARED, consumer_name="a")
@@ -381,11 +366,11 @@ async def test_key_shared_redelivers_a_leaving_consumers_entries_before_newer_on
     taken_over = await a.receive(6)
     assert values(taken_over) == [b"k1", b"k2", b"k3", b"k4", b"k5", b"k6"]
     assert [e.redelivery_count for e in taken_over] == [1, 1, 0, 0, 0, 0]  # only b had seen k1, k2
-    assert await a.nothing_for(0.3) == []  # k0 was acknowledged
+    assert await a.sent_so_far() == []  # k0 was acknowledged
 
 
 async def test_cumulative_ack_on_key_shared_is_refused(wire: WireClient) -> None:
-    topic = new_topic("key-shared-cumulative")
+    topic = unique_topic("key-shared-cumulative")
     consumer = await wire.consumer(topic, "ks", type=KEY_SHARED)
     await consumer.flow(10)
     await permits_arrived(wire, topic, 1)
@@ -407,7 +392,7 @@ async def test_cumulative_ack_on_key_shared_is_refused(wire: WireClient) -> None
 async def test_shared_dispatch_serves_the_highest_priority_level_with_permits_round_robin(wire: WireClient) -> None:
     """SEEDS §3: C1 (level 0, 2 permits), C2 (0, 1), C3 (0, 1), C4 (1, 2), C5 (1, 1) are served
     C1, C2, C3, C1, C4, C5, C4 (dispatch_round_robin_batch is 1 by default)."""
-    topic = new_topic("shared-priority")
+    topic = unique_topic("shared-priority")
     layout = [("C1", 0, 2), ("C2", 0, 1), ("C3", 0, 1), ("C4", 1, 2), ("C5", 1, 1)]
     consumers = {}
     for name, level, permits in layout:
@@ -423,7 +408,7 @@ async def test_shared_dispatch_serves_the_highest_priority_level_with_permits_ro
             order[int(value)] = name
     assert [order.get(i) for i in range(7)] == ["C1", "C2", "C3", "C1", "C4", "C5", "C4"]
     for consumer in consumers.values():
-        assert await consumer.nothing_for(0.05) == []
+        assert await consumer.sent_so_far() == []
 
 
 # ---- refusals ----
@@ -431,7 +416,7 @@ async def test_shared_dispatch_serves_the_highest_priority_level_with_permits_ro
 async def test_subscribing_with_another_type_while_the_subscription_has_consumers_is_refused(
     wire: WireClient,
 ) -> None:
-    topic = new_topic("other-type")
+    topic = unique_topic("other-type")
     failover = await wire.consumer(topic, "s", type=FAILOVER)
     for other in (SHARED, KEY_SHARED, EXCLUSIVE):
         with pytest.raises(WireError) as refused:
@@ -450,7 +435,7 @@ async def test_subscribing_with_another_type_while_the_subscription_has_consumer
 
 
 async def test_a_second_consumer_on_an_exclusive_subscription_is_refused(wire: WireClient) -> None:
-    topic = new_topic("exclusive")
+    topic = unique_topic("exclusive")
     first = await wire.consumer(topic, "s", type=EXCLUSIVE, consumer_name="first")
     with pytest.raises(WireError) as refused:
         await wire.consumer(topic, "s", type=EXCLUSIVE, consumer_name="second")
@@ -469,7 +454,7 @@ async def test_a_second_consumer_on_an_exclusive_subscription_is_refused(wire: W
 
 @pytest.mark.parametrize("kind", ["persistent", "non-persistent"])
 async def test_a_negative_priority_level_is_refused_and_leaves_no_subscription(wire: WireClient, kind: str) -> None:
-    topic = new_topic("negative-priority").replace("persistent", kind, 1)
+    topic = unique_topic("negative-priority").replace("persistent", kind, 1)
     for sub_type in (SHARED, FAILOVER):
         with pytest.raises(WireError) as refused:
             await wire.consumer(topic, "s", type=sub_type, priority_level=-1)

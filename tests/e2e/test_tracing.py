@@ -9,7 +9,6 @@ import asyncio
 import json
 import logging
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from tests.conftest import VENV_BIN, service_env
+from tests.helpers import eventually, unique_topic
 
 Spans = Sequence[ReadableSpan]
 
@@ -68,21 +68,15 @@ async def standalone(tmp_path: Path, exporter: InMemorySpanExporter) -> AsyncIte
         await server.stop()
 
 
-def new_topic() -> str:
-    return f"persistent://public/default/traced-{uuid.uuid4().hex[:8]}"
-
-
 async def spans_when(exporter: InMemorySpanExporter, ready: Callable[[Spans], bool], within: float = 20) -> Spans:
     """The finished spans once `ready` says they are all there (spans end as receipts and writes
     complete, after the calls that caused them returned)."""
-    deadline = time.monotonic() + within
-    while True:
-        spans = exporter.get_finished_spans()
-        if ready(spans):
-            return spans
-        if time.monotonic() > deadline:
-            raise AssertionError(f"spans not all there within {within}s: {describe(spans)}")
-        await asyncio.sleep(0.05)
+    try:
+        spans: Spans = await eventually(exporter.get_finished_spans, "the spans all there", until=ready,
+                                        timeout=within)
+    except AssertionError as exc:  # name the spans that did end (their repr says nothing)
+        raise AssertionError(f"{exc}\n{describe(exporter.get_finished_spans())}") from None
+    return spans
 
 
 def named(spans: Spans, name: str, kind: SpanKind | None = None) -> list[ReadableSpan]:
@@ -133,7 +127,7 @@ def attributes(span: ReadableSpan) -> dict[str, Any]:
 async def test_one_produce_consume_is_one_connected_trace(
     standalone: Standalone, exporter: InMemorySpanExporter,
 ) -> None:
-    topic = new_topic()
+    topic = unique_topic("traced")
     async with AsyncClient(standalone.service_url, operation_timeout=30) as client:
         producer = await client.create_producer(topic)
         consumer = await client.subscribe(topic, "readers", initial_position=InitialPosition.Earliest)
@@ -191,7 +185,7 @@ async def test_one_produce_consume_is_one_connected_trace(
 async def test_a_batch_send_links_every_message_and_receive_many_is_one_span(
     standalone: Standalone, exporter: InMemorySpanExporter,
 ) -> None:
-    topic = new_topic()
+    topic = unique_topic("traced")
     async with AsyncClient(standalone.service_url, operation_timeout=30) as client:
         producer = await client.create_producer(topic, batching_max_publish_delay=10.0, batching_max_messages=3)
         consumer = await client.subscribe(topic, "readers", initial_position=InitialPosition.Earliest)
@@ -219,7 +213,7 @@ async def test_a_batch_send_links_every_message_and_receive_many_is_one_span(
 async def test_a_message_listener_runs_in_a_process_span(
     standalone: Standalone, exporter: InMemorySpanExporter, app_tracer: Any,
 ) -> None:
-    topic = new_topic()
+    topic = unique_topic("traced")
     done = asyncio.Event()
 
     async def listener(consumer: Any, message: Any) -> None:
@@ -250,7 +244,7 @@ async def test_a_message_listener_runs_in_a_process_span(
 async def test_calls_made_within_an_application_span_join_its_trace(
     standalone: Standalone, exporter: InMemorySpanExporter, app_tracer: Any,
 ) -> None:
-    topic = new_topic()
+    topic = unique_topic("traced")
     async with AsyncClient(standalone.service_url, operation_timeout=30) as client:
         with app_tracer.start_as_current_span("request") as request:
             producer = await client.create_producer(topic)  # a lookup, then the producer's registration
@@ -270,7 +264,7 @@ async def test_calls_made_within_an_application_span_join_its_trace(
 async def test_the_blocking_client_makes_its_spans_in_the_callers_context(
     standalone: Standalone, exporter: InMemorySpanExporter, app_tracer: Any,
 ) -> None:
-    topic = new_topic()
+    topic = unique_topic("traced")
     service_url = standalone.service_url
 
     def on_a_thread() -> tuple[int, int, str]:
@@ -303,7 +297,7 @@ async def test_with_tracing_off_no_span_is_made_and_no_trace_context_is_added(tm
     tracing.enable(provider)
     tracing.disable()  # configured, but off
     standalone = await start_standalone(tmp_path / "data")
-    topic = new_topic()
+    topic = unique_topic("traced")
     try:
         async with AsyncClient(standalone.service_url, operation_timeout=30) as client:
             producer = await client.create_producer(topic)
@@ -323,7 +317,7 @@ async def test_with_tracing_off_no_span_is_made_and_no_trace_context_is_added(tm
 
 async def test_console_exporter_writes_the_spans_of_a_herald_command(tmp_path: Path) -> None:
     standalone = await start_standalone(tmp_path / "data")
-    topic = new_topic()
+    topic = unique_topic("traced")
     try:
         env = {**service_env(), "HERALD_TRACING_EXPORTER": "console"}
         proc = await asyncio.create_subprocess_exec(
@@ -354,7 +348,7 @@ async def test_an_unreachable_otlp_collector_does_not_hold_up_messages(
         tracing.TracingSettings(exporter="otlp", otlp_endpoint=endpoint, otlp_timeout=1.0), "herald-test")
     try:
         standalone = await start_standalone(tmp_path / "data")
-        topic = new_topic()
+        topic = unique_topic("traced")
         try:
             async with AsyncClient(standalone.service_url, operation_timeout=30) as client:
                 producer = await client.create_producer(topic)

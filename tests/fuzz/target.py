@@ -8,7 +8,6 @@ from __future__ import annotations
 import re
 import threading
 import time
-import uuid
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -16,8 +15,9 @@ from herald.client import Client, InitialPosition
 from herald.common.errors import HeraldError
 
 from tests.conftest import StandaloneProcess
+from tests.helpers import unique_name
 
-CHECK_TENANT = f"herald-fuzz-check-{uuid.uuid4().hex[:8]}"
+CHECK_TENANT = unique_name("herald-fuzz-check")
 DEADLINE = 30.0
 # Settings of the standalones under fuzzing. An admin call on a partitioned topic is made on every
 # partition (loading each): past a few, random partition counts would spend the run loading them.

@@ -4,8 +4,7 @@ embedded metadata store, a real storage node and the real storage client: no gRP
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -38,6 +37,8 @@ from herald.metadata.embedded import EmbeddedMetadataStore
 from herald.storage.client.storage_client import StorageClient
 from herald.storage.node.server import StorageServer
 from herald.storage.node.settings import StorageSettings
+
+from tests.helpers import eventually
 
 DEADLINE = 60.0  # bounds waits; never asserted as a duration
 TOPIC = "persistent://public/default/orders"
@@ -127,14 +128,6 @@ async def receive(consumer: Consumer, count: int) -> list[Delivery]:
     while len(got) < count:
         got += await asyncio.wait_for(consumer.next_deliveries(), DEADLINE)
     return got
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 def seqs(deliveries: list[Delivery]) -> list[int]:
@@ -241,7 +234,7 @@ async def test_a_producer_name_unused_past_the_inactivity_is_forgotten_by_dedup(
     async def forgotten() -> bool:
         return "used-once" not in topic.dedup.producers
 
-    await eventually(forgotten, "the idle producer name forgotten")
+    await eventually(forgotten, "the idle producer name forgotten", timeout=DEADLINE)
     assert "staying" in topic.dedup.producers  # still connected: kept
     _, last_sequence_id = await service.create_producer(TOPIC, "used-once")
     assert last_sequence_id == -1
@@ -299,7 +292,7 @@ async def test_failed_ledger_creation_fails_adds_fast_then_recovers(cluster: Clu
             producer, _ = await service.create_producer(TOPIC, "q")
             return False
 
-    await eventually(accepted, "an add after the retry interval")
+    await eventually(accepted, "an add after the retry interval", timeout=DEADLINE)
     assert producer.topic.ledger.state.value == "LedgerOpened"
 
 
@@ -319,10 +312,10 @@ async def test_storage_outage_fails_writes_then_the_log_continues_without_gaps(
             return True
         return False
 
-    await eventually(refused, "a write to fail")
+    await eventually(refused, "a write to fail", timeout=DEADLINE)
     topic = await service.get_topic(TOPIC)
     # Failing writes neither grow the ledger list nor keep creating ledgers: adds fail fast.
-    await eventually(lambda: _true(topic.ledger.state is State.CLOSED_LEDGER), "the rollover to give up")
+    await eventually(lambda: topic.ledger.state is State.CLOSED_LEDGER, "the rollover to give up", timeout=DEADLINE)
     assert [info.entries for info in topic.ledger.ledgers] == [5]
     # The node comes back on the same address with its data.
     cluster.storage_server = StorageServer(StorageSettings(data_dir=str(tmp_path / "storage"), port=port,
@@ -339,7 +332,7 @@ async def test_storage_outage_fails_writes_then_the_log_continues_without_gaps(
         await service.close_producer(producer)
         return True
 
-    await eventually(accepted, "writes to succeed again")
+    await eventually(accepted, "writes to succeed again", timeout=DEADLINE)
     assert after[0] > before[-1]
     consumer = await service.subscribe(TOPIC, "s", EXCLUSIVE, EARLIEST)
     consumer.flow(100)
@@ -384,12 +377,8 @@ async def test_crashed_broker_ledger_is_recovered_with_dedup_state(cluster: Clus
     stale, _ = await stale_topic.add_producer("stale")
     with pytest.raises(FencedError):
         await stale_topic.publish(stale, 0, 0, 1, entry("stale", 0))
-    await eventually(lambda: _true(stale_topic.closed), "the fenced topic to unload")
+    await eventually(lambda: stale_topic.closed, "the fenced topic to unload", timeout=DEADLINE)
     assert (await new.topic_stats(TOPIC)).entries == 23
-
-
-async def _true(value: bool) -> bool:
-    return value
 
 
 async def test_reopened_managed_ledger_drops_its_empty_last_ledger(cluster: Cluster) -> None:
@@ -438,7 +427,7 @@ async def test_cursor_is_flushed_periodically_while_the_topic_runs(cluster: Clus
         stored = await cluster.store.get(key)
         return stored is not None and b"[%d,%d]" % (got[-1].ledger_id, got[-1].entry_id) in stored.value
 
-    await eventually(flushed, "the cursor flush")
+    await eventually(flushed, "the cursor flush", timeout=DEADLINE)
 
 
 async def test_exclusive_subscription_refuses_a_second_consumer(cluster: Cluster) -> None:

@@ -4,8 +4,6 @@ silent brokers, and ownership assignment (SEEDS §5)."""
 from __future__ import annotations
 
 import subprocess
-import time
-import uuid
 from collections.abc import Iterator
 
 import grpc
@@ -13,18 +11,16 @@ import pytest
 from herald.api.v1 import lookup_pb2, lookup_pb2_grpc
 
 from tests.conftest import VENV_BIN, free_port, wait_for_port
+from tests.helpers import eventually_sync
 
 HEARTBEAT = 0.3  # seconds; expiry is 3 heartbeats
 
 
 @pytest.fixture
-def lookup(redis_url: str, herald_env: dict[str, str], tmp_path: object) -> Iterator[lookup_pb2_grpc.LookupServiceStub]:
+def lookup(redis_db_url: str, herald_env: dict[str, str]) -> Iterator[lookup_pb2_grpc.LookupServiceStub]:
     port = free_port()
-    db = 1 + (uuid.uuid4().int % 14)  # keep tests apart on the shared redis-server
-    url = redis_url.rsplit("/", 1)[0] + f"/{db}"
-    subprocess.run(["redis-cli", "-u", url, "flushdb"], check=True, capture_output=True)
     proc = subprocess.Popen(
-        [str(VENV_BIN / "herald"), "lookup", "--metadata-url", url, "--port", str(port),
+        [str(VENV_BIN / "herald"), "lookup", "--metadata-url", redis_db_url, "--port", str(port),
          "--heartbeat-interval", str(HEARTBEAT), "--metrics-port", "-1"],
         env=herald_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
@@ -45,13 +41,10 @@ def register(stub: lookup_pb2_grpc.LookupServiceStub, broker_id: str) -> int:
     return int(response.lease_id)
 
 
-def wait_until(condition: object, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():  # type: ignore[operator]
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not met within the deadline")
+def heartbeat_then_list(lookup: lookup_pb2_grpc.LookupServiceStub, broker_id: str, lease_id: int) -> list[str]:
+    """One heartbeat of `broker_id` (its lease must still be valid), then the live brokers."""
+    assert lookup.Heartbeat(lookup_pb2.HeartbeatRequest(broker_id=broker_id, lease_id=lease_id)).lease_valid
+    return [b.broker_id for b in lookup.GetClusterInfo(lookup_pb2.ClusterInfoRequest()).brokers]
 
 
 def test_lookup_without_brokers_is_a_clear_retryable_error(lookup: lookup_pb2_grpc.LookupServiceStub) -> None:
@@ -85,15 +78,8 @@ def test_silent_broker_expires_and_its_topics_are_reassigned(lookup: lookup_pb2_
     assert owner.broker_id == "a"
     lease_b = register(lookup, "b")
     # b keeps heart-beating; a falls silent.
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        assert lookup.Heartbeat(lookup_pb2.HeartbeatRequest(broker_id="b", lease_id=lease_b)).lease_valid
-        brokers = [b.broker_id for b in lookup.GetClusterInfo(lookup_pb2.ClusterInfoRequest()).brokers]
-        if brokers == ["b"]:
-            break
-        time.sleep(HEARTBEAT / 2)
-    else:
-        raise AssertionError("silent broker a never expired")
+    eventually_sync(lambda: heartbeat_then_list(lookup, "b", lease_b), "silent broker a expiring",
+                    until=lambda brokers: brokers == ["b"], interval=HEARTBEAT / 2)
     assert lookup.LookupTopic(lookup_pb2.LookupTopicRequest(topic="orders")).broker_id == "b"
     # The expired broker learns it from its next heartbeat and must register again.
     assert not lookup.Heartbeat(lookup_pb2.HeartbeatRequest(broker_id="a", lease_id=lease_a)).lease_valid
@@ -101,10 +87,12 @@ def test_silent_broker_expires_and_its_topics_are_reassigned(lookup: lookup_pb2_
 
 def test_heartbeats_keep_a_broker_alive(lookup: lookup_pb2_grpc.LookupServiceStub) -> None:
     lease = register(lookup, "steady")
-    for _ in range(int(6 * 3 * HEARTBEAT / (HEARTBEAT / 2))):  # several expiry periods
-        assert lookup.Heartbeat(lookup_pb2.HeartbeatRequest(broker_id="steady", lease_id=lease)).lease_valid
-        time.sleep(HEARTBEAT / 2)
-    assert [b.broker_id for b in lookup.GetClusterInfo(lookup_pb2.ClusterInfoRequest()).brokers] == ["steady"]
+    # Several expiry periods, each measured by the lookup itself: a broker registered beside the
+    # steady one and never heard from again expires, and only then does the next one register.
+    for period in range(3):
+        register(lookup, f"silent-{period}")
+        eventually_sync(lambda: heartbeat_then_list(lookup, "steady", lease), f"silent-{period} expiring",
+                        until=lambda brokers: brokers == ["steady"], interval=HEARTBEAT / 2)
 
 
 def test_unregistered_broker_drops_its_topics(lookup: lookup_pb2_grpc.LookupServiceStub) -> None:

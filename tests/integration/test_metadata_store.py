@@ -8,9 +8,7 @@ import asyncio
 import shutil
 import subprocess
 import sys
-import time
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +21,7 @@ from herald.metadata.redis import RedisMetadataStore
 from herald.metadata.store import LeaseExpiredError, MetadataStore, Versioned, WatchEvent
 
 from tests.conftest import free_port, wait_for_port
+from tests.helpers import eventually, unique_name
 
 TTL = 0.5  # short leases, so expiry tests finish quickly
 DEADLINE = 10.0  # generous: these bound a wait, they do not assert a duration
@@ -40,7 +39,7 @@ def make_store(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> 
     """Unstarted stores over the same data: one Redis namespace, or one SQLite file, per test."""
     if backend == "redis":
         url = request.getfixturevalue("redis_url")
-        namespace = f"test-{uuid.uuid4().hex}:"
+        namespace = request.getfixturevalue("redis_namespace")
         return lambda **kwargs: RedisMetadataStore(url, namespace=namespace, **kwargs)
     path = str(tmp_path / "metadata.db")
     return lambda **kwargs: EmbeddedMetadataStore(path, **kwargs)
@@ -54,15 +53,6 @@ async def store(make_store: StoreFactory) -> AsyncIterator[MetadataStore]:
         yield store
     finally:
         await store.close()
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], what: str) -> None:
-    """Poll check until it holds, failing after DEADLINE seconds."""
-    deadline = time.monotonic() + DEADLINE
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not happen within {DEADLINE}s")
-        await asyncio.sleep(0.02)
 
 
 async def next_event(watch: AsyncIterator[WatchEvent]) -> WatchEvent:
@@ -81,7 +71,7 @@ async def wait_until_absent(store: MetadataStore, key: str) -> None:
     async def absent() -> bool:
         return await store.get(key) is None
 
-    await eventually(absent, f"{key!r} vanishing")
+    await eventually(absent, f"{key!r} vanishing", timeout=DEADLINE)
 
 
 async def aclose(watch: AsyncIterator[WatchEvent]) -> None:
@@ -257,11 +247,24 @@ async def test_an_ephemeral_key_vanishes_when_its_lease_expires_without_keepaliv
 async def test_an_ephemeral_key_survives_while_its_lease_is_kept_alive(store: MetadataStore) -> None:
     lease = await store.grant_lease(TTL)
     await store.put("brokers/b1", b"up", lease_id=lease)
-    until = time.monotonic() + 3 * TTL
-    while time.monotonic() < until:
+
+    async def kept_alive() -> bool:
         assert await store.keepalive(lease) is True
         assert await store.get("brokers/b1") == Versioned(b"up", 1, lease)
-        await asyncio.sleep(TTL / 5)
+        return True
+
+    # Three leases' lifetimes, each measured by the store itself: a key on a lease granted beside
+    # the kept one and never kept alive vanishes, and only then is the next one granted.
+    for period in range(3):
+        unkept = await store.grant_lease(TTL)
+        await store.put(f"brokers/silent-{period}", b"up", lease_id=unkept)
+
+        async def silent_gone(key: str = f"brokers/silent-{period}") -> bool:
+            return await kept_alive() and await store.get(key) is None
+
+        await eventually(silent_gone, f"the key of lease {unkept}, never kept alive, vanishing",
+                         timeout=DEADLINE, interval=TTL / 5)
+    assert await store.list("brokers/") == {"brokers/b1": Versioned(b"up", 1, lease)}
 
 
 async def test_keepalive_of_an_expired_lease_returns_false(store: MetadataStore) -> None:
@@ -527,11 +530,6 @@ async def test_close_leaves_no_background_task_running(make_store: StoreFactory)
 
 
 @pytest.fixture
-def redis_namespace() -> str:
-    return f"test-{uuid.uuid4().hex}:"
-
-
-@pytest.fixture
 async def redis_pair(redis_url: str, redis_namespace: str) -> AsyncIterator[list[RedisMetadataStore]]:
     """Two stores, as two processes would have, on one Redis and namespace."""
     stores = [RedisMetadataStore(redis_url, namespace=redis_namespace) for _ in range(2)]
@@ -618,7 +616,7 @@ async def test_redis_watch_fails_when_its_connection_is_lost_and_new_watches_wor
             finally:
                 await aclose(fresh)
 
-        await eventually(new_watch_sees_puts, "a new watch working after reconnection")
+        await eventually(new_watch_sees_puts, "a new watch working after reconnection", timeout=DEADLINE)
     finally:
         await admin.aclose()
         await store.close()
@@ -667,8 +665,8 @@ async def test_redis_operation_after_the_server_went_away_raises_metadata_error(
 
 
 async def test_redis_namespaces_keep_stores_apart(redis_url: str) -> None:
-    first = RedisMetadataStore(redis_url, namespace=f"test-{uuid.uuid4().hex}:")
-    second = RedisMetadataStore(redis_url, namespace=f"test-{uuid.uuid4().hex}:")
+    first = RedisMetadataStore(redis_url, namespace=f"{unique_name('test')}:")
+    second = RedisMetadataStore(redis_url, namespace=f"{unique_name('test')}:")
     await first.start()
     await second.start()
     try:

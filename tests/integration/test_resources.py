@@ -4,7 +4,6 @@ listing), run against both metadata backends: a real redis-server and the embedd
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from herald.metadata.store import MetadataStore
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[MetadataStore]:
     if request.param == "redis":
         url = request.getfixturevalue("redis_url")
-        backend: MetadataStore = RedisMetadataStore(url, namespace=f"test-{uuid.uuid4().hex}:")
+        backend: MetadataStore = RedisMetadataStore(url, namespace=request.getfixturevalue("redis_namespace"))
     else:
         backend = EmbeddedMetadataStore(str(tmp_path / "metadata.db"))
     await backend.start()

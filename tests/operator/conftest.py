@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import kmock
 import kopf
@@ -29,7 +28,6 @@ SUBSCRIPTIONS = "/apis/herald.io/v1alpha1/namespaces/{ns}/subscriptions"
 # Short enough that drift is reverted within a test's wait, long enough not to spin.
 RESYNC_INTERVAL = 1.0
 RETRY_DELAY = 0.5
-T = TypeVar("T")
 
 
 def crd(name: str) -> dict[str, Any]:
@@ -38,22 +36,6 @@ def crd(name: str) -> dict[str, Any]:
 
 def crd_schema(name: str) -> dict[str, Any]:
     return crd(name)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]  # type: ignore[no-any-return]
-
-
-async def wait_until(check: Callable[[], Awaitable[T | None]], what: str, seconds: float = 20.0) -> T:
-    """Poll `check` until it returns something other than None/False, within a deadline."""
-    deadline = time.monotonic() + seconds
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = await check()
-        except AssertionError as exc:
-            last = exc
-        else:
-            if last is not None and last is not False:
-                return last  # type: ignore[no-any-return]
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{what} did not happen within {seconds}s (last: {last!r})")
 
 
 @pytest.fixture(scope="module")

@@ -4,9 +4,6 @@ resource's topic given as a Topic resource or a full name, deletion per deletion
 
 from __future__ import annotations
 
-import asyncio
-import time
-import uuid
 from collections.abc import AsyncIterator
 
 import pytest
@@ -16,12 +13,9 @@ from herald.client.config import InitialPosition
 from herald_operator import desired, reconcile
 
 from tests.conftest import StandaloneProcess
-from tests.operator.conftest import Cluster, OperatorStarter, wait_until
+from tests.helpers import eventually, unique_name, unique_topic
+from tests.operator.conftest import Cluster, OperatorStarter
 from tests.wire import WireClient
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 @pytest.fixture
@@ -39,7 +33,7 @@ async def test_subscription_on_a_topic_resource_exists_with_its_dead_letter_poli
     cluster: Cluster, start_operator: OperatorStarter, herald: StandaloneProcess, admin: AdminClient,
 ) -> None:
     await start_operator(herald.service_url)
-    topic_name, sub_name = unique("jobs"), unique("workers")
+    topic_name, sub_name = unique_name("jobs"), unique_name("workers")
     topic = f"persistent://public/default/{topic_name}"
     # The subscription first: it waits for its Topic resource, saying so.
     await cluster.apply("Subscription", sub_name, {
@@ -49,9 +43,9 @@ async def test_subscription_on_a_topic_resource_exists_with_its_dead_letter_poli
     async def waiting() -> bool:
         found = await cluster.condition("Subscription", sub_name, "Synced")
         return found is not None and found["reason"] == "TopicNotFound"
-    await wait_until(waiting, "TopicNotFound reported")
+    await eventually(waiting, "TopicNotFound reported")
     await cluster.apply("Topic", topic_name, {"partitions": 2})
-    await wait_until(lambda: ready(cluster, sub_name), "subscription Synced=True")
+    await eventually(lambda: ready(cluster, sub_name), "subscription Synced=True")
 
     assert await admin.list_subscriptions(topic) == ["workers"]
     policy = await admin.dead_letter_policy(topic, "workers")
@@ -67,13 +61,13 @@ async def test_subscription_on_a_topic_resource_exists_with_its_dead_letter_poli
         if "workers" not in await admin.list_subscriptions(topic):
             return False
         return (await admin.dead_letter_policy(topic, "workers")).max_redeliver_count == 3
-    await wait_until(reverted, "subscription and policy restored")
+    await eventually(reverted, "subscription and policy restored")
 
     await cluster.delete("Subscription", sub_name)
 
     async def released() -> bool:
         return await cluster.get("Subscription", sub_name) is None
-    await wait_until(released, "subscription resource released")
+    await eventually(released, "subscription resource released")
     assert await admin.list_subscriptions(topic) == []
     assert (await admin.dead_letter_policy(topic, "workers")).max_redeliver_count == 0
 
@@ -82,24 +76,24 @@ async def test_subscription_with_full_topic_name_and_retain_policy(
     cluster: Cluster, start_operator: OperatorStarter, herald: StandaloneProcess, admin: AdminClient,
 ) -> None:
     await start_operator(herald.service_url)
-    topic = f"persistent://public/default/{unique('full')}"
+    topic = unique_topic("full")
     await admin.create_topic(topic)
-    name = unique("kept")
+    name = unique_name("kept")
     await cluster.apply("Subscription", name, {"topic": topic, "deletionPolicy": "Retain"})
-    await wait_until(lambda: ready(cluster, name), "subscription Synced=True")
+    await eventually(lambda: ready(cluster, name), "subscription Synced=True")
     assert await admin.list_subscriptions(topic) == [name]
     await cluster.delete("Subscription", name)
 
     async def released() -> bool:
         return await cluster.get("Subscription", name) is None
-    await wait_until(released, "subscription resource released")
+    await eventually(released, "subscription resource released")
     assert await admin.list_subscriptions(topic) == [name]
 
 
 async def test_admin_dead_letter_policy_applies_to_consumers_that_send_none(
     herald: StandaloneProcess, admin: AdminClient, wire: WireClient,
 ) -> None:
-    topic = f"persistent://public/default/{unique('dl')}"
+    topic = unique_topic("dl")
     await admin.create_topic(topic)
     await admin.create_subscription(topic, "s", InitialPosition.Earliest)
     await admin.set_dead_letter_policy(topic, "s", 2)
@@ -114,19 +108,16 @@ async def test_admin_dead_letter_policy_applies_to_consumers_that_send_none(
     assert entries[0].redelivery_count == 1
     await consumer.nack(*entries, delay_ms=0)  # the second redelivery reaches the policy's count
 
-    deadline = time.monotonic() + 15
-    while True:
-        stats = await admin.topic_stats(topic)
-        if stats.subscriptions[0].dead_letters == 1:
-            break
-        assert time.monotonic() < deadline, f"no dead letter: {stats.subscriptions[0]}"
-        await asyncio.sleep(0.05)
+    async def dead_letters() -> int:
+        return int((await admin.topic_stats(topic)).subscriptions[0].dead_letters)
+
+    await eventually(dead_letters, "a dead letter", until=lambda count: count == 1)
     await consumer.close()
     await admin.delete_topic(topic, force=True)
 
 
 async def test_subscription_reconciling_again_changes_nothing(herald: StandaloneProcess, admin: AdminClient) -> None:
-    topic = f"persistent://public/default/{unique('idem')}"
+    topic = unique_topic("idem")
     await admin.create_topic(topic, 2)
     wanted = desired.desired_subscription(
         {"topic": topic, "initialPosition": "Earliest", "deadLetterPolicy": {"maxRedeliverCount": 4}}, "sub")
@@ -139,6 +130,6 @@ async def test_subscription_reconciling_again_changes_nothing(herald: Standalone
 
 
 async def test_subscription_on_a_missing_topic_is_not_ready(admin: AdminClient) -> None:
-    wanted = desired.desired_subscription({"topic": f"persistent://public/default/{unique('none')}"}, "s")
+    wanted = desired.desired_subscription({"topic": unique_topic("none")}, "s")
     with pytest.raises(reconcile.TopicNotReadyError):
         await reconcile.reconcile_subscription(admin, wanted)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import subprocess
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from herald.common.transport.rpc import error_from_rpc
 from herald.local_cluster import free_port
 
 from tests.conftest import VENV_BIN, StandaloneProcess, service_env
+from tests.helpers import unique_topic
 from tests.security.conftest import ADMIN, Keys, Pki
 from tests.security.test_standalone_security import FAST
 
@@ -141,7 +141,7 @@ def test_a_lookup_refuses_to_start_with_an_unreadable_certificate_flag(tmp_path:
 def test_dlq_replay_takes_the_token_and_trust_flags(
     secure_standalone: StandaloneProcess, pki: Pki, keys: Keys,
 ) -> None:
-    topic = f"persistent://public/default/replay-{uuid.uuid4().hex[:8]}"
+    topic = unique_topic("replay")
     token = str(keys.token_file(ADMIN))
     tls = ["--tls-trust-certs-file", str(pki.ca_cert)]
     url = secure_standalone.service_url

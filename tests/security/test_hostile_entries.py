@@ -23,7 +23,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-import uuid
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from herald.common.codec.entry import EntryMetadata, encode_entry, pack_record
 from herald.common.errors import HeraldError
 
 from tests.conftest import VENV_BIN, StandaloneProcess, service_env
+from tests.helpers import eventually, eventually_passes, unique_name, unique_topic
 from tests.security.conftest import ADMIN, Keys, Pki
 from tests.wire import WireClient, WireConsumer, WireError, WireProducer, make_entry, values_of
 
@@ -108,7 +108,7 @@ class Place:
     namespace: str
 
     def topic(self, name: str = "t") -> str:
-        return f"persistent://{self.namespace}/{name}-{uuid.uuid4().hex[:8]}"
+        return unique_topic(name, self.namespace)
 
     def wire(self, role: str = APP) -> WireClient:
         """Raw gRPC streams over TLS with `role`'s token."""
@@ -125,11 +125,11 @@ class Place:
 
 @pytest.fixture
 async def place(secure_standalone: StandaloneProcess, pki: Pki, keys: Keys) -> Place:
-    suffix = uuid.uuid4().hex[:6]
-    namespace = f"hostile-{suffix}/ns"
+    tenant = unique_name("hostile")
+    namespace = f"{tenant}/ns"
     async with AdminClient(secure_standalone.service_url, timeout=10, auth=AuthenticationToken(keys.token(ADMIN)),
                            tls_trust_certs_file_path=str(pki.ca_cert)) as admin:
-        await admin.create_tenant(f"hostile-{suffix}", allowed_clusters=["standalone"])
+        await admin.create_tenant(tenant, allowed_clusters=["standalone"])
         await admin.create_namespace(namespace)
         await admin.grant_permission(APP, ["produce", "consume"], namespace=namespace)
     return Place(secure_standalone, pki, keys, namespace)
@@ -141,24 +141,17 @@ async def wire(place: Place) -> AsyncIterator[WireClient]:
         yield client
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], what: str, seconds: float = 30.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not await check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.1)
-
-
 async def authorized(make: Callable[[], Awaitable[Any]], what: str) -> Any:
     """`make()`, retried while the namespace grant has not reached the broker yet."""
-    deadline = time.monotonic() + 30
-    while True:
+    async def attempt() -> Any:
         try:
             return await make()
-        except (AuthorizationError, WireError) as exc:
-            if isinstance(exc, WireError) and exc.code != common_pb2.AUTHORIZATION_ERROR:
-                raise
-            assert time.monotonic() < deadline, f"{what}: still refused: {exc}"
-            await asyncio.sleep(0.2)
+        except WireError as exc:
+            if exc.code == common_pb2.AUTHORIZATION_ERROR:
+                raise AuthorizationError(str(exc)) from exc  # not yet: as the client would say it
+            raise
+
+    return await eventually_passes(attempt, f"{what}: allowed", retry=(AuthorizationError,))
 
 
 async def registered(wire: WireClient, topic: str, name: str = "") -> WireProducer:
@@ -208,7 +201,7 @@ def run_measured(argv: list[str], tmp_path: Path, timeout: float = 90.0) -> Fini
     """Run `herald <argv[1:]>` (argv[0] the herald command) or a Python script (argv[0] this
     interpreter, argv[1] the script) to its end; its peak RSS is its own VmHWM, written by the
     process itself as it exits."""
-    tag = uuid.uuid4().hex[:6]
+    tag = unique_name("run")
     out, err, hwm = tmp_path / f"out-{tag}", tmp_path / f"err-{tag}", tmp_path / f"hwm-{tag}"
     program = ["herald"] if Path(argv[0]).name == "herald" else []
     command = [sys.executable, "-c", _MEASURED_HERALD, str(hwm), *program, *argv[1:]]
@@ -383,7 +376,7 @@ async def test_a_dead_letter_bomb_is_moved_as_it_is_by_the_dlq_worker_and_left_o
         async def moved() -> bool:
             return worker.letters_moved() >= 1
 
-        await eventually(moved, "the dlq-worker to move the dead letter", seconds=60)
+        await eventually(moved, "the dlq-worker to move the dead letter", timeout=60)
         worker_rss = peak_rss_of(worker.proc.pid)
     finally:
         worker.stop()

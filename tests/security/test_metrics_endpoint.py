@@ -10,7 +10,6 @@ import json
 import socket
 import ssl
 import subprocess
-import time
 import urllib.error
 import urllib.request
 import uuid
@@ -25,6 +24,7 @@ from herald.local_cluster import free_port
 from prometheus_client import CollectorRegistry
 
 from tests.conftest import VENV_BIN, StandaloneProcess, service_env
+from tests.helpers import eventually, eventually_sync, unique_topic
 from tests.security.conftest import ADMIN, Keys, Pki
 
 FAST = {"operation_timeout": 5.0, "connection_timeout": 2.0, "stats_interval": 0}
@@ -115,14 +115,12 @@ async def _produce_and_consume(server: StandaloneProcess, pki: Pki, keys: Keys, 
 
 async def _scrape_until(url: str, holds: str, context: ssl.SSLContext | None = None) -> str:
     """Scrape (with the token) until `holds` is in the exposition; the last one."""
-    deadline = time.monotonic() + DEADLINE
-    while True:
+    async def scrape() -> str:
         status, _, text = await asyncio.to_thread(get, url, METRICS_TOKEN, "Bearer", context)
         assert status == 200, text
-        if holds in text:
-            return text
-        assert time.monotonic() < deadline, f"{holds!r} never appeared in /metrics:\n{text[-2000:]}"
-        await asyncio.sleep(0.1)
+        return text
+
+    return await eventually(scrape, f"{holds!r} in /metrics", until=lambda text: holds in text, timeout=DEADLINE)
 
 
 # ---- a bearer token over plain HTTP ----
@@ -165,18 +163,14 @@ def test_a_token_file_gone_after_start_closes_metrics_rather_than_opening_them(t
 def test_the_probes_need_no_token(guarded: StandaloneProcess) -> None:
     status, _, body = get(f"{base(guarded)}/healthz")
     assert status == 200 and json.loads(body) == {"alive": True}
-    deadline = time.monotonic() + DEADLINE
-    status, _, body = get(f"{base(guarded)}/readyz")
-    while status != 200:
-        assert time.monotonic() < deadline, body
-        time.sleep(0.1)
-        status, _, body = get(f"{base(guarded)}/readyz")
+    _, _, body = eventually_sync(lambda: get(f"{base(guarded)}/readyz"), "/readyz answering 200",
+                                 until=lambda answer: answer[0] == 200, timeout=DEADLINE)
     assert json.loads(body)["ready"] is True
 
 
 async def test_by_default_metrics_name_every_topic(guarded: StandaloneProcess, pki: Pki, keys: Keys) -> None:
     """What the token protects: topic-level metrics carry each tenant's topic names."""
-    topic = f"persistent://public/default/secret-plans-{uuid.uuid4().hex[:8]}"
+    topic = unique_topic("secret-plans")
     await _produce_and_consume(guarded, pki, keys, topic, 3)
     await _scrape_until(f"{base(guarded)}/metrics", f'topic="{topic}"')
 
@@ -221,7 +215,7 @@ def test_a_peer_stalling_its_tls_handshake_holds_up_no_other_request(
 async def test_without_topic_level_metrics_no_topic_name_is_exposed(
     guarded_tls: StandaloneProcess, pki: Pki, keys: Keys,
 ) -> None:
-    topic = f"persistent://public/default/secret-plans-{uuid.uuid4().hex[:8]}"
+    topic = unique_topic("secret-plans")
     await _produce_and_consume(guarded_tls, pki, keys, topic, 5)
     text = await _scrape_until(f"{base(guarded_tls, 'https')}/metrics", "herald_broker_messages_out_total 5.0",
                                trusting(pki))
@@ -244,10 +238,11 @@ def test_a_lookup_process_serves_its_metrics_over_https_behind_the_token(
              "--metrics-tls-cert-file", str(pki.server_cert), "--metrics-tls-key-file", str(pki.server_key)],
             stdout=out, stderr=subprocess.STDOUT, env=service_env())
     try:
-        deadline = time.monotonic() + DEADLINE
-        while f"lookup metrics on https://127.0.0.1:{metrics_port}/metrics" not in log.read_text():
-            assert lookup.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.05)
+        def started() -> bool:
+            assert lookup.poll() is None, log.read_text()
+            return f"lookup metrics on https://127.0.0.1:{metrics_port}/metrics" in log.read_text()
+
+        eventually_sync(started, "lookup serving its metrics", timeout=DEADLINE)
         url = f"https://127.0.0.1:{metrics_port}"
         status, _, body = get(f"{url}/metrics", METRICS_TOKEN, context=trusting(pki))
         assert status == 200 and "herald_lookup_live_brokers" in body

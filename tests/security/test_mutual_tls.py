@@ -4,13 +4,10 @@ a certificate besides a token, whose own dlq-worker must present one too."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
-import time
 import urllib.error
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,6 +31,7 @@ from herald_operator.handlers import HeraldOperator
 from herald_operator.settings import OperatorSettings
 
 from tests.conftest import VENV_BIN, StandaloneProcess, service_env
+from tests.helpers import eventually_passes, eventually_sync, unique_topic
 from tests.security.conftest import ADMIN, Keys, Pki
 
 FAST = {"operation_timeout": 5.0, "connection_timeout": 2.0, "stats_interval": 0}
@@ -56,12 +54,8 @@ def mtls_standalone(tmp_path_factory: pytest.TempPathFactory, pki: Pki, keys: Ke
         server.stop()
 
 
-def _topic() -> str:
-    return f"persistent://public/default/mtls-{uuid.uuid4().hex[:8]}"
-
-
 async def test_the_certificates_common_name_is_the_role(mtls_standalone: StandaloneProcess, pki: Pki) -> None:
-    topic = _topic()
+    topic = unique_topic("mtls")
     cert, key = pki.client("cert-user")
     admin_cert, admin_key = pki.client(ADMIN)
     async with (AdminClient(mtls_standalone.service_url, timeout=10, tls_trust_certs_file_path=str(pki.ca_cert),
@@ -71,14 +65,9 @@ async def test_the_certificates_common_name_is_the_role(mtls_standalone: Standal
         with pytest.raises(AuthorizationError, match="'cert-user'"):
             await client.create_producer(topic)
         await admin.grant_permission("cert-user", ["produce"], topic=topic)
-        producer = None
-        for _ in range(50):  # the grant is seen within the authorization cache's second
-            try:
-                producer = await client.create_producer(topic)
-                break
-            except AuthorizationError:
-                await asyncio.sleep(0.1)
-        assert producer is not None
+        # The grant is seen within the authorization cache's second.
+        producer = await eventually_passes(lambda: client.create_producer(topic), "the grant seen",
+                                           retry=(AuthorizationError,))
         await producer.send(b"by certificate")
         await producer.close()
 
@@ -89,7 +78,7 @@ async def test_a_client_without_a_certificate_cannot_connect(
     async with AsyncClient(mtls_standalone.service_url, auth=AuthenticationToken(keys.token(ADMIN)),
                            tls_trust_certs_file_path=str(pki.ca_cert), **FAST) as client:
         with pytest.raises((ConnectionError_, HeraldTimeoutError)):
-            await client.create_producer(_topic())
+            await client.create_producer(unique_topic("mtls"))
 
 
 def test_a_certificate_needs_a_tls_url(pki: Pki) -> None:
@@ -130,12 +119,8 @@ def _readyz(server: StandaloneProcess) -> tuple[int, dict[str, Any]]:
 def test_a_standalone_requiring_client_certificates_becomes_ready_with_its_dlq_worker(
     mtls_whole: StandaloneProcess,
 ) -> None:
-    deadline = time.monotonic() + 30
-    status, body = _readyz(mtls_whole)
-    while status != 200:
-        assert time.monotonic() < deadline, f"/readyz still {status} after 30s: {body}"
-        time.sleep(0.1)
-        status, body = _readyz(mtls_whole)
+    _, body = eventually_sync(lambda: _readyz(mtls_whole), "/readyz answering 200",
+                              until=lambda answer: answer[0] == 200)
     assert body["checks"]["dlq-worker/lookup"] == {"ok": True}
 
 
@@ -144,7 +129,7 @@ async def test_clients_with_a_certificate_and_a_token_produce_and_consume_direct
 ) -> None:
     cert, key = pki.client("app-with-cert")
     for url in (mtls_whole.service_url, mtls_whole.proxy_url):
-        topic = _topic()
+        topic = unique_topic("mtls")
         async with AsyncClient(url, auth=AuthenticationToken(keys.token(ADMIN)),
                                tls_trust_certs_file_path=str(pki.ca_cert), tls_certificate_file_path=str(cert),
                                tls_private_key_file_path=str(key), **FAST) as client:
@@ -158,7 +143,7 @@ async def test_clients_with_a_certificate_and_a_token_produce_and_consume_direct
 async def test_the_standalones_own_dlq_worker_moves_a_dead_letter_under_mutual_tls(
     mtls_whole: StandaloneProcess, pki: Pki, keys: Keys,
 ) -> None:
-    topic = _topic()
+    topic = unique_topic("mtls")
     cert, key = pki.client("dlq-test")
     async with AsyncClient(mtls_whole.service_url, auth=AuthenticationToken(keys.token(ADMIN)),
                            tls_trust_certs_file_path=str(pki.ca_cert), tls_certificate_file_path=str(cert),
@@ -201,13 +186,11 @@ def test_a_dlq_worker_process_presents_the_certificate_its_flags_name(
              "--auth-token-file", str(mtls_whole.data_dir / "internal.token")],
             stdout=out, stderr=subprocess.STDOUT, env=service_env())
     try:
-        deadline = time.monotonic() + 30
-        status, body = _get(f"http://127.0.0.1:{metrics_port}/readyz")
-        while status != 200:
+        def ready() -> tuple[int, dict[str, Any]]:
             assert worker.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, f"/readyz still {status} after 30s: {body}\n{log.read_text()}"
-            time.sleep(0.1)
-            status, body = _get(f"http://127.0.0.1:{metrics_port}/readyz")
+            return _get(f"http://127.0.0.1:{metrics_port}/readyz")
+
+        _, body = eventually_sync(ready, "the worker's /readyz answering 200", until=lambda answer: answer[0] == 200)
         assert body["checks"]["dlq-worker/lookup"] == {"ok": True}
     finally:
         worker.terminate()
@@ -218,7 +201,7 @@ def test_the_cli_produces_and_consumes_with_a_certificate_and_a_token(
     mtls_whole: StandaloneProcess, pki: Pki, keys: Keys,
 ) -> None:
     cert, key = pki.client("cli-user")
-    topic = _topic()
+    topic = unique_topic("mtls")
     security = ["--service-url", mtls_whole.service_url, "--auth-token-file", str(keys.token_file(ADMIN)),
                 "--tls-trust-certs-file", str(pki.ca_cert), "--tls-cert-file", str(cert), "--tls-key-file", str(key)]
 

@@ -13,7 +13,6 @@ import asyncio
 import re
 import time
 import urllib.request
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from herald.client.admin import AdminClient
 from herald.common.errors import InvalidArgumentError, NotAllowedError
 
 from tests.conftest import StandaloneProcess
+from tests.helpers import unique_name, unique_topic
 from tests.security.conftest import Keys, Pki, running_secure_standalone
 from tests.security.test_standalone_security import _admin, _client
 
@@ -49,14 +49,10 @@ async def admin(secure_standalone: StandaloneProcess, pki: Pki, keys: Keys) -> A
 
 async def _tenant(admin: AdminClient, prefix: str = "p") -> tuple[str, str]:
     """A new tenant with its own admin role and a namespace: (namespace, admin role)."""
-    tenant = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    tenant = unique_name(prefix)
     await admin.create_tenant(tenant, admin_roles=[f"{tenant}-admin"], allowed_clusters=["standalone"])
     await admin.create_namespace(f"{tenant}/ns")
     return f"{tenant}/ns", f"{tenant}-admin"
-
-
-def _topic(namespace: str) -> str:
-    return f"persistent://{namespace}/t-{uuid.uuid4().hex[:8]}"
 
 
 def _limit(limit: int, source: str) -> str:
@@ -70,7 +66,7 @@ async def test_a_tenant_admin_is_refused_past_the_brokers_cap_and_at_absurd_coun
     secure_standalone: StandaloneProcess, pki: Pki, keys: Keys, admin: AdminClient,
 ) -> None:
     namespace, role = await _tenant(admin)
-    topic, grown = _topic(namespace), _topic(namespace)
+    topic, grown = unique_topic("t", namespace), unique_topic("t", namespace)
     async with _admin(secure_standalone, pki, keys, role) as tenant_admin:
         for partitions in (CAP + 1, INT32_MAX):
             with pytest.raises(NotAllowedError, match=_limit(CAP, BROKER_SETTING)) as refused:
@@ -102,7 +98,7 @@ async def test_a_tenant_admin_may_lower_the_cap_of_its_namespace(
     async with _admin(secure_standalone, pki, keys, role) as tenant_admin:
         policies = await tenant_admin.set_namespace_policies(namespace, admin_pb2.Policies(max_partitions_per_topic=4))
         assert policies.max_partitions_per_topic == 4
-        topic = _topic(namespace)
+        topic = unique_topic("t", namespace)
         with pytest.raises(NotAllowedError, match=_limit(4, source)):
             await tenant_admin.create_topic(topic, partitions=5)
         await tenant_admin.create_topic(topic, partitions=4)
@@ -129,7 +125,7 @@ async def test_only_a_superuser_raises_a_namespaces_cap_above_the_brokers(
         await tenant_admin.set_namespace_policies(namespace, admin_pb2.Policies(max_partitions_per_topic=CAP))
 
         await admin.set_namespace_policies(namespace, above)  # the super-user's call
-        topic = _topic(namespace)
+        topic = unique_topic("t", namespace)
         await tenant_admin.create_topic(topic, partitions=CAP + 1)  # past the broker's, within the namespace's
         assert await tenant_admin.get_partitions(topic) == CAP + 1
         source = f"namespace {namespace}'s policy max_partitions_per_topic"
@@ -143,14 +139,14 @@ async def test_a_cap_below_one_or_on_a_topic_is_refused(admin: AdminClient) -> N
         with pytest.raises(InvalidArgumentError, match=f"max_partitions_per_topic {wrong} is invalid: use 1 or more"):
             await admin.set_namespace_policies(namespace, admin_pb2.Policies(max_partitions_per_topic=wrong))
     with pytest.raises(InvalidArgumentError, match="max_partitions_per_topic is a namespace policy"):
-        await admin.set_topic_policies(_topic(namespace), admin_pb2.Policies(max_partitions_per_topic=3))
+        await admin.set_topic_policies(unique_topic("t", namespace), admin_pb2.Policies(max_partitions_per_topic=3))
 
 
 async def test_a_topic_made_before_a_lower_cap_keeps_its_partitions_and_works(
     secure_standalone: StandaloneProcess, pki: Pki, keys: Keys, admin: AdminClient,
 ) -> None:
     namespace, role = await _tenant(admin)
-    topic = _topic(namespace)
+    topic = unique_topic("t", namespace)
     async with _admin(secure_standalone, pki, keys, role) as tenant_admin:
         await tenant_admin.create_topic(topic, partitions=6)
         await tenant_admin.set_namespace_policies(namespace, admin_pb2.Policies(max_partitions_per_topic=4))
@@ -207,10 +203,10 @@ async def test_stats_and_routes_of_a_topic_at_the_cap_leave_other_tenants_served
     registrations, expired = _metric(secure_standalone, REGISTRATIONS), _metric(secure_standalone, EXPIRED)
     namespace, role = await _tenant(admin, "big")
     other_namespace, other_role = await _tenant(admin, "other")
-    big = _topic(namespace)
+    big = unique_topic("t", namespace)
     async with _admin(secure_standalone, pki, keys, role) as tenant_admin:
         await tenant_admin.create_topic(big, partitions=CAP)
-    other = _topic(other_namespace)
+    other = unique_topic("t", other_namespace)
     stop = asyncio.Event()
     readiness: list[bool] = []
 

@@ -10,9 +10,7 @@ import base64
 import contextlib
 import gc
 import subprocess
-import time
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +33,12 @@ from herald.common.transport.rpc import error_from_rpc
 from herald.common.transport.tls import Dialer
 
 from tests.conftest import VENV_BIN, StandaloneProcess, service_env
+from tests.helpers import eventually_passes, unique_name, unique_topic
 from tests.security.conftest import ADMIN, Keys, Pki
 
 FAST = {"operation_timeout": 5.0, "connection_timeout": 2.0, "stats_interval": 0}
+# What a call granted a moment ago may still meet: the services cache grants for about a second.
+GRANTS_CACHED = (AuthorizationError, AssertionError)
 
 
 def _client(server: StandaloneProcess, pki: Pki, auth: Any, url: str | None = None, **options: Any) -> AsyncClient:
@@ -48,27 +49,6 @@ def _client(server: StandaloneProcess, pki: Pki, auth: Any, url: str | None = No
 def _admin(server: StandaloneProcess, pki: Pki, keys: Keys, role: str = ADMIN) -> AdminClient:
     return AdminClient(server.service_url, timeout=10, auth=AuthenticationToken(keys.token(role)),
                        tls_trust_certs_file_path=str(pki.ca_cert))
-
-
-def _topic(namespace: str = "public/default") -> str:
-    return f"persistent://{namespace}/sec-{uuid.uuid4().hex[:8]}"
-
-
-async def _eventually(check: Callable[[], Awaitable[None]], within: float = 10.0) -> None:
-    """Retry `check` until it passes (grants are cached by the services for about a second)."""
-    deadline = time.monotonic() + within
-    while True:
-        try:
-            await check()
-            return
-        except (AuthorizationError, AssertionError):
-            if time.monotonic() > deadline:
-                raise
-            await _sleep(0.2)
-
-
-async def _sleep(seconds: float) -> None:
-    await asyncio.sleep(seconds)
 
 
 async def _round_trip(client: AsyncClient, topic: str, subscription: str = "s") -> None:
@@ -94,7 +74,7 @@ async def test_a_superuser_token_produces_and_consumes_over_tls(
     secure_standalone: StandaloneProcess, pki: Pki, keys: Keys,
 ) -> None:
     async with _client(secure_standalone, pki, AuthenticationToken(keys.token(ADMIN))) as client:
-        await _round_trip(client, _topic())
+        await _round_trip(client, unique_topic("sec"))
 
 
 async def test_no_token_is_refused_with_an_authentication_error(
@@ -102,15 +82,14 @@ async def test_no_token_is_refused_with_an_authentication_error(
 ) -> None:
     async with _client(secure_standalone, pki, None) as client:
         with pytest.raises(AuthenticationError, match="no token was given"):
-            await client.create_producer(_topic())
+            await client.create_producer(unique_topic("sec"))
 
 
 async def test_an_expired_token_is_refused(secure_standalone: StandaloneProcess, pki: Pki, keys: Keys) -> None:
-    token = create_token(ADMIN, secret_key=keys.secret_key.read_bytes(), expiry_seconds=-10 + 11)
-    await _sleep(1.5)  # it expired a moment ago
+    token = create_token(ADMIN, secret_key=keys.secret_key.read_bytes(), expiry_seconds=-10)  # ten seconds ago
     async with _client(secure_standalone, pki, AuthenticationToken(token)) as client:
         with pytest.raises(AuthenticationError, match="expired"):
-            await client.create_producer(_topic())
+            await client.create_producer(unique_topic("sec"))
 
 
 async def test_a_tampered_token_is_refused(secure_standalone: StandaloneProcess, pki: Pki, keys: Keys) -> None:
@@ -119,14 +98,14 @@ async def test_a_tampered_token_is_refused(secure_standalone: StandaloneProcess,
     forged_payload = create_token(ADMIN, secret_key=base64.b64encode(b"x" * 32)).split(".")[1]
     async with _client(secure_standalone, pki, AuthenticationToken(f"{header}.{forged_payload}.{signature}")) as client:
         with pytest.raises(AuthenticationError, match="signature"):
-            await client.create_producer(_topic())
+            await client.create_producer(unique_topic("sec"))
 
 
 async def test_a_token_signed_with_another_key_is_refused(secure_standalone: StandaloneProcess, pki: Pki) -> None:
     token = create_token(ADMIN, secret_key=b"another-key-of-32-bytes-or-more!!")
     async with _client(secure_standalone, pki, AuthenticationToken(token)) as client:
         with pytest.raises(AuthenticationError, match="signature"):
-            await client.subscribe(_topic(), "s")
+            await client.subscribe(unique_topic("sec"), "s")
 
 
 async def test_a_malformed_authorization_header_is_refused(secure_standalone: StandaloneProcess, pki: Pki) -> None:
@@ -157,9 +136,9 @@ async def test_a_token_file_is_read_again_when_it_changes(
     auth = AuthenticationToken.from_file(path)
     async with _client(secure_standalone, pki, auth) as client:
         with pytest.raises(AuthenticationError):
-            await client.create_producer(_topic())
+            await client.create_producer(unique_topic("sec"))
         path.write_text(keys.token(ADMIN) + "\n")  # rotated: the next call carries the new token
-        await _round_trip(client, _topic())
+        await _round_trip(client, unique_topic("sec"))
 
 
 async def test_a_token_callable_is_asked_at_every_call(
@@ -172,7 +151,7 @@ async def test_a_token_callable_is_asked_at_every_call(
         return keys.token(ADMIN, expiry_seconds=60)
 
     async with _client(secure_standalone, pki, AuthenticationToken(fresh)) as client:
-        await _round_trip(client, _topic())
+        await _round_trip(client, unique_topic("sec"))
     assert len(calls) >= 3  # lookups, the producer's and the consumer's streams
 
 
@@ -184,11 +163,11 @@ async def test_a_failing_token_supplier_fails_the_call_with_an_authentication_er
 
     async with _client(secure_standalone, pki, AuthenticationToken(broken)) as client:
         with pytest.raises(HeraldError, match="vault unreachable"):
-            await client.create_producer(_topic())
+            await client.create_producer(unique_topic("sec"))
 
 
 def test_the_blocking_client_takes_auth_too(secure_standalone: StandaloneProcess, pki: Pki, keys: Keys) -> None:
-    topic = _topic()
+    topic = unique_topic("sec")
     with (Client(secure_standalone.service_url, auth=AuthenticationToken(keys.token(ADMIN)),
                  tls_trust_certs_file_path=str(pki.ca_cert), **FAST) as client,
           client.subscribe(topic, "s") as consumer, client.create_producer(topic) as producer):
@@ -213,14 +192,14 @@ async def test_a_client_trusting_another_ca_cannot_connect(
     async with AsyncClient(secure_standalone.service_url, auth=AuthenticationToken(keys.token(ADMIN)),
                            tls_trust_certs_file_path=str(other_ca), **FAST) as client:
         with pytest.raises((ConnectionError_, HeraldTimeoutError), match="certificate trusted"):
-            await client.create_producer(_topic())
+            await client.create_producer(unique_topic("sec"))
 
 
 async def test_plaintext_to_a_tls_port_fails(secure_standalone: StandaloneProcess, keys: Keys) -> None:
     url = secure_standalone.service_url.replace("herald+ssl://", "herald://")
     async with AsyncClient(url, auth=AuthenticationToken(keys.token(ADMIN)), **FAST) as client:
         with pytest.raises((ConnectionError_, HeraldTimeoutError), match=r"herald\+ssl:// URL"):
-            await client.create_producer(_topic())
+            await client.create_producer(unique_topic("sec"))
 
 
 # ---- authorization ----
@@ -228,13 +207,13 @@ async def test_plaintext_to_a_tls_port_fails(secure_standalone: StandaloneProces
 async def test_a_consume_only_role_cannot_produce(
     secure_standalone: StandaloneProcess, pki: Pki, keys: Keys, admin: AdminClient,
 ) -> None:
-    topic = _topic()
+    topic = unique_topic("sec")
     await admin.grant_permission("reader", ["consume"], topic=topic)
     async with _client(secure_standalone, pki, AuthenticationToken(keys.token("reader"))) as client:
         async def consumes() -> None:
             consumer = await client.subscribe(topic, "s")
             await consumer.close()
-        await _eventually(consumes)
+        await eventually_passes(consumes, "the consume grant seen", retry=GRANTS_CACHED)
         with pytest.raises(AuthorizationError, match="may not produce"):
             await client.create_producer(topic)
     assert await admin.get_permissions(topic=topic) == {"reader": ["consume"]}
@@ -247,12 +226,11 @@ async def test_a_consume_only_role_cannot_produce(
 async def test_a_role_of_tenant_a_can_neither_read_nor_list_tenant_b(
     secure_standalone: StandaloneProcess, pki: Pki, keys: Keys, admin: AdminClient,
 ) -> None:
-    suffix = uuid.uuid4().hex[:6]
-    tenant_a, tenant_b = f"a-{suffix}", f"b-{suffix}"
+    tenant_a, tenant_b = unique_name("a"), unique_name("b")
     for tenant in (tenant_a, tenant_b):
         await admin.create_tenant(tenant, admin_roles=[f"{tenant}-admin"], allowed_clusters=["standalone"])
         await admin.create_namespace(f"{tenant}/ns")
-    topic_b = _topic(f"{tenant_b}/ns")
+    topic_b = unique_topic("sec", f"{tenant_b}/ns")
     await admin.create_topic(topic_b)
     async with _admin(secure_standalone, pki, keys, f"{tenant_a}-admin") as admin_a:
         assert await admin_a.list_namespaces(tenant_a) == [f"{tenant_a}/ns"]
@@ -269,21 +247,23 @@ async def test_a_role_of_tenant_a_can_neither_read_nor_list_tenant_b(
     async with _client(secure_standalone, pki, AuthenticationToken(keys.token(f"{tenant_a}-admin"))) as client:
         with pytest.raises(AuthorizationError):
             await client.subscribe(topic_b, "s")
-        await _round_trip(client, _topic(f"{tenant_a}/ns"))  # its own tenant: everything
+        await _round_trip(client, unique_topic("sec", f"{tenant_a}/ns"))  # its own tenant: everything
 
 
 async def test_a_namespace_grant_lets_a_role_produce_and_consume_there(
     secure_standalone: StandaloneProcess, pki: Pki, keys: Keys, admin: AdminClient,
 ) -> None:
-    suffix = uuid.uuid4().hex[:6]
-    await admin.create_tenant(f"t-{suffix}", allowed_clusters=["standalone"])
-    await admin.create_namespace(f"t-{suffix}/ns")
-    await admin.grant_permission("app", ["produce", "consume"], namespace=f"t-{suffix}/ns")
-    assert await admin.get_permissions(namespace=f"t-{suffix}/ns") == {"app": ["consume", "produce"]}
+    tenant = unique_name("t")
+    namespace = f"{tenant}/ns"
+    await admin.create_tenant(tenant, allowed_clusters=["standalone"])
+    await admin.create_namespace(namespace)
+    await admin.grant_permission("app", ["produce", "consume"], namespace=namespace)
+    assert await admin.get_permissions(namespace=namespace) == {"app": ["consume", "produce"]}
     async with _client(secure_standalone, pki, AuthenticationToken(keys.token("app"))) as client:
-        await _eventually(lambda: _round_trip(client, _topic(f"t-{suffix}/ns")))
+        await eventually_passes(lambda: _round_trip(client, unique_topic("sec", namespace)), "the namespace grant seen",
+                                retry=GRANTS_CACHED)
         with pytest.raises(AuthorizationError):
-            await client.create_producer(_topic())  # public/default: nothing granted
+            await client.create_producer(unique_topic("sec"))  # public/default: nothing granted
 
 
 async def test_grants_refuse_bad_input(admin: AdminClient) -> None:
@@ -291,7 +271,7 @@ async def test_grants_refuse_bad_input(admin: AdminClient) -> None:
     with pytest.raises(InvalidArgumentError, match="produce, consume"):
         await admin.grant_permission("x", ["write"], namespace="public/default")
     with pytest.raises(InvalidArgumentError, match="exactly one"):
-        await admin.grant_permission("x", ["produce"], namespace="public/default", topic=_topic())
+        await admin.grant_permission("x", ["produce"], namespace="public/default", topic=unique_topic("sec"))
     with pytest.raises(NotFoundError):
         await admin.grant_permission("x", ["produce"], namespace="public/nope")
 
@@ -301,7 +281,7 @@ async def test_pull_needs_consume(secure_standalone: StandaloneProcess, pki: Pki
     async with grpc.aio.secure_channel(f"127.0.0.1:{secure_standalone.broker_port}", credentials) as channel:
         stub = broker_pb2_grpc.BrokerServiceStub(channel)
         with pytest.raises(grpc.aio.AioRpcError) as failure:
-            await stub.Pull(broker_pb2.PullRequest(topic=_topic(), max_entries=1), timeout=5,
+            await stub.Pull(broker_pb2.PullRequest(topic=unique_topic("sec"), max_entries=1), timeout=5,
                             metadata=[("authorization", f"Bearer {keys.token('nobody')}")])
     assert failure.value.code() == grpc.StatusCode.PERMISSION_DENIED
     assert isinstance(error_from_rpc(failure.value), AuthorizationError)
@@ -312,13 +292,13 @@ async def test_pull_needs_consume(secure_standalone: StandaloneProcess, pki: Pki
 async def test_through_the_proxy_the_original_principal_is_authorized(
     secure_standalone: StandaloneProcess, pki: Pki, keys: Keys, admin: AdminClient,
 ) -> None:
-    topic = _topic()
+    topic = unique_topic("sec")
     async with _client(secure_standalone, pki, AuthenticationToken(keys.token("via-proxy")),
                        url=secure_standalone.proxy_url) as client:
         with pytest.raises(AuthorizationError, match="'via-proxy'"):
             await client.create_producer(topic)  # the proxy's own role would be allowed: it is not used
         await admin.grant_permission("via-proxy", ["produce", "consume"], topic=topic)
-        await _eventually(lambda: _round_trip(client, topic))
+        await eventually_passes(lambda: _round_trip(client, topic), "the grant seen", retry=GRANTS_CACHED)
     async with _client(secure_standalone, pki, None, url=secure_standalone.proxy_url) as client:
         with pytest.raises(AuthenticationError):
             await client.create_producer(topic)
@@ -331,7 +311,7 @@ async def test_only_proxy_roles_may_name_another_principal(
     async with grpc.aio.secure_channel(f"127.0.0.1:{secure_standalone.port}", credentials) as channel:
         with pytest.raises(grpc.aio.AioRpcError) as failure:
             await lookup_pb2_grpc.LookupServiceStub(channel).LookupTopic(
-                lookup_pb2.LookupTopicRequest(topic=_topic()), timeout=5,
+                lookup_pb2.LookupTopicRequest(topic=unique_topic("sec")), timeout=5,
                 metadata=[("authorization", f"Bearer {keys.token('mallory')}"),
                           ("x-herald-original-principal", ADMIN)])
     assert failure.value.code() == grpc.StatusCode.PERMISSION_DENIED
@@ -350,7 +330,7 @@ async def test_a_stream_the_broker_ends_leaves_no_task_behind_on_a_channel_carry
     # relaying a client's close): the garbage collector destroyed it pending, logging ERRORs
     # ("Task was destroyed but it is pending!"; grpc/grpc#29518). Found in the proxy's log by
     # tests/fuzz/test_hostile_fuzz.py. The channel here is the proxy's: Dialer and token interceptors.
-    topic = _topic()
+    topic = unique_topic("sec")
     opening = (broker_pb2.ProduceRequest(register=broker_pb2.RegisterProducer(topic=topic)) if kind == "Produce"
                else broker_pb2.ConsumeRequest(subscribe=broker_pb2.Subscribe(topic=topic, subscription="s")))
     closing = (broker_pb2.ProduceRequest(close=broker_pb2.CloseProducer()) if kind == "Produce"
@@ -397,7 +377,7 @@ def test_the_token_commands_round_trip_with_the_cli(
     token_file.write_text(made.stdout)
     url = secure_standalone.service_url
     tls = ["--tls-trust-certs-file", str(pki.ca_cert)]
-    topic = _topic()
+    topic = unique_topic("sec")
     sent = _herald("produce", topic, "-m", "by-cli", "--service-url", url, "--auth-token-file", str(token_file), *tls)
     assert sent.returncode == 0, sent.stderr
     got = _herald("consume", topic, "-s", "s", "--service-url", url, "--auth-token-file", str(token_file), *tls)

@@ -7,7 +7,6 @@ herald.common.codec.message_id.check_position, which the client library runs bef
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator
 
 import grpc
@@ -20,6 +19,7 @@ from herald.common.errors import InvalidArgumentError
 from herald.common.transport.rpc import error_from_rpc
 
 from tests.conftest import StandaloneProcess
+from tests.helpers import unique_name, unique_topic
 from tests.security.conftest import ADMIN, Keys, Pki
 from tests.security.test_standalone_security import _admin, _client
 
@@ -69,7 +69,7 @@ class Broker:
 @pytest.fixture
 async def topic(secure_standalone: StandaloneProcess, pki: Pki, keys: Keys) -> AsyncIterator[str]:
     """A topic holding three messages."""
-    name = f"persistent://public/default/start-{uuid.uuid4().hex[:8]}"
+    name = unique_topic("start")
     async with _client(secure_standalone, pki, AuthenticationToken(keys.token(ADMIN))) as client:
         producer = await client.create_producer(name, batching_enabled=False)
         for index in range(3):
@@ -165,7 +165,7 @@ async def test_a_readers_start_refuses_the_same_positions(
 ) -> None:
     stub = await broker.open(topic)
     [reply] = await broker.subscribe(stub, broker_pb2.Subscribe(
-        topic=topic, subscription=f"reader-{uuid.uuid4().hex[:6]}", non_durable=True,
+        topic=topic, subscription=unique_name("reader"), non_durable=True,
         start_position=common_pb2.Position(ledger_id=ledger_id, entry_id=entry_id)))
     error = _error(reply)
     assert error.code == common_pb2.INVALID_ARGUMENT

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import time
 import urllib.request
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +37,7 @@ from herald.metadata.embedded import EmbeddedMetadataStore
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import VENV_BIN, StandaloneProcess, service_env
+from tests.helpers import eventually, eventually_passes, unique_name, unique_topic
 from tests.security.conftest import ADMIN, Keys, Pki, secure_args, secure_process
 
 FAST = {"operation_timeout": 10.0, "connection_timeout": 5.0, "stats_interval": 0}
@@ -65,7 +64,7 @@ class Tenants:
     bob: str
 
     def topic(self, tenant: str, name: str = "") -> str:
-        return f"persistent://{tenant}/ns/{name or uuid.uuid4().hex[:8]}"
+        return f"persistent://{tenant}/ns/{name}" if name else unique_topic("t", f"{tenant}/ns")
 
     def admin_role(self, tenant: str) -> str:
         return f"{tenant}-admin"
@@ -88,8 +87,7 @@ async def admin(server: StandaloneProcess, pki: Pki, keys: Keys) -> AsyncIterato
 
 
 async def _make_tenants(admin: AdminClient) -> Tenants:
-    suffix = uuid.uuid4().hex[:6]
-    tenants = Tenants(f"alice-{suffix}", f"bob-{suffix}")
+    tenants = Tenants(unique_name("alice"), unique_name("bob"))
     for tenant in (tenants.alice, tenants.bob):
         await admin.create_tenant(tenant, admin_roles=[tenants.admin_role(tenant)], allowed_clusters=["standalone"])
         await admin.create_namespace(f"{tenant}/ns")
@@ -112,23 +110,9 @@ async def _admin_call(server: StandaloneProcess, pki: Pki, token: str, method: s
             raise error_from_rpc(exc, method) from None
 
 
-async def _eventually(check: Callable[[], Awaitable[bool]], what: str, within: float = 60.0) -> None:
-    deadline = time.monotonic() + within
-    while not await check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.1)
-
-
-async def _until_allowed(attempt: Callable[[], Awaitable[Any]], within: float = 10.0) -> Any:
-    """Retry `attempt` while it is refused (grants are cached by the services for about a second)."""
-    deadline = time.monotonic() + within
-    while True:
-        try:
-            return await attempt()
-        except AuthorizationError:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.2)
+async def _until_allowed(attempt: Callable[[], Awaitable[Any]]) -> Any:
+    """`attempt()`, retried while it is refused (grants are cached by the services for about a second)."""
+    return await eventually_passes(attempt, "the grant seen", retry=(AuthorizationError,))
 
 
 def _metrics(server: StandaloneProcess) -> dict[str, float]:
@@ -364,7 +348,7 @@ async def test_letters_move_to_a_dead_letter_topic_the_subscriber_may_produce_to
             stats = await _subscription(admin, topic)
             return (stats.dead_letters, stats.backlog_entries) == (0, 0)
 
-        await _eventually(drained, "the letters to move")
+        await eventually(drained, "the letters to move", timeout=60)
         await nacker.close()
         assert sorted(await _read_all(client, f"{topic}-s-DLQ")) == ["a", "b", "c"]
     # The role may consume there too: the worker made its initial subscription, as that role.
@@ -387,7 +371,7 @@ async def test_without_consume_on_the_dead_letter_topic_letters_move_but_no_subs
         async def moved() -> bool:
             return (await _subscription(admin, topic)).backlog_entries == 0
 
-        await _eventually(moved, "the letters to move")
+        await eventually(moved, "the letters to move", timeout=60)
         await nacker.close()
         assert sorted(await _read_all(alice, dlq)) == ["x", "y"]
     # The subscription is made before the first letter is published: none was.
@@ -416,14 +400,14 @@ async def test_the_worker_has_no_more_right_than_the_subscriber_had(
                 return True
             return False
 
-        await _eventually(revoked, "the revoke to take effect")
+        await eventually(revoked, "the revoke to take effect", timeout=60)
         refused_before = _metrics(server).get(REFUSED_MOVES, 0.0)
         await _produce(client, topic, ["p", "q"])
 
         async def refused() -> bool:
             return _metrics(server).get(REFUSED_MOVES, 0.0) > refused_before
 
-        await _eventually(refused, "the worker's move to be refused")
+        await eventually(refused, "the worker's move to be refused", timeout=60)
         assert await admin.list_topics(f"{tenants.bob}/ns") == []  # no topic made, nothing written
         assert (await _subscription(admin, topic)).backlog_entries == 2  # the letters wait, unacknowledged
         # Granted again: the letters waiting move there.
@@ -432,7 +416,7 @@ async def test_the_worker_has_no_more_right_than_the_subscriber_had(
         async def moved() -> bool:
             return (await _subscription(admin, topic)).backlog_entries == 0
 
-        await _eventually(moved, "the letters to move once allowed")
+        await eventually(moved, "the letters to move once allowed", timeout=60)
         await nacker.close()
     async with _client(server, pki, keys, ADMIN) as reader:
         assert sorted(await _read_all(reader, shared)) == ["p", "q"]
@@ -464,7 +448,7 @@ async def test_the_worker_does_not_write_to_another_tenant_on_a_policy_stored_be
                 async def refused() -> bool:
                     return _metrics(legacy).get(REFUSED_MOVES, 0.0) > 0
 
-                await _eventually(refused, "the worker's move to be refused")
+                await eventually(refused, "the worker's move to be refused", timeout=60)
                 assert await admin.list_topics(f"{tenants.bob}/ns") == []
                 assert (await _subscription(admin, topic)).backlog_entries == 1
                 assert _metrics(legacy).get(MOVED, 0.0) == 0

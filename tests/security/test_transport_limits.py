@@ -16,14 +16,11 @@ to /proc/<pid>/clear_refs; the bounds are generous and never about time."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import socket
 import ssl
-import time
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
 import grpc.aio
@@ -42,32 +39,17 @@ from herald.common.errors import MessageTooLargeError, TooManyRequestsError
 from herald.common.transport.rpc import error_from_rpc
 
 from tests.conftest import StandaloneProcess
+from tests.helpers import eventually, unique_name, unique_topic
 from tests.security.conftest import ADMIN, Keys, Pki, secure_process
 from tests.wire import values_of
 
-T = TypeVar("T")
 MIB = 1024 * 1024
 DEADLINE = 30.0
-_names = itertools.count()
 Metadata = tuple[tuple[str, str], ...]
 Held = grpc.aio.StreamStreamCall  # type: ignore[type-arg]
 
 
 # ---- helpers ----
-
-def _topic() -> str:
-    return f"persistent://public/default/limits-{uuid.uuid4().hex[:8]}"
-
-
-async def eventually(attempt: Callable[[], Awaitable[T | None]], what: str) -> T:
-    deadline = time.monotonic() + DEADLINE
-    while True:
-        result = await attempt()
-        if result is not None:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {DEADLINE}s: {what}")
-        await asyncio.sleep(0.1)
 
 
 def tls_channel(port: int, pki: Pki) -> grpc.aio.Channel:
@@ -142,7 +124,7 @@ def client(server: StandaloneProcess, pki: Pki, keys: Keys, url: str | None = No
 
 
 async def round_trip(herald: AsyncClient, payload: bytes = b"hello") -> None:
-    topic = _topic()
+    topic = unique_topic("limits")
     consumer = await herald.subscribe(topic, "s")
     producer = await herald.create_producer(topic, batching_enabled=False)
     await producer.send(payload)
@@ -291,7 +273,7 @@ async def subscribed(channel: grpc.aio.Channel, topic: str, auth: Metadata) -> H
     """A Consume stream subscribed to `topic` (a subscription of its own), with permits."""
     call = broker_pb2_grpc.BrokerServiceStub(channel).Consume(metadata=auth)
     await call.write(broker_pb2.ConsumeRequest(subscribe=broker_pb2.Subscribe(
-        topic=topic, subscription=f"s{next(_names)}", type=broker_pb2.SHARED)))
+        topic=topic, subscription=unique_name("s"), type=broker_pb2.SHARED)))
     reply = await asyncio.wait_for(call.read(), DEADLINE)
     assert reply.HasField("subscribed"), reply
     await call.write(broker_pb2.ConsumeRequest(flow=broker_pb2.Flow(permits=100)))
@@ -314,7 +296,7 @@ async def test_a_connection_holds_at_most_max_streams_per_connection_and_the_nex
               for port in (server.broker_port, server.proxy_port, server.port, server.storage_port)]
     assert limits == [2, 2, 4096, 4096]
     auth = bearer(keys)
-    topic = _topic()
+    topic = unique_topic("limits")
     async with tls_channel(server.port, pki) as lookup:
         await lookup_pb2_grpc.LookupServiceStub(lookup).LookupTopic(
             lookup_pb2.LookupTopicRequest(topic=topic), metadata=auth, timeout=DEADLINE)
@@ -360,7 +342,7 @@ async def nacking(consumer: Any) -> None:
 async def dead_letter_moved(herald: AsyncClient) -> None:
     """A message nacked past its subscription's max_redeliver_count reaches its dead-letter topic:
     the standalone's dlq-worker took it from the broker and published it."""
-    topic = _topic()
+    topic = unique_topic("limits")
     dead_letters = await herald.subscribe(f"{topic}-s-DLQ", "check", initial_position=InitialPosition.Earliest)
     consumer = await herald.subscribe(topic, "s", ConsumerType.Shared, InitialPosition.Earliest,
                                       negative_ack_redelivery_delay=0.05, dead_letter_policy=DeadLetterPolicy(1))
@@ -406,7 +388,7 @@ async def test_unauthenticated_connections_past_the_limit_leave_legitimate_clien
 async def held_consumer(channel: grpc.aio.Channel, auth: Metadata, topic: str) -> Held:
     call = broker_pb2_grpc.BrokerServiceStub(channel).Consume(metadata=auth)
     await call.write(broker_pb2.ConsumeRequest(subscribe=broker_pb2.Subscribe(
-        topic=topic, subscription=f"held{next(_names)}", type=broker_pb2.SHARED)))
+        topic=topic, subscription=unique_name("held"), type=broker_pb2.SHARED)))
     reply = await asyncio.wait_for(call.read(), DEADLINE)
     assert reply.HasField("subscribed"), reply
     return call
@@ -470,7 +452,7 @@ async def test_live_authenticated_connections_past_the_limit_are_still_refused(
     connection_limited: StandaloneProcess, pki: Pki, keys: Keys,
 ) -> None:
     server = connection_limited
-    topic = _topic()
+    topic = unique_topic("limits")
     async with tls_channel(server.port, pki) as lookup:
         await lookup_pb2_grpc.LookupServiceStub(lookup).LookupTopic(
             lookup_pb2.LookupTopicRequest(topic=topic), metadata=bearer(keys), timeout=DEADLINE)
@@ -496,7 +478,7 @@ async def registration_error(stub: broker_pb2_grpc.BrokerServiceStub, auth: Meta
                              properties: dict[str, str]) -> str:
     call = stub.Produce(metadata=auth)
     await call.write(broker_pb2.ProduceRequest(register=broker_pb2.RegisterProducer(
-        topic=_topic(), properties=properties)))
+        topic=unique_topic("limits"), properties=properties)))
     reply = await asyncio.wait_for(call.read(), DEADLINE)
     call.cancel()
     assert reply.HasField("error") and reply.error.code == common_pb2.INVALID_ARGUMENT, reply
@@ -507,7 +489,7 @@ async def subscription_error(stub: broker_pb2_grpc.BrokerServiceStub, auth: Meta
                              properties: dict[str, str]) -> str:
     call = stub.Consume(metadata=auth)
     await call.write(broker_pb2.ConsumeRequest(subscribe=broker_pb2.Subscribe(
-        topic=_topic(), subscription="s", properties=properties)))
+        topic=unique_topic("limits"), subscription="s", properties=properties)))
     reply = await asyncio.wait_for(call.read(), DEADLINE)
     call.cancel()
     assert reply.HasField("error") and reply.error.code == common_pb2.INVALID_ARGUMENT, reply
@@ -538,7 +520,7 @@ async def test_producers_and_consumers_with_too_many_or_too_large_properties_are
 async def test_the_client_refuses_too_many_properties_before_asking_and_takes_what_fits(
     secure_standalone: StandaloneProcess, pki: Pki, keys: Keys,
 ) -> None:
-    topic = _topic()
+    topic = unique_topic("limits")
     fits = {f"k{i:02}": "v" * 900 for i in range(64)}  # 64 pairs, 57,856 bytes
     async with client(secure_standalone, pki, keys) as herald:
         with pytest.raises(InvalidArgumentError, match=r"a producer's properties are 65 pairs, more than the limit "

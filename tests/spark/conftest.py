@@ -5,7 +5,6 @@ ledgers within a test's patience."""
 
 from __future__ import annotations
 
-import itertools
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,11 +21,6 @@ from herald_spark import register
 from pyspark.sql import SparkSession
 
 LEDGER_ENTRIES = 10
-_names = itertools.count()
-
-
-def new_topic(prefix: str) -> str:
-    return f"persistent://public/default/spark-{prefix}-{next(_names)}"
 
 
 @pytest.fixture(scope="session")

@@ -10,14 +10,14 @@ from herald.common.codec.message_id import MessageId
 from pyspark.sql import SparkSession
 
 from tests.conftest import StandaloneProcess
-from tests.spark.conftest import new_topic
+from tests.helpers import unique_topic
 from tests.spark.helpers import produce, read
 
 
 def test_a_batch_read_of_10000_messages_gives_each_once_with_its_content_and_id(
     spark: SparkSession, herald: StandaloneProcess,
 ) -> None:
-    topic = new_topic("batch")
+    topic = unique_topic("spark-batch")
     with SyncAdminClient(herald.proxy_url) as admin:
         admin.create_topic(topic, partitions=3)
     stored = produce(herald.proxy_url, topic, 10_000, batching_max_messages=100)
@@ -44,7 +44,7 @@ def test_a_batch_read_of_10000_messages_gives_each_once_with_its_content_and_id(
 def test_a_range_of_message_ids_reads_exactly_the_messages_from_its_start_to_before_its_end(
     spark: SparkSession, herald: StandaloneProcess,
 ) -> None:
-    topic = new_topic("range")
+    topic = unique_topic("spark-range")
     stored = produce(herald.proxy_url, topic, 2_000, batching_max_messages=64)
     ids = sorted(stored, key=MessageId.from_str)
     start, end = ids[100], ids[1_234]  # inside batches: the batch index cuts them
@@ -59,7 +59,7 @@ def test_a_range_of_message_ids_reads_exactly_the_messages_from_its_start_to_bef
 def test_topics_and_topics_pattern_read_every_partition_of_every_topic_named(
     spark: SparkSession, herald: StandaloneProcess,
 ) -> None:
-    first, second = new_topic("listed"), new_topic("listed")
+    first, second = unique_topic("spark-listed"), unique_topic("spark-listed")
     with SyncAdminClient(herald.proxy_url) as admin:
         admin.create_topic(second, partitions=2)
     stored = {**produce(herald.proxy_url, first, 50), **produce(herald.proxy_url, second, 70)}
@@ -75,7 +75,7 @@ def test_topics_and_topics_pattern_read_every_partition_of_every_topic_named(
 
 
 def test_latest_start_and_an_empty_topic_read_nothing(spark: SparkSession, herald: StandaloneProcess) -> None:
-    topic = new_topic("empty")
+    topic = unique_topic("spark-empty")
     assert read(spark, herald.proxy_url, topic=topic).count() == 0
     produce(herald.proxy_url, topic, 10)
     assert read(spark, herald.proxy_url, topic=topic, startingOffsets="latest").count() == 0

@@ -3,8 +3,6 @@ what was lost and the option; false reads what is left."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from herald.api.v1 import admin_pb2
 from herald.client.admin import SyncAdminClient
@@ -13,21 +11,20 @@ from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
 from tests.conftest import StandaloneProcess
-from tests.spark.conftest import LEDGER_ENTRIES, new_topic
+from tests.helpers import eventually_sync, unique_topic
+from tests.spark.conftest import LEDGER_ENTRIES
 from tests.spark.helpers import produce, read
 
 
 def trimmed_topic(herald: StandaloneProcess) -> tuple[str, dict[str, bytes], set[int]]:
     """A topic that kept only its open ledger: its name, what was stored, the ledgers kept."""
-    topic = new_topic("trimmed")
+    topic = unique_topic("spark-trimmed")
     with SyncAdminClient(herald.proxy_url) as admin:
         admin.set_topic_policies(topic, admin_pb2.Policies(
             retention=admin_pb2.RetentionPolicy(time_seconds=0, size_bytes=0)))
         stored = produce(herald.proxy_url, topic, LEDGER_ENTRIES * 2 + 5, batching_enabled=False)
-        deadline = time.monotonic() + 30
-        while len(kept := {ledger.ledger_id for ledger in admin.internal_stats(topic).ledgers}) > 1:
-            assert time.monotonic() < deadline, f"retention never trimmed {topic}: ledgers {kept}"
-            time.sleep(0.1)
+        kept = eventually_sync(lambda: {ledger.ledger_id for ledger in admin.internal_stats(topic).ledgers},
+                               f"retention trimming {topic} to one ledger", until=lambda ledgers: len(ledgers) <= 1)
     return topic, stored, kept
 
 

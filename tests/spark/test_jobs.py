@@ -11,7 +11,7 @@ from herald.client import Client
 from pyspark.sql import SparkSession
 
 from tests.conftest import StandaloneProcess
-from tests.spark.conftest import new_topic
+from tests.helpers import unique_topic
 from tests.spark.helpers import produce
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "spark-jobs" / "jobs"))
@@ -23,7 +23,7 @@ import export_topic
 def test_export_topic_writes_the_range_as_parquet_partitioned_by_date(
     spark: SparkSession, herald: StandaloneProcess, tmp_path: Path,
 ) -> None:
-    topic = new_topic("export")
+    topic = unique_topic("spark-export")
     stored = produce(herald.proxy_url, topic, 300)
     args = export_topic.parse(["--service-url", herald.proxy_url, "--topic", topic, "--output", str(tmp_path)])
     export_topic.export(spark, args)
@@ -37,7 +37,7 @@ def test_export_topic_writes_the_range_as_parquet_partitioned_by_date(
 def test_events_per_minute_counts_each_key_per_closed_window(
     spark: SparkSession, herald: StandaloneProcess, tmp_path: Path,
 ) -> None:
-    topic = new_topic("events")
+    topic = unique_topic("spark-events")
     events = [{"key": key, "time": f"2024-05-01T12:{minute:02d}:{second:02d}Z"}
               for minute in range(3) for key in ("a", "b") for second in range(0, 60, 20 if key == "a" else 30)]
     events.append({"key": "late-closer", "time": "2024-05-01T12:10:00Z"})  # moves the watermark past them all

@@ -11,7 +11,7 @@ from herald.client.admin import SyncAdminClient
 from pyspark.sql import SparkSession
 
 from tests.conftest import StandaloneProcess
-from tests.spark.conftest import new_topic
+from tests.helpers import unique_topic
 from tests.spark.helpers import produce
 
 LIMIT = 300
@@ -34,7 +34,7 @@ def run_until_caught_up(spark: SparkSession, url: str, topic: str, base: Path) -
 def test_a_stream_restarted_from_its_checkpoint_reads_every_message_exactly_once(
     spark: SparkSession, herald: StandaloneProcess, tmp_path: Path,
 ) -> None:
-    topic = new_topic("stream")
+    topic = unique_topic("spark-stream")
     with SyncAdminClient(herald.proxy_url) as admin:
         admin.create_topic(topic, partitions=2)
     stored = produce(herald.proxy_url, topic, 700, prefix="before-", batching_enabled=False)

@@ -9,7 +9,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import BinaryType, MapType, StringType, StructField, StructType, TimestampType
 
 from tests.conftest import StandaloneProcess
-from tests.spark.conftest import new_topic
+from tests.helpers import unique_topic
 from tests.spark.helpers import read
 
 SCHEMA = StructType([
@@ -23,7 +23,7 @@ SCHEMA = StructType([
 def test_rows_written_read_back_with_their_value_key_properties_and_event_time(
     spark: SparkSession, herald: StandaloneProcess,
 ) -> None:
-    topic = new_topic("written")
+    topic = unique_topic("spark-written")
     when = datetime.datetime(2024, 5, 1, 12, 30, 15, 250_000)
     rows = [(f"v{i}".encode(), f"k{i % 3}" if i % 4 else None, {"n": str(i)} if i % 2 else None,
              when + datetime.timedelta(seconds=i) if i % 5 else None) for i in range(500)]
@@ -36,7 +36,7 @@ def test_rows_written_read_back_with_their_value_key_properties_and_event_time(
 
 
 def test_each_row_goes_to_the_topic_its_topic_column_names(spark: SparkSession, herald: StandaloneProcess) -> None:
-    blue, green = new_topic("blue"), new_topic("green")
+    blue, green = unique_topic("spark-blue"), unique_topic("spark-green")
     frame = spark.createDataFrame([(blue if i % 2 else green, f"{i}") for i in range(40)], "topic string, value string")
     frame.write.format("herald").option("service_url", herald.proxy_url).mode("append").save()
 

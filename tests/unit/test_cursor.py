@@ -4,14 +4,11 @@ folded into the mark-delete position across ledger boundaries, backlog, and pers
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 from herald.broker.core.cursor import AckRanges, InitialPosition, ManagedCursor
 from herald.broker.core.managed_ledger import Position
 from herald.common.errors import AlreadyExistsError, BadVersionError
-from herald.metadata.embedded import EmbeddedMetadataStore
 from herald.metadata.store import MetadataStore
 
 P = Position
@@ -55,16 +52,6 @@ class FakeLedger:
         if position.ledger_id == last_id:
             return P(last_id, max(0, position.entry_id))
         return P(last_id, last_entries)
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[MetadataStore]:
-    store = EmbeddedMetadataStore(str(tmp_path / "meta.db"))
-    await store.start()
-    try:
-        yield store
-    finally:
-        await store.close()
 
 
 # ---- AckRanges ----

@@ -5,25 +5,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 
-import pytest
 from herald.broker.core.dedup import DedupStatus, MessageDeduplication
 from herald.broker.core.managed_ledger import Position
 from herald.common.codec.entry import EntryMetadata, encode_entry
-from herald.metadata.embedded import EmbeddedMetadataStore
 from herald.metadata.store import MetadataStore
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[MetadataStore]:
-    store = EmbeddedMetadataStore(str(tmp_path / "meta.db"))
-    await store.start()
-    try:
-        yield store
-    finally:
-        await store.close()
 
 
 def entry(producer: str, sequence_id: int, highest: int | None = None) -> bytes:

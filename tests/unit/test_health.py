@@ -8,7 +8,6 @@ import asyncio
 import json
 import socket
 import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -23,7 +22,7 @@ from herald.common.http.endpoint import HttpEndpoint
 from herald.common.transport.health import NOT_SERVING, SERVING, ServiceHealth
 from prometheus_client import CollectorRegistry
 
-DEADLINE = 30.0
+from tests.helpers import eventually_sync
 
 
 def get(url: str) -> tuple[int, dict[str, Any]]:
@@ -32,18 +31,6 @@ def get(url: str) -> tuple[int, dict[str, Any]]:
             return reply.status, json.loads(reply.read())
     except urllib.error.HTTPError as error:
         return error.code, json.loads(error.read())
-
-
-def poll(what: str, probe: Callable[[], tuple[int, dict[str, Any]]],
-         until: Callable[[int, dict[str, Any]], bool]) -> tuple[int, dict[str, Any]]:
-    deadline = time.monotonic() + DEADLINE
-    while True:
-        status, body = probe()
-        if until(status, body):
-            return status, body
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: still {status} {body} after {DEADLINE}s")
-        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -84,16 +71,18 @@ def test_healthz_fails_while_the_event_loop_is_stalled_and_recovers_when_it_runs
         release = threading.Event()
         loop_thread.call_soon_threadsafe(release.wait)  # a blocking call wedges the loop
         try:
-            _, body = poll("/healthz of a stalled loop", lambda: get(f"{base}/healthz"),
-                           lambda status, _: status == 503)
+            _, body = eventually_sync(lambda: get(f"{base}/healthz"), "/healthz of a stalled loop",
+                                      until=lambda answer: answer[0] == 503)
             assert body["alive"] is False and "event loop has not run" in body["reason"]
             status, body = get(f"{base}/readyz")
             assert status == 503
             assert "event loop is stalled" in body["checks"]["broker/event-loop"]["reason"]
         finally:
             release.set()
-        poll("/healthz once the loop runs again", lambda: get(f"{base}/healthz"), lambda status, _: status == 200)
-        poll("/readyz once the loop runs again", lambda: get(f"{base}/readyz"), lambda status, _: status == 200)
+        eventually_sync(lambda: get(f"{base}/healthz"), "/healthz once the loop runs again",
+                        until=lambda answer: answer[0] == 200)
+        eventually_sync(lambda: get(f"{base}/readyz"), "/readyz once the loop runs again",
+                        until=lambda answer: answer[0] == 200)
     finally:
         async def stop() -> None:
             await health.stop()
