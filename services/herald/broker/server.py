@@ -20,6 +20,7 @@ from herald.api.v1 import (
     deadletter_pb2_grpc,
     lookup_pb2,
 )
+from herald.broker.core.admission import Admission
 from herald.broker.core.metrics import BrokerMetrics
 from herald.broker.core.ownership import BrokerOwnership, OwnershipMonitor
 from herald.broker.core.service import BrokerService
@@ -111,8 +112,8 @@ class BrokerServer:
         self.service = service
         self.metrics.watch(service, asyncio.get_running_loop())
         self._serve_metrics()
-        broker_pb2_grpc.add_BrokerServiceServicer_to_server(
-            BrokerServicer(service, self.authorization.authorizer if self.authorization else None), server)
+        admission = Admission(self.settings, self.authorization.authorizer if self.authorization else None)
+        broker_pb2_grpc.add_BrokerServiceServicer_to_server(BrokerServicer(service, admission), server)
         self.admin = AdminServicer(service, self.address, self.security.forwarding_dialer)
         service.remote = self.admin.forwarder  # partitions other brokers own, for the core
         admin_pb2_grpc.add_AdminServiceServicer_to_server(self.admin, server)

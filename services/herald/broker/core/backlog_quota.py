@@ -18,19 +18,17 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from herald.broker.core.ledger_list import Position
+from herald.broker.core.managed_ledger import ManagedLedger
+from herald.broker.core.subscription import Subscription
 from herald.common.codec.entry import read_metadata
 from herald.common.errors import BacklogQuotaExceededError, HeraldError, PersistenceError
 from herald.common.tasks import cancel_and_wait, wait_event
 from herald.metadata.policies import BacklogQuota, BacklogQuotaPolicy
-
-if TYPE_CHECKING:
-    from herald.broker.core.subscription import Subscription
-    from herald.broker.core.topic import PersistentTopic
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +36,16 @@ log = logging.getLogger(__name__)
 # soon after consumers catch up even when the check interval is long.
 HOLD_RECHECK_SECONDS = 1.0
 READ_CHUNK = 100  # entries read per step when evicting by age
+
+
+class QuotaTopic(Protocol):
+    """What the guard watches: a stored topic's ledger and subscriptions."""
+
+    name: str
+    ledger: ManagedLedger
+
+    @property
+    def subscriptions(self) -> Mapping[str, Subscription]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +58,7 @@ class HeldSend:
 class BacklogQuotaGuard:
     """One persistent topic's backlog quota: admits, refuses or holds its sends, and evicts."""
 
-    def __init__(self, topic: PersistentTopic, interval: float, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, topic: QuotaTopic, interval: float, clock: Callable[[], float] = time.time) -> None:
         self._topic = topic
         self._interval = interval
         self._clock = clock

@@ -12,15 +12,12 @@ import asyncio
 from collections import OrderedDict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from herald.broker.core import tracing as broker_tracing
-from herald.broker.core.managed_ledger import Position
+from herald.broker.core.ledger_list import Position
+from herald.common import tracing
 from herald.common.errors import ConsumerClosedError, InvalidArgumentError
-
-if TYPE_CHECKING:
-    from herald.broker.core.nonpersistent_topic import NonPersistentSubscription
-    from herald.broker.core.subscription import Subscription
 
 # What one next_deliveries() call returns at most, unless the caller says otherwise.
 DEFAULT_MAX_BATCH_ENTRIES = 1000
@@ -34,6 +31,11 @@ class Delivery:
     data: bytes
     redelivery_count: int
     span: Any = None  # its deliver span, when traced (herald.broker.core.tracing): ended once written
+
+    @property
+    def traceparent(self) -> str:
+        """The deliver span's context for the consumer ("" when not traced)."""
+        return tracing.traceparent(self.span) if self.span is not None else ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,10 +53,27 @@ class EndOfTopic:
 ConsumerEvent = ActiveConsumerChanged | EndOfTopic
 
 
+class ConsumerHost(Protocol):
+    """What a consumer needs of its subscription (stored or not): where its commands go, and the
+    subscription's counters it adds its deliveries to."""
+
+    topic_name: str
+    name: str
+    msg_out_counter: int
+    bytes_out_counter: int
+
+    def notify(self) -> None:
+        """Permits or buffer room arrived."""
+
+    def ack(self, consumer: Consumer, positions: list[Position], cumulative: bool) -> None: ...
+    def redeliver(self, consumer: Consumer, positions: list[Position] | None) -> None: ...
+    def negative_ack(self, consumer: Consumer, positions: list[Position], delay_ms: int) -> None: ...
+    def remove_consumer(self, consumer: Consumer) -> None: ...
+
+
 class Consumer:
     def __init__(
-        self, subscription: Subscription | NonPersistentSubscription, consumer_id: int, name: str,
-        priority_level: int, max_buffered: int,
+        self, subscription: ConsumerHost, consumer_id: int, name: str, priority_level: int, max_buffered: int,
     ) -> None:
         self.subscription = subscription
         self.consumer_id = consumer_id
@@ -137,10 +156,7 @@ class Consumer:
         if delay_ms < 0:
             raise InvalidArgumentError(f"negative ack delay must not be negative, got {delay_ms} ms")
         self._check_open()
-        from herald.broker.core.subscription import Subscription  # imported here: it imports this module
-
-        if isinstance(self.subscription, Subscription):
-            self.subscription.negative_ack(self, [Position(*p) for p in positions], delay_ms)
+        self.subscription.negative_ack(self, [Position(*p) for p in positions], delay_ms)
 
     async def close(self) -> None:
         """Disconnect; what it had not acknowledged goes to other consumers. Idempotent."""

@@ -18,18 +18,26 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from herald.broker.core.managed_ledger import Position
-from herald.common.errors import AlreadyExistsError, BadVersionError, HeraldError
+from herald.broker.core.ledger_list import Position
+from herald.common.errors import AlreadyExistsError, BadVersionError, HeraldError, InvalidArgumentError
 from herald.metadata.store import NOT_EXISTS, MetadataStore
 
 log = logging.getLogger(__name__)
 
 
 class InitialPosition(enum.IntEnum):
-    """Where a new subscription starts (values as in the wire contract)."""
+    """Where a new subscription starts (values as in Herald's wire contract, and Pulsar's)."""
 
     LATEST = 0
     EARLIEST = 1
+
+    @classmethod
+    def parse(cls, number: int) -> InitialPosition:
+        """The position numbered `number`; InvalidArgumentError otherwise."""
+        try:
+            return cls(number)
+        except ValueError:
+            raise InvalidArgumentError(f"initial position {number} is invalid: use EARLIEST or LATEST") from None
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from herald.broker.core.managed_ledger import Position
+from herald.broker.core.ledger_list import Position
 from herald.common.codec.names import TopicName
 from herald.common.errors import InvalidArgumentError, NotFoundError
 from herald.metadata.resources import StoredDeadLetterPolicy

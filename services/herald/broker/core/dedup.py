@@ -21,7 +21,7 @@ import logging
 import time
 from typing import Protocol
 
-from herald.broker.core.managed_ledger import BEFORE_FIRST, Position
+from herald.broker.core.ledger_list import BEFORE_FIRST, Position
 from herald.common.codec.entry import read_metadata
 from herald.common.errors import BadVersionError, HeraldError
 from herald.metadata.store import NOT_EXISTS, MetadataStore

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import heapq
 
-from herald.broker.core.managed_ledger import Position
+from herald.broker.core.ledger_list import Position
 
 
 class DelayedDeliveryTracker:

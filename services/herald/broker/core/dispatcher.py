@@ -10,8 +10,9 @@ dead-letter limit goes to the dead-letter queue instead, and (Shared, Key_Shared
 deliver-at time is ahead is held by the delayed-delivery tracker until due.
 
 Each subscription type is a Dispatcher subclass: it decides who gets what, and what happens to a
-leaving consumer's unacknowledged entries. Exclusive and Failover (one active consumer, rewinding
-the cursor to redeliver) live here with Shared; Key_Shared lives in broker.key_shared.
+leaving consumer's unacknowledged entries: broker.single_active (Exclusive, Failover: one active
+consumer, rewinding the cursor to redeliver), broker.shared (Shared), broker.key_shared (Key_Shared).
+A dispatcher sees its subscription through DispatchSource, the port it is built on.
 """
 
 from __future__ import annotations
@@ -19,27 +20,45 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
-import heapq
 import logging
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from herald.broker.core import tracing as broker_tracing
-from herald.broker.core.consumer import ActiveConsumerChanged, Consumer
+from herald.broker.core.consumer import Consumer
+from herald.broker.core.cursor import ManagedCursor
+from herald.broker.core.dead_letters import DeadLetterPolicy, DeadLetterQueue
 from herald.broker.core.delayed_delivery import DelayedDeliveryTracker
-from herald.broker.core.managed_ledger import Position
+from herald.broker.core.ledger_list import Position
+from herald.broker.core.managed_ledger import ManagedLedger
+from herald.broker.core.replay import ReplaySet
 from herald.broker.settings import BrokerSettings
 from herald.common import tracing
 from herald.common.codec.entry import EntryMetadata, decode_entry, permits_of
-from herald.common.codec.names import TopicName
-from herald.common.errors import ConsumerBusyError, HeraldError
+from herald.common.errors import HeraldError
 from herald.common.tasks import wait_event
 
-if TYPE_CHECKING:
-    from herald.broker.core.subscription import Subscription
-
 log = logging.getLogger(__name__)
+
+
+class DispatchSource(Protocol):
+    """What a dispatcher needs of its subscription: where to read, what was redelivered how often,
+    and where entries past the dead-letter limit go."""
+
+    topic_name: str
+    name: str
+    cursor: ManagedCursor
+    ledger: ManagedLedger
+    redelivery_counts: dict[Position, int]
+    redelivered_counter: int
+    dead_letter_policy: DeadLetterPolicy | None
+    dead_letters: DeadLetterQueue | None
+
+    @property
+    def dead_letter_count(self) -> int: ...
+    def holds_dead_letter(self, position: Position) -> bool: ...
+    def hand_to_dead_letters(self, position: Position, data: bytes, redelivery_count: int) -> None: ...
 
 
 def now_ms() -> int:
@@ -88,62 +107,12 @@ class ReadEntry:
 Entries = list[ReadEntry]
 
 
-class ReplaySet:
-    """Entries to deliver again, taken lowest position first, each with its key hash when known
-    (Key_Shared needs it to pick only entries whose consumer can take them)."""
-
-    def __init__(self) -> None:
-        self._heap: list[Position] = []  # may hold stale positions, skipped when popped
-        self._hashes: dict[Position, int | None] = {}
-
-    def __len__(self) -> int:
-        return len(self._hashes)
-
-    def __contains__(self, position: Position) -> bool:
-        return position in self._hashes
-
-    def add(self, position: Position, key_hash: int | None = None) -> None:
-        if position in self._hashes:
-            if key_hash is not None:
-                self._hashes[position] = key_hash
-            return
-        self._hashes[position] = key_hash
-        heapq.heappush(self._heap, position)
-
-    def pop(self) -> Position | None:
-        heap = self._heap
-        while heap:
-            position = heapq.heappop(heap)
-            if position in self._hashes:
-                del self._hashes[position]
-                return position
-        return None
-
-    def remove(self, position: Position) -> None:
-        self._hashes.pop(position, None)
-        if len(self._heap) > 2 * len(self._hashes) + 64:
-            self._heap = sorted(self._hashes)  # drop the stale ones; a sorted list is a heap
-
-    def hash_of(self, position: Position) -> int | None:
-        return self._hashes.get(position)
-
-    def in_order(self) -> list[Position]:
-        return sorted(self._hashes)
-
-    def items(self) -> Iterable[tuple[Position, int | None]]:
-        return self._hashes.items()
-
-    def clear(self) -> None:
-        self._heap.clear()
-        self._hashes.clear()
-
-
 class Dispatcher(abc.ABC):
     type_name = ""
     # Shared and Key_Shared hold entries until their deliver-at time; the others deliver at once.
     delays_delivery = False
 
-    def __init__(self, subscription: Subscription, settings: BrokerSettings) -> None:
+    def __init__(self, subscription: DispatchSource, settings: BrokerSettings) -> None:
         self._sub = subscription
         self._cursor = subscription.cursor
         self._ledger = subscription.ledger
@@ -395,8 +364,8 @@ class Dispatcher(abc.ABC):
         if tracing.ENABLED:
             metadata = entry.metadata
             if metadata is not None and metadata.traceparent:
-                span = broker_tracing.start_deliver(consumer, position, metadata.traceparent, messages,
-                                                    redelivery_count)
+                span = broker_tracing.start_deliver(self._sub.topic_name, self._sub.name, consumer.name, position,
+                                                    metadata.traceparent, messages, redelivery_count)
         consumer.push(position, entry.data, messages, redelivery_count, span)
 
     def _add_replay(self, positions: Iterable[Position]) -> None:
@@ -446,200 +415,3 @@ class Dispatcher(abc.ABC):
         for position in delivered:
             del consumer.pending[position]
         return [], delivered
-
-
-class SingleActiveDispatcher(Dispatcher):
-    """One consumer at a time takes everything, in order (Exclusive, Failover). Redelivery rewinds
-    the cursor: everything not acknowledged is read again, in order."""
-
-    @abc.abstractmethod
-    def active_consumer(self) -> Consumer | None:
-        """The consumer entries go to."""
-
-    def redeliver(self, consumer: Consumer, positions: list[Position] | None) -> None:
-        # Like Pulsar's single-consumer dispatchers: any redelivery request redelivers everything.
-        if consumer is self.active_consumer():
-            self._rewind(consumer)
-
-    def negative_ack(self, consumer: Consumer, positions: list[Position], delay_ms: int) -> None:
-        # As Pulsar's client does for these types: after the delay, redeliver everything unacked.
-        self._after(delay_ms, lambda: self.redeliver(consumer, None))
-
-    def _rewind(self, consumer: Consumer) -> None:
-        """Take back what the consumer holds (counted as redelivered) and read again from just
-        after the mark-delete position."""
-        consumer.take_back_undelivered()
-        self._count_redelivery(list(consumer.pending))
-        consumer.pending.clear()
-        self._cursor.rewind()
-        self._epoch += 1
-        self.notify()
-
-    def _read_budget(self) -> int:
-        consumer = self.active_consumer()
-        if consumer is None or not consumer.can_receive:
-            return 0
-        return self._room(consumer)
-
-    def _dispatch(self, entries: Entries) -> Entries:
-        consumer = self.active_consumer()
-        if consumer is None:
-            return entries
-        for i, entry in enumerate(entries):
-            if not consumer.can_receive:
-                return entries[i:]
-            self._deliver(consumer, entry)  # the last one may overshoot the permits
-        return []
-
-    def _leftovers(self, entries: Entries) -> None:
-        # Read ahead but not sent (out of permits): read them again, in order, when permits come.
-        self._cursor.read_position = entries[0].position
-
-
-class ExclusiveDispatcher(SingleActiveDispatcher):
-    """One consumer, refused a second."""
-
-    type_name = "Exclusive"
-
-    def active_consumer(self) -> Consumer | None:
-        return self.consumers[0] if self.consumers else None
-
-    def add_consumer(self, consumer: Consumer) -> None:
-        if self.consumers:
-            raise ConsumerBusyError("Exclusive consumer is already connected")
-        self.consumers.append(consumer)
-        self.notify()
-
-    def remove_consumer(self, consumer: Consumer) -> None:
-        if consumer in self.consumers:
-            self.consumers.remove(consumer)
-            self._rewind(consumer)
-
-
-class FailoverDispatcher(SingleActiveDispatcher):
-    """Any number of consumers, one active: the first by (priority level, name); on a partition
-    of a partitioned topic, the (partition index mod n)-th of the highest-priority consumers by
-    name, so a group's consumers share a topic's partitions (Pulsar's rule). Consumers are told
-    their status when they join and whenever it changes. A displaced or leaving active consumer's
-    entries are taken back and the new one continues from the mark-delete position."""
-
-    type_name = "Failover"
-
-    def __init__(self, subscription: Subscription, settings: BrokerSettings) -> None:
-        super().__init__(subscription, settings)
-        self._partition_index = TopicName.parse(subscription.topic_name).partition_index
-        self._active: Consumer | None = None
-
-    def active_consumer(self) -> Consumer | None:
-        return self._active
-
-    def add_consumer(self, consumer: Consumer) -> None:
-        self.consumers.append(consumer)
-        self._elect(joined=consumer)
-
-    def remove_consumer(self, consumer: Consumer) -> None:
-        if consumer not in self.consumers:
-            return
-        self.consumers.remove(consumer)
-        if consumer is self._active:
-            self._active = None
-            self._rewind(consumer)
-        self._elect(joined=None)
-
-    def _choose(self) -> Consumer | None:
-        if not self.consumers:
-            return None
-        ranked = sorted(self.consumers, key=lambda c: (c.priority_level, c.name))
-        top = [c for c in ranked if c.priority_level == ranked[0].priority_level]
-        return top[self._partition_index % len(top)] if self._partition_index >= 0 else top[0]
-
-    def _elect(self, joined: Consumer | None) -> None:
-        chosen = self._choose()
-        previous = self._active
-        if chosen is not previous:
-            if previous is not None:
-                self._rewind(previous)
-                previous.notify_event(ActiveConsumerChanged(False))
-            self._active = chosen
-            if chosen is not None:
-                chosen.notify_event(ActiveConsumerChanged(True))
-        if joined is not None and joined is not chosen:
-            joined.notify_event(ActiveConsumerChanged(False))
-        self.notify()
-
-
-class SharedDispatcher(Dispatcher):
-    """Entries go round-robin to the consumers with permits, highest priority (lowest level)
-    first, dispatch_round_robin_batch entries per turn (by default one, which gives Pulsar's
-    documented order: C1(level 0, 2 permits), C2(0, 1), C3(0, 1), C4(1, 2), C5(1, 1) are served
-    C1, C2, C3, C1, C4, C5, C4). A leaving consumer's unacknowledged entries are replayed to the
-    others, each with its redelivery count raised."""
-
-    type_name = "Shared"
-    delays_delivery = True
-
-    def __init__(self, subscription: Subscription, settings: BrokerSettings) -> None:
-        super().__init__(subscription, settings)
-        self._next = 0
-
-    def add_consumer(self, consumer: Consumer) -> None:
-        self.consumers.append(consumer)
-        self.notify()
-
-    def remove_consumer(self, consumer: Consumer) -> None:
-        if consumer in self.consumers:
-            self.consumers.remove(consumer)
-            self._put_back(consumer, None)
-
-    def redeliver(self, consumer: Consumer, positions: list[Position] | None) -> None:
-        self._put_back(consumer, positions)
-
-    def negative_ack(self, consumer: Consumer, positions: list[Position], delay_ms: int) -> None:
-        _, nacked = self._delivered(consumer, positions)
-        if not nacked:
-            return
-        self._count_redelivery(nacked)
-        self._after(delay_ms, lambda: self._replay_now(nacked))
-
-    def _replay_now(self, positions: list[Position]) -> None:
-        self._add_replay(positions)
-        self.notify()
-
-    def _put_back(self, consumer: Consumer, positions: list[Position] | None) -> None:
-        undelivered, delivered = self._delivered(consumer, positions)
-        self._count_redelivery(delivered)
-        self._add_replay(undelivered)
-        self._add_replay(delivered)
-        self.notify()
-
-    def _read_budget(self) -> int:
-        return sum(self._room(c) for c in self.consumers if c.can_receive)
-
-    def _next_consumer(self) -> Consumer | None:
-        consumers = self.consumers
-        levels = [c.priority_level for c in consumers if c.can_receive]
-        if not levels:
-            return None
-        level = min(levels)
-        n = len(consumers)
-        for k in range(n):
-            index = (self._next + k) % n
-            consumer = consumers[index]
-            if consumer.priority_level == level and consumer.can_receive:
-                self._next = index + 1
-                return consumer
-        return None
-
-    def _dispatch(self, entries: Entries) -> Entries:
-        batch = max(1, self._settings.dispatch_round_robin_batch)
-        i = 0
-        while i < len(entries):
-            consumer = self._next_consumer()
-            if consumer is None:
-                break
-            sent = 0
-            while i < len(entries) and sent < batch and consumer.can_receive:
-                self._deliver(consumer, entries[i])
-                i += 1
-                sent += 1
-        return entries[i:]

@@ -13,26 +13,37 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import Protocol
 
 from herald.broker.core.ledger_list import Position
+from herald.broker.core.managed_ledger import ManagedLedger
+from herald.broker.core.subscription import Subscription
 from herald.common.codec.entry import read_metadata
 from herald.common.errors import HeraldError
 from herald.common.tasks import cancel_and_wait
-
-if TYPE_CHECKING:
-    from herald.broker.core.subscription import Subscription
-    from herald.broker.core.topic import PersistentTopic
 
 log = logging.getLogger(__name__)
 
 READ_CHUNK = 100  # entries read per step of a check
 
 
+class ExpiringTopic(Protocol):
+    """What expiry acts on: a stored topic's ledger, subscriptions and TTL."""
+
+    name: str
+    ledger: ManagedLedger
+    message_ttl_seconds: int
+    closed: bool
+
+    @property
+    def subscriptions(self) -> Mapping[str, Subscription]: ...
+
+
 class MessageExpiry:
     """One topic's expiry checks: a task that runs them every `interval` seconds until stopped."""
 
-    def __init__(self, topic: PersistentTopic, interval: float) -> None:
+    def __init__(self, topic: ExpiringTopic, interval: float) -> None:
         self._topic = topic
         self._interval = interval
         self._task: asyncio.Task[None] | None = None

@@ -14,22 +14,20 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import functools
 import json
 import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Protocol
 
 from herald.broker.core.entry_cache import EntryCache
 from herald.broker.core.ledger_list import BEFORE_FIRST, LedgerInfo, LedgerList, Position
+from herald.broker.core.ledger_reader import LedgerHandle, LedgerReader, LedgerStorage
 from herald.broker.core.pending_add import PendingAdd
 from herald.broker.settings import BrokerSettings
 from herald.common import tracing
 from herald.common.errors import (
     BadVersionError,
-    EntryNotFoundError,
     FencedError,
     HeraldError,
     PersistenceError,
@@ -44,35 +42,8 @@ log = logging.getLogger(__name__)
 
 # A failed add is retried on a fresh ledger this many times before it (and all after it) fail.
 MAX_ADD_ATTEMPTS = 3
-# Storage read handles kept open for closed ledgers.
-MAX_READ_HANDLES = 16
 # Seconds close() lets ledger deletions still running finish.
 BACKGROUND_DELETE_GRACE = 2.0
-
-
-class LedgerHandle(Protocol):
-    """The storage client's handle on one ledger (herald.storage.client.storage_client.LedgerHandle)."""
-
-    @property
-    def ledger_id(self) -> int: ...
-    @property
-    def last_add_confirmed(self) -> int: ...
-    @property
-    def closed(self) -> bool: ...
-    async def add_entry(self, data: bytes) -> int: ...
-    async def read_entries(self, first: int, last: int) -> list[tuple[int, bytes]]: ...
-    async def close(self) -> None: ...
-
-
-class LedgerStorage(Protocol):
-    """The part of the storage client (herald.storage.client.storage_client.StorageClient) the broker uses."""
-
-    async def create_ledger(
-        self, ensemble_size: int, write_quorum: int, ack_quorum: int,
-        properties: dict[str, str] | None = None,
-    ) -> LedgerHandle: ...
-    async def open_ledger(self, ledger_id: int, recover: bool = True) -> LedgerHandle: ...
-    async def delete_ledger(self, ledger_id: int) -> None: ...
 
 
 class State(enum.Enum):
@@ -115,7 +86,7 @@ class ManagedLedger:
         self._writes: set[asyncio.Task[None]] = set()  # every storage write still running
         self._roll_task: asyncio.Task[None] | None = None
         self._last_create_failure = -float("inf")
-        self._read_handles: dict[int, LedgerHandle] = {}
+        self._reader = LedgerReader(name, self._list, storage, cache, lambda: self._current)
         self._unlisted: list[int] = []  # left out of the list; deleted once the list is written
         self._background: set[asyncio.Task[None]] = set()
         # Metadata writes (rollover, trimming, close) one at a time, each from the list as it is
@@ -146,7 +117,7 @@ class ManagedLedger:
             last.entries = handle.last_add_confirmed + 1
             last.closed_at = last.closed_at or time.time()
             if last.entries:
-                self._keep_read_handle(last.ledger_id, handle)
+                self._reader.keep_handle(last.ledger_id, handle)
             self._drop_empty_last_ledger()
         if self._terminated:
             if self._unlisted:
@@ -203,8 +174,7 @@ class ManagedLedger:
         if self._background:
             await asyncio.wait(list(self._background))
         self._current = None
-        self._read_handles.clear()
-        self._cache.clear()
+        self._reader.clear()
 
     async def terminate(self) -> Position:
         """Refuse all further adds, for good; returns the last entry's position."""
@@ -253,7 +223,20 @@ class ManagedLedger:
         return op
 
     async def add_entry(self, data: bytes) -> Position:
-        return await self.add_entry_nowait(data).future
+        """Add one entry and wait for its position (or error)."""
+        future: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
+
+        def complete(op: PendingAdd) -> None:
+            if future.done():
+                return
+            if op.error is not None:
+                future.set_exception(op.error)
+            else:
+                assert op.position is not None
+                future.set_result(op.position)
+
+        self.add_entry_nowait(data, complete)
+        return await future
 
     def _refusal(self) -> HeraldError:
         if self.state is State.FENCED:
@@ -519,8 +502,7 @@ class ManagedLedger:
                 return []
             self._list.remove_first(count)
         for ledger_id in ids:
-            self._cache.invalidate_ledger(ledger_id)
-            self._read_handles.pop(ledger_id, None)
+            self._reader.forget(ledger_id)
         self._unlisted.extend(ids)
         self._delete_unlisted()
         log.info("managed ledger %s: deleted ledgers %s (no subscription needs them; retention keeps them no "
@@ -588,44 +570,4 @@ class ManagedLedger:
 
     async def read_entries(self, start: Position, max_entries: int) -> list[tuple[Position, bytes]]:
         """Up to max_entries durable entries from `start` on, across ledgers."""
-        result: list[tuple[Position, bytes]] = []
-        position = self.normalize(start)
-        while len(result) < max_entries:
-            last = self.last_confirmed_position
-            if position > last:
-                break
-            info = self._list.find(position.ledger_id)
-            assert info is not None  # normalize() names a listed ledger
-            end = info.entries - 1
-            if position.ledger_id == last.ledger_id:
-                end = min(end, last.entry_id)
-            end = min(end, position.entry_id + max_entries - len(result) - 1)
-            reader = functools.partial(self._read_handle, position.ledger_id)
-            got = await self._cache.read(position.ledger_id, position.entry_id, end, reader)
-            for entry_id, data in got:
-                result.append((Position(position.ledger_id, entry_id), data))
-            if len(got) <= end - position.entry_id:
-                # A short read (storage holds fewer entries than the ledger list says): return
-                # what there is, never skip past what is missing.
-                if not result:
-                    raise EntryNotFoundError(
-                        f"topic {self.name}: entry {position} could not be read from storage")
-                break
-            position = self.normalize(Position(position.ledger_id, end + 1))
-        return result
-
-    async def _read_handle(self, ledger_id: int) -> LedgerHandle:
-        if self._current is not None and ledger_id == self._current.ledger_id:
-            return self._current
-        handle = self._read_handles.get(ledger_id)
-        if handle is None:
-            # Two readers may open the same ledger at once: harmless, one handle is kept.
-            handle = await self._storage.open_ledger(ledger_id, recover=False)
-            self._keep_read_handle(ledger_id, handle)
-        return handle
-
-    def _keep_read_handle(self, ledger_id: int, handle: LedgerHandle) -> None:
-        # Read handles hold nothing open on the storage side: dropping one needs no close.
-        self._read_handles[ledger_id] = handle
-        while len(self._read_handles) > MAX_READ_HANDLES:
-            del self._read_handles[next(iter(self._read_handles))]
+        return await self._reader.read_entries(start, max_entries)

@@ -13,18 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from herald.broker.core.topic import PersistentTopic
+from herald.broker.core.entry_cache import EntryCacheManager
+from herald.broker.core.topic_base import Topic
 from herald.common.collectors import HotHistogram, LoopCollector, MonotonicCounters
-
-if TYPE_CHECKING:
-    from herald.broker.core.service import BrokerService
 
 # Send received to receipt ready: sub-millisecond on a page-cached standalone, tens of ms across
 # three storage nodes, seconds when storage struggles.
@@ -36,10 +34,18 @@ TOPIC = ("topic",)
 SUBSCRIPTION = ("topic", "subscription")
 
 
+class ServedTopics(Protocol):
+    """What a scrape reads: the broker's topics and its entry cache (BrokerService)."""
+
+    entry_cache: EntryCacheManager
+
+    def loaded_topics(self) -> Sequence[Topic[Any]]: ...
+
+
 class BrokerMetrics:
-    """The broker's metrics on `registry` (a fresh one unless an embedding process shares its own).
-    The histograms are observed by the topics; watch() adds the scrape-time collector of a running
-    BrokerService, unwatch() removes it."""
+    """The broker's metrics on `registry` (a fresh one unless an embedding process shares its own):
+    the core's BrokerObserver port (topics and producer sessions report to it) and, once watch()
+    is given a running broker, the scrape-time collector; unwatch() removes it."""
 
     def __init__(self, registry: CollectorRegistry | None = None, topic_level: bool = True) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
@@ -57,7 +63,16 @@ class BrokerMetrics:
             "receipts and the broker stopped reading it until receipts went out.", registry=self.registry)
         self._collector: BrokerCollector | None = None
 
-    def watch(self, service: BrokerService, loop: asyncio.AbstractEventLoop) -> None:
+    # ---- the core's BrokerObserver port ----
+
+    def entry_stored(self, latency_seconds: float, size: int) -> None:
+        self.publish_latency.observe(latency_seconds)
+        self.entry_size.observe(size)
+
+    def sends_throttled(self) -> None:
+        self.throttled_sends.inc()
+
+    def watch(self, service: ServedTopics, loop: asyncio.AbstractEventLoop) -> None:
         self.unwatch()
         self._collector = BrokerCollector(service, loop, self.topic_level)
         self.registry.register(self._collector)  # type: ignore[arg-type]
@@ -108,7 +123,7 @@ class BrokerReading:
     cache_entries: int
 
 
-def read_broker(service: BrokerService) -> BrokerReading:
+def read_broker(service: ServedTopics) -> BrokerReading:
     """Every served topic's figures, from its stats (the admin API's numbers: backlog in messages
     and bytes, rates over the stats window) and counters; of a persistent topic's subscriptions, the
     durable ones. Runs on the event loop."""
@@ -116,10 +131,10 @@ def read_broker(service: BrokerService) -> BrokerReading:
     for topic in service.loaded_topics():
         subscriptions = dict(topic.subscriptions)
         stats = topic.stats()
-        persistent = isinstance(topic, PersistentTopic)
+        persistent = topic.persistent
         reading = TopicReading(
             owner=topic, name=topic.name, messages_in=stats.msg_in_counter, bytes_in=stats.bytes_in_counter,
-            dedup_rejections=topic.dedup.duplicates if isinstance(topic, PersistentTopic) else 0,
+            dedup_rejections=topic.dedup_rejections,
             storage_size=stats.storage_size, producers=len(stats.producers))
         for sub in stats.subscriptions:
             if persistent and not sub.durable:
@@ -127,7 +142,7 @@ def read_broker(service: BrokerService) -> BrokerReading:
             owner = subscriptions.get(sub.name)
             reading.subscriptions.append(SubscriptionReading(
                 owner=owner, name=sub.name, messages_out=sub.msg_out_counter, bytes_out=sub.bytes_out_counter,
-                redeliveries=getattr(owner, "redelivered_counter", 0), backlog_messages=sub.msg_backlog,
+                redeliveries=owner.redelivered_counter if owner is not None else 0, backlog_messages=sub.msg_backlog,
                 backlog_bytes=sub.backlog_size, consumers=sub.consumers, unacked_messages=sub.unacked_messages,
                 dispatch_rate=sub.msg_rate_out, dispatch_throughput=sub.msg_throughput_out,
                 dead_letters=sub.dead_letters))
@@ -176,7 +191,7 @@ class BrokerCollector(LoopCollector[BrokerReading]):
     """The per-topic and per-subscription families, the counts and the entry cache's, read at each
     scrape (read_broker) on the broker's loop."""
 
-    def __init__(self, service: BrokerService, loop: asyncio.AbstractEventLoop, topic_level: bool) -> None:
+    def __init__(self, service: ServedTopics, loop: asyncio.AbstractEventLoop, topic_level: bool) -> None:
         super().__init__(loop)
         self._service = service
         self._topic_level = topic_level

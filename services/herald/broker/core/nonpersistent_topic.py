@@ -13,39 +13,31 @@ Subscriptions live only while they have consumers: there is no cursor to come ba
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
 import secrets
-from collections.abc import Hashable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from herald.broker.core.consumer import (
     DEFAULT_MAX_BATCH_BYTES,
     DEFAULT_MAX_BATCH_ENTRIES,
-    ActiveConsumerChanged,
     Consumer,
     Delivery,
 )
-from herald.broker.core.key_shared import HashRanges, key_hash, sticky_key
-from herald.broker.core.managed_ledger import Position
+from herald.broker.core.cursor import InitialPosition
+from herald.broker.core.hash_ranges import HashRanges, key_hash, sticky_key
+from herald.broker.core.ledger_list import Position
 from herald.broker.core.producer import Producer
-from herald.broker.core.rates import Counters, RateMeters
-from herald.broker.core.stats import ConsumerStats, ProducerStats, SubscriptionStats, TopicStats
-from herald.broker.core.subscription import SubscriptionType, validate_priority_level
-from herald.broker.core.topic import PRODUCER_NAME_COUNTER
+from herald.broker.core.publication import Publication
+from herald.broker.core.selection import ActiveElection, RoundRobin
+from herald.broker.core.stats import SubscriptionStats, TopicStats
+from herald.broker.core.subscription_type import SubscriptionType, check_can_join
+from herald.broker.core.topic_base import Topic
 from herald.broker.settings import BrokerSettings
 from herald.common.codec.entry import EntryMetadata
-from herald.common.codec.names import TopicName, validate_subscription_name
-from herald.common.errors import (
-    BadVersionError,
-    ConsumerBusyError,
-    HeraldError,
-    NotFoundError,
-    PreconditionFailedError,
-    ProducerBusyError,
-    ServiceNotReadyError,
-)
+from herald.common.codec.names import TopicName
+from herald.common.errors import BadVersionError, HeraldError, ServiceNotReadyError
 from herald.metadata.store import NOT_EXISTS, MetadataStore
 
 log = logging.getLogger(__name__)
@@ -120,9 +112,9 @@ class NonPersistentConsumer(Consumer):
 class NonPersistentSubscription:
     """The consumers of one subscription name and who gets each entry: Exclusive and Failover the
     one (active) consumer, Shared round-robin among those that can take it (highest priority level
-    first), Key_Shared the consumer owning the key's slice of the hash range (broker.key_shared's
+    first), Key_Shared the consumer owning the key's slice of the hash range (broker.hash_ranges'
     auto-split, as on persistent topics; with nothing kept, there is no per-key order to guard
-    across consumer changes)."""
+    across consumer changes). The choices are broker.selection's, as a stored subscription's."""
 
     durable = False
 
@@ -135,23 +127,19 @@ class NonPersistentSubscription:
         self.msg_out_counter = 0
         self.bytes_out_counter = 0
         self.msg_dropped_counter = 0  # messages a consumer could not take (no permits or buffer room)
+        self.redelivered_counter = 0  # nothing is kept to deliver again
         self.closed = False
         self._consumer_ids = itertools.count(1)
-        self._next = 0  # Shared: where the round robin resumes
-        self._active: NonPersistentConsumer | None = None  # Failover
-        self.hash_ranges: HashRanges[NonPersistentConsumer] = HashRanges()  # Key_Shared
+        self._round_robin = RoundRobin()  # Shared
+        self._election = ActiveElection(topic.partition_index)  # Failover
+        self.hash_ranges: HashRanges[Consumer] = HashRanges()  # Key_Shared
 
     # ---- consumers ----
 
     def add_consumer(self, sub_type: SubscriptionType, consumer_name: str | None, priority_level: int) -> Consumer:
         if self.closed:
             raise ServiceNotReadyError(f"subscription {self.name} on {self.topic_name} is closed: subscribe again")
-        if self.consumers and sub_type is not self.type:
-            raise ConsumerBusyError(
-                f"Subscription is of a different type: {self.name} is {self.type.label} and has "
-                f"consumers; close them or subscribe as {self.type.label}")
-        if self.consumers and sub_type is SubscriptionType.EXCLUSIVE:
-            raise ConsumerBusyError("Exclusive consumer is already connected")
+        check_can_join(self.name, self.type, bool(self.consumers), sub_type)
         self.type = sub_type
         settings = self.topic.settings
         consumer = NonPersistentConsumer(
@@ -161,37 +149,24 @@ class NonPersistentSubscription:
             self.hash_ranges.add(consumer)
         self.consumers.append(consumer)
         if sub_type is SubscriptionType.FAILOVER:
-            self._elect(joined=consumer)
+            self._election.elect(self.consumers, joined=consumer)
         return consumer
 
     def remove_consumer(self, consumer: Consumer) -> None:
-        if not isinstance(consumer, NonPersistentConsumer) or consumer not in self.consumers:
+        mine = next((c for c in self.consumers if c is consumer), None)
+        if mine is None:
             return
-        self.consumers.remove(consumer)
-        consumer.release_buffered()
-        self.hash_ranges.remove(consumer)
+        self.consumers.remove(mine)
+        mine.release_buffered()
+        self.hash_ranges.remove(mine)
         if self.type is SubscriptionType.FAILOVER:
-            self._elect(joined=None)
+            self._election.leave(consumer)
+            self._election.elect(self.consumers)
         if not self.consumers:
             self.topic.subscription_emptied(self)
 
-    def _elect(self, joined: NonPersistentConsumer | None) -> None:
-        """Failover: the active consumer is the first by (priority level, name); on a partition,
-        the (partition index mod n)-th of the highest-priority ones, as Pulsar spreads partitions.
-        Consumers are told when their status changes, and a joining one its status at once."""
-        ranked = sorted(self.consumers, key=lambda c: (c.priority_level, c.name))
-        active: NonPersistentConsumer | None = None
-        if ranked:
-            top = [c for c in ranked if c.priority_level == ranked[0].priority_level]
-            index = self.topic.partition_index
-            active = top[index % len(top)] if index >= 0 else top[0]
-        previous, self._active = self._active, active
-        if previous is not active and previous is not None and previous in self.consumers:
-            previous.notify_event(ActiveConsumerChanged(is_active=False))
-        if active is not None and (previous is not active or active is joined):
-            active.notify_event(ActiveConsumerChanged(is_active=True))
-        if joined is not None and joined is not active:
-            joined.notify_event(ActiveConsumerChanged(is_active=False))
+    def hash_ranges_of(self, consumer: Consumer) -> list[tuple[int, int]]:
+        return self.hash_ranges.owned_by(consumer) if self.type is SubscriptionType.KEY_SHARED else []
 
     # ---- what a consumer sends: nothing to act on ----
 
@@ -203,6 +178,9 @@ class NonPersistentSubscription:
 
     def redeliver(self, consumer: Consumer, positions: list[Position] | None) -> None:
         """Accepted and ignored: nothing is kept to redeliver."""
+
+    def negative_ack(self, consumer: Consumer, positions: list[Position], delay_ms: int) -> None:
+        """Accepted and ignored: nothing is kept to deliver again."""
 
     # ---- dispatch ----
 
@@ -216,67 +194,41 @@ class NonPersistentSubscription:
         consumer.push(position, data, num_messages, 0)
         return True
 
-    def _choose(self, metadata: EntryMetadata) -> NonPersistentConsumer | None:
+    def _choose(self, metadata: EntryMetadata) -> Consumer | None:
         consumers = self.consumers
         if not consumers:
             return None
         if self.type is SubscriptionType.SHARED:
-            return self._next_shared()
+            return self._round_robin.next(consumers)
         if self.type is SubscriptionType.FAILOVER:
-            return self._active
+            return self._election.active
         if self.type is SubscriptionType.KEY_SHARED:
             return self.hash_ranges.owner_of(key_hash(sticky_key(metadata)))
         return consumers[0]
 
-    def _next_shared(self) -> NonPersistentConsumer | None:
-        consumers = self.consumers
-        levels = [c.priority_level for c in consumers if c.can_receive]
-        if not levels:
-            return None
-        level = min(levels)
-        n = len(consumers)
-        for k in range(n):
-            index = (self._next + k) % n
-            consumer = consumers[index]
-            if consumer.priority_level == level and consumer.can_receive:
-                self._next = index + 1
-                return consumer
-        return None
-
     def close(self, reason: str) -> None:
-        """Disconnect every consumer (their clients reconnect or stop)."""
+        """Disconnect every consumer (their clients reconnect or stop); what their streams never
+        took is no longer pending."""
         self.closed = True
         for consumer in self.consumers:
+            consumer.release_buffered()
             consumer._mark_closed(reason)
-        self.consumers.clear()
-        self._active = None
+        self.consumers = []
+        self._election.clear()
         self.hash_ranges = HashRanges()
 
 
-class NonPersistentTopic:
+class NonPersistentTopic(Topic[NonPersistentSubscription]):
     persistent = False
 
     def __init__(
         self, name: str, settings: BrokerSettings, store: MetadataStore, *, encryption_required: bool = False,
     ) -> None:
-        self.name = name
-        self.topic_name = TopicName.parse(name)
-        self.partition_index = self.topic_name.partition_index
-        self.settings = settings
+        super().__init__(name, settings, store)
         self.encryption_required = encryption_required
-        self.max_message_size = settings.max_message_size
-        self._store = store
-        self.producers: dict[str, Producer] = {}
-        self.subscriptions: dict[str, NonPersistentSubscription] = {}
         self.pending = PendingDeliveries()
-        self.msg_in_counter = 0
-        self.bytes_in_counter = 0
-        self.entries_in_counter = 0
         self.msg_dropped_counter = 0  # messages refused at the door: over the pending limit
-        self.closed = False
-        self._producer_ids = itertools.count(1)
         self._entry_ids = itertools.count(0)
-        self._rates = RateMeters(settings.stats_rate_window_seconds)
 
     async def load(self) -> None:
         """Record the topic in its namespace (kept until the topic is deleted)."""
@@ -285,55 +237,26 @@ class NonPersistentTopic:
         except BadVersionError:
             pass  # recorded by an earlier load
 
-    def _check_open(self) -> None:
-        if self.closed:
-            raise ServiceNotReadyError(f"topic {self.name} is being unloaded: look it up again")
+    # ---- publishing ----
 
-    # ---- producers ----
-
-    async def add_producer(self, name: str | None) -> tuple[Producer, int]:
-        """Register a producer (a unique name is assigned when none is given); the last sequence id
-        is always -1: nothing is deduplicated."""
-        self._check_open()
-        if not name:
-            number = await self._store.allocate_id(PRODUCER_NAME_COUNTER)
-            name = f"{self.settings.cluster}-{number}"
-            self._check_open()
-        if name in self.producers:
-            raise ProducerBusyError(f"producer {name!r} is already connected to {self.name}")
-        producer = Producer(self, name, next(self._producer_ids))
-        self.producers[name] = producer
-        return producer, -1
-
-    def remove_producer(self, producer: Producer) -> None:
-        if self.producers.get(producer.name) is producer:
-            del self.producers[producer.name]
-        producer.close()
-
-    def publish(
-        self, producer: Producer, sequence_id: int, highest_sequence_id: int, num_messages: int, entry: bytes,
-    ) -> asyncio.Future[tuple[int, int]]:
-        """Check the entry and hand it to the consumers connected now. The future is already done:
-        (-1, -1), also when the entry was dropped over the pending limit, or the check's error."""
-        future: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
+    def submit(self, producer: Producer, sequence_id: int, highest_sequence_id: int, num_messages: int,
+               entry: bytes, publication: Publication) -> None:
+        """Check the entry and hand it to the consumers connected now. The publication completes at
+        once: (-1, -1), also when the entry was dropped over the pending limit, or the check's error."""
         try:
             metadata = producer.check(entry, num_messages, encryption_required=self.encryption_required,
                                       max_message_size=self.max_message_size)
         except HeraldError as exc:
-            future.set_exception(exc)
-            return future
+            publication.fail(exc)
+            return
         messages = num_messages  # checked: at least 1, and what the entry's metadata says
         if len(self.pending) >= self.settings.non_persistent_max_pending:
             self.msg_dropped_counter += messages
         else:
-            producer.record(messages, len(entry))
-            self.msg_in_counter += messages
-            self.bytes_in_counter += len(entry)
-            self.entries_in_counter += 1
+            self._count_in(producer, messages, len(entry))
             if self.subscriptions:
                 self._dispatch(entry, metadata, messages)
-        future.set_result(NO_POSITION)
-        return future
+        publication.succeed(*NO_POSITION)
 
     def _dispatch(self, entry: bytes, metadata: EntryMetadata, messages: int) -> None:
         position = Position(NON_PERSISTENT_LEDGER_ID, next(self._entry_ids))
@@ -347,15 +270,22 @@ class NonPersistentTopic:
     # ---- subscriptions ----
 
     async def subscribe(
-        self, subscription: str, sub_type: SubscriptionType, consumer_name: str | None = None,
+        self,
+        subscription: str,
+        sub_type: SubscriptionType,
+        initial_position: InitialPosition = InitialPosition.LATEST,
+        consumer_name: str | None = None,
         priority_level: int = 0,
+        *,
+        non_durable: bool = False,
+        start_position: Position | None = None,
+        start_inclusive: bool = False,
     ) -> Consumer:
         """Attach a consumer; the subscription is made on first use and lives while it has consumers.
         Where it starts is moot: it gets what is published from now on."""
-        self._check_open()
-        validate_subscription_name(subscription)
-        validate_priority_level(priority_level)
+        self._check_subscribe(subscription, priority_level)
         sub = self.subscriptions.get(subscription)
+        self._check_consumer_limits(sub)
         created = sub is None
         if sub is None:
             sub = self.subscriptions[subscription] = NonPersistentSubscription(self, subscription, sub_type)
@@ -371,90 +301,22 @@ class NonPersistentTopic:
             del self.subscriptions[subscription.name]
 
     async def unsubscribe(self, subscription: str, force: bool = False, *, requester: Consumer | None = None) -> None:
-        """Drop a subscription, as on a persistent topic: NotFoundError when it does not exist (it
-        exists only while it has consumers); refused (PreconditionFailedError) while consumers are
-        connected, unless `force` (they are disconnected) or the only one connected is `requester`."""
-        sub = self.subscriptions.get(subscription)
-        if sub is None:
-            raise NotFoundError(f"subscription {subscription!r} does not exist on {self.name}")
-        others = [c for c in sub.consumers if c is not requester]
-        if others and not force:
-            raise PreconditionFailedError(
-                f"subscription {subscription!r} on {self.name} has {len(others)} other consumer(s) connected: "
-                "close them first, or force the deletion")
-        self._close_subscription(sub, "the subscription was deleted")
+        """Drop a subscription, as on a persistent topic (it exists only while it has consumers)."""
+        sub = self._subscription(subscription)
+        self._check_unsubscribe(sub, force, requester)
+        sub.close("the subscription was deleted")
+        self.subscription_emptied(sub)
         log.info("topic %s: subscription %s deleted", self.name, subscription)
 
-    def list_subscriptions(self) -> list[str]:
-        return sorted(self.subscriptions)
+    # ---- stats ----
 
-    def _close_subscription(self, sub: NonPersistentSubscription, reason: str) -> None:
-        for consumer in sub.consumers:
-            consumer.release_buffered()
-        sub.close(reason)
-        self.subscription_emptied(sub)
-
-    # ---- state ----
-
-    @property
-    def consumer_count(self) -> int:
-        return sum(len(s.consumers) for s in self.subscriptions.values())
-
-    @property
-    def msg_out_counter(self) -> int:
-        return sum(s.msg_out_counter for s in self.subscriptions.values())
-
-    def stats(self) -> TopicStats:
-        """The same stats as a persistent topic's, with no storage or backlog, persistent=False and
-        the drop counters."""
-        producers = list(self.producers.values())
-        subscriptions = list(self.subscriptions.values())
-        readings: dict[Hashable, Counters] = {self: (self.msg_in_counter, self.bytes_in_counter)}
-        for producer in producers:
-            readings[producer] = (producer.msg_in_counter, producer.bytes_in_counter)
-        for sub in subscriptions:
-            for consumer in sub.consumers:
-                readings[consumer] = (consumer.msg_out_counter, consumer.bytes_out_counter)
-        rates = self._rates.sample(readings)
-        sub_stats = []
-        for sub in subscriptions:
-            consumers = [
-                ConsumerStats(
-                    consumer_name=c.name, msg_out_counter=c.msg_out_counter, bytes_out_counter=c.bytes_out_counter,
-                    msg_rate_out=rates[c][0], msg_throughput_out=rates[c][1], unacked_messages=0,
-                    available_permits=c.permits,
-                    priority_level=c.priority_level,
-                    is_active=c.is_active,
-                    key_hash_ranges=(sub.hash_ranges.owned_by(c) if sub.type is SubscriptionType.KEY_SHARED
-                                     else []),
-                    properties=c.properties,
-                )
-                for c in sub.consumers
-            ]
-            sub_stats.append(SubscriptionStats(
-                name=sub.name, type=sub.type.label, consumers=len(consumers), msg_out_counter=sub.msg_out_counter,
-                bytes_out_counter=sub.bytes_out_counter,
-                msg_rate_out=sum(c.msg_rate_out for c in consumers),
-                msg_throughput_out=sum(c.msg_throughput_out for c in consumers),
-                durable=False, consumer_stats=consumers, msg_dropped_counter=sub.msg_dropped_counter,
-            ))
-        msg_rate_in, throughput_in = rates[self]
-        return TopicStats(
-            topic=self.name,
-            msg_in_counter=self.msg_in_counter,
-            bytes_in_counter=self.bytes_in_counter,
-            producers=[ProducerStats(p.name, p.msg_in_counter, p.bytes_in_counter, rates[p][0], rates[p][1],
-                                     p.properties) for p in producers],
-            subscriptions=sub_stats,
-            msg_rate_in=msg_rate_in,
-            msg_throughput_in=throughput_in,
-            msg_rate_out=sum(s.msg_rate_out for s in sub_stats),
-            msg_throughput_out=sum(s.msg_throughput_out for s in sub_stats),
-            msg_out_counter=sum(s.msg_out_counter for s in sub_stats),
-            bytes_out_counter=sum(s.bytes_out_counter for s in sub_stats),
-            persistent=False,
-            msg_dropped_counter=self.msg_dropped_counter,
-        )
+    def _fill_stats(
+        self, stats: TopicStats, subscriptions: list[tuple[NonPersistentSubscription, SubscriptionStats]],
+    ) -> None:
+        """No storage or backlog: the drop counters."""
+        for sub, sub_stats in subscriptions:
+            sub_stats.msg_dropped_counter = sub.msg_dropped_counter
+        stats.msg_dropped_counter = self.msg_dropped_counter
 
     # ---- life cycle ----
 
@@ -464,22 +326,9 @@ class NonPersistentTopic:
         if self.closed:
             return
         self.closed = True
-        for producer in list(self.producers.values()):
-            producer.close()
-        self.producers.clear()
+        self._close_producers()
         for sub in list(self.subscriptions.values()):
             sub.close(reason)
         self.subscriptions.clear()
         self.pending.clear()
         log.info("non-persistent topic %s closed", self.name)
-
-    async def delete(self, force: bool = False) -> None:
-        """Delete the topic: refused (PreconditionFailedError) while producers or consumers are
-        connected, unless force, which disconnects them; then its record leaves the namespace."""
-        if not force and (self.producers or self.consumer_count):
-            raise PreconditionFailedError(
-                f"Topic has active producers/consumers: {self.name} has {len(self.producers)} producer(s) and "
-                f"{self.consumer_count} consumer(s); close them or delete with force")
-        await self.close(reason="the topic was deleted")
-        await self._store.delete(registration_key(self.topic_name))
-        log.info("non-persistent topic %s deleted", self.name)

@@ -12,14 +12,15 @@ from herald.common import tracing
 class PendingAdd:
     """One add on its way to storage (BookKeeper's OpAddEntry): queued, then issued to the open
     ledger, then completed (in order) with a position or an error. `callback` runs synchronously at
-    completion, in add order, before the future's waiters wake."""
+    completion, in add order, once (the data is the caller's bytes, held by reference: an add copies
+    nothing)."""
 
-    __slots__ = ("attempts", "callback", "data", "done", "error", "future", "position", "task", "trace")
+    __slots__ = ("attempts", "callback", "completed", "data", "done", "error", "position", "task", "trace")
 
     def __init__(self, data: bytes, callback: Callable[[PendingAdd], None] | None) -> None:
         self.data = data
         self.callback = callback
-        self.future: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
+        self.completed = False
         self.position: Position | None = None
         self.error: BaseException | None = None
         self.done = False
@@ -32,16 +33,15 @@ class PendingAdd:
     def succeed(self, position: Position) -> None:
         self.position = position
         self.error = None
-        if self.callback is not None:
-            self.callback(self)
-        if not self.future.done():
-            self.future.set_result(position)
+        self._complete()
 
     def fail(self, error: BaseException) -> None:
         self.error = error
+        self._complete()
+
+    def _complete(self) -> None:
+        if self.completed:
+            return
+        self.completed = True
         if self.callback is not None:
             self.callback(self)
-        if not self.future.done():
-            self.future.set_exception(error)
-            # A caller that only used the callback must not trigger "exception never retrieved".
-            self.future.exception()

@@ -3,8 +3,8 @@ then its partitioned topic's) over its namespace's policies over the broker's se
 resolved when a topic loads and again, live, whenever an admin changes namespace or topic policies
 (PoliciesWatcher follows /admin/ in the metadata store).
 
-Applying them sets each topic's limits and switches (see `apply_policies`); the checks that use the
-limits are here too, so persistent and non-persistent topics word them alike.
+Applying them sets each topic's limits and switches (Topic.apply_policies); the checks that use the
+limits are here, so persistent and non-persistent topics word them alike.
 """
 
 from __future__ import annotations
@@ -13,9 +13,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection
-from typing import TYPE_CHECKING
 
-from herald.broker.core.retention import RetentionPolicy as TrimmingPolicy
 from herald.broker.settings import BrokerSettings
 from herald.common.bounded import Pacer
 from herald.common.codec.names import TopicName
@@ -24,10 +22,6 @@ from herald.common.tasks import cancel_and_wait
 from herald.metadata.policies import BacklogQuota, BacklogQuotaPolicy, PersistencePolicy, Policies, RetentionPolicy
 from herald.metadata.resources import NAMESPACE_POLICIES_PREFIX, TOPIC_POLICIES_PREFIX, Resources
 from herald.metadata.store import MetadataStore, WatchEvent
-
-if TYPE_CHECKING:
-    from herald.broker.core.nonpersistent_topic import NonPersistentTopic
-    from herald.broker.core.topic import PersistentTopic
 
 log = logging.getLogger(__name__)
 
@@ -79,28 +73,7 @@ class PolicyResolver:
         return policies
 
 
-# ---- applying ----
-
-async def apply_policies(topic: PersistentTopic | NonPersistentTopic, policies: Policies) -> None:
-    """Give a loaded topic its effective (complete) policies. A persistent topic also gets
-    retention, TTL, deduplication, backlog quota and the quorums of its next ledgers."""
-    from herald.broker.core.topic import PersistentTopic  # the topic module imports this one
-
-    assert policies.is_complete(), "apply effective policies, not overrides"
-    topic.encryption_required = bool(policies.encryption_required)
-    topic.max_message_size = int(policies.max_message_size or 0)
-    if not isinstance(topic, PersistentTopic):
-        return  # its limits are checked by the service, which keeps its policies
-    topic.policies = policies
-    retention = policies.retention
-    assert retention is not None and policies.persistence is not None and policies.backlog_quota is not None
-    topic.retention.policy = TrimmingPolicy(float(retention.time_seconds), retention.size_bytes)
-    topic.message_ttl_seconds = int(policies.message_ttl_seconds or 0)
-    persistence = policies.persistence
-    topic.ledger.persistence = (persistence.ensemble_size, persistence.write_quorum, persistence.ack_quorum)
-    topic.backlog_quota.update(policies.backlog_quota)
-    await topic.dedup.set_enabled(bool(policies.deduplication_enabled), topic.ledger)
-
+# ---- the limits ----
 
 def check_producer_limit(topic: str, policies: Policies, producers: int) -> None:
     """ProducerBusyError when the topic already has its maximum of producers."""

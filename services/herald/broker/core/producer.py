@@ -4,8 +4,10 @@ checks every entry it sends must pass before the topic deduplicates and stores i
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Protocol
 
+from herald.broker.core.publication import Publication
 from herald.common.codec.entry import (
     ENTRY_FRAMING_ALLOWANCE,
     MIN_RECORD_SIZE,
@@ -22,13 +24,24 @@ from herald.common.errors import (
     PersistenceError,
 )
 
-if TYPE_CHECKING:
-    from herald.broker.core.nonpersistent_topic import NonPersistentTopic
-    from herald.broker.core.topic import PersistentTopic
+
+class ProducerHost(Protocol):
+    """What a producer knows of its topic (any kind): where its sends go."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def max_message_size(self) -> int: ...
+
+    def publish(self, producer: Producer, sequence_id: int, highest_sequence_id: int, num_messages: int,
+                entry: bytes) -> asyncio.Future[tuple[int, int]]: ...
+    def submit(self, producer: Producer, sequence_id: int, highest_sequence_id: int, num_messages: int,
+               entry: bytes, publication: Publication) -> None: ...
+    def remove_producer(self, producer: Producer) -> None: ...
 
 
 class Producer:
-    def __init__(self, topic: PersistentTopic | NonPersistentTopic, name: str, producer_id: int) -> None:
+    def __init__(self, topic: ProducerHost, name: str, producer_id: int) -> None:
         self.topic = topic
         self.name = name
         self.producer_id = producer_id
@@ -38,6 +51,7 @@ class Producer:
         self.entries_in_counter = 0
         self.properties: dict[str, str] = {}  # the application's, for stats
         self._closed_event = asyncio.Event()
+        self.on_closed: Callable[[], None] | None = None  # the session's, to stop waiting for room
 
     def check(
         self, entry: bytes, num_messages: int, *, encryption_required: bool, max_message_size: int,
@@ -101,8 +115,12 @@ class Producer:
 
     def close(self) -> None:
         """Refuse further entries (those already accepted still complete). Idempotent."""
+        if self.closed:
+            return
         self.closed = True
         self._closed_event.set()
+        if self.on_closed is not None:
+            self.on_closed()
 
     async def wait_closed(self) -> None:
         """Returns once the producer is closed, by its client or by the broker (topic unloaded,

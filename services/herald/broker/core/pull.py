@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from herald.broker.core.ledger_list import Position
+from herald.broker.core.managed_ledger import ManagedLedger
 from herald.broker.core.seek import first_at_or_after
 from herald.common.codec.message_id import check_position
 from herald.common.codec.names import TopicName
@@ -21,9 +22,6 @@ from herald.common.errors import InvalidArgumentError, ServiceNotReadyError
 from herald.common.tasks import wait_event
 from herald.metadata.resources import get_partitions
 from herald.metadata.store import MetadataStore
-
-if TYPE_CHECKING:
-    from herald.broker.core.topic import PersistentTopic
 
 DEFAULT_MAX_ENTRIES = 100
 MAX_ENTRIES = 10_000  # a larger request is served this many at a time
@@ -58,6 +56,18 @@ class AddWaiters:
         return await wait_event(self._event, seconds)
 
 
+class PullSource(Protocol):
+    """What a pull reads: a stored topic (Topic.persistent_ops)."""
+
+    name: str
+    ledger: ManagedLedger
+    add_waiters: AddWaiters
+    closed: bool
+
+    @property
+    def terminated(self) -> bool: ...
+
+
 async def resolve_queue(store: MetadataStore, topic: TopicName, queue: int) -> TopicName:
     """The topic a pull reads: `topic` itself for queue -1, else its partition `queue` (a
     non-partitioned topic has the one queue 0). INVALID_ARGUMENT "queue id out of range" beyond."""
@@ -80,7 +90,7 @@ def check_limits(max_entries: int, max_bytes: int, max_wait: float) -> None:
 
 
 async def pull(
-    topic: PersistentTopic, start: Position | None, max_entries: int = 0, max_bytes: int = 0,
+    topic: PullSource, start: Position | None, max_entries: int = 0, max_bytes: int = 0,
     max_wait: float = 0.0,
 ) -> PullResult:
     """Up to max_entries (0: 100) entries and, past the first, max_bytes (0: 4 MiB) from the first

@@ -5,17 +5,21 @@ topic's stats are the sum of its partitions' (sum_partitions)."""
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from herald.broker.core.ledger_list import Position
-from herald.broker.core.rates import Counters, RateMeters, Rates
 from herald.common.bounded import Pacer
 
-if TYPE_CHECKING:
-    from herald.broker.core.subscription import Subscription
-    from herald.broker.core.topic import PersistentTopic
+
+@dataclass(frozen=True, slots=True)
+class LastMessageId:
+    """The topic's last stored message (-1, -1 when it has none)."""
+
+    ledger_id: int
+    entry_id: int
+    partition: int  # -1: not a partition
+    batch_index: int  # the entry's last message in a batch; -1 when not batched
 
 
 @dataclass(slots=True)
@@ -169,123 +173,3 @@ def _add_subscription(total: SubscriptionStats, part: SubscriptionStats) -> None
     total.msg_expired_counter += part.msg_expired_counter
     total.msg_dropped_counter += part.msg_dropped_counter
     total.consumer_stats.extend(part.consumer_stats)
-
-
-class TopicStatsCollector:
-    """Takes a persistent topic's stats and internal stats; holds its rate meters (broker.rates)."""
-
-    def __init__(self, topic: PersistentTopic, rate_window: float) -> None:
-        self._topic = topic
-        self._rates = RateMeters(rate_window)
-
-    def stats(self) -> TopicStats:
-        topic = self._topic
-        ledger = topic.ledger
-        producers = list(topic.producers.values())
-        subscriptions = list(topic.subscriptions.values())
-        readings: dict[Hashable, Counters] = {topic: (topic.msg_in_counter, topic.bytes_in_counter)}
-        for producer in producers:
-            readings[producer] = (producer.msg_in_counter, producer.bytes_in_counter)
-        for sub in subscriptions:
-            for consumer in sub.consumers:
-                readings[consumer] = (consumer.msg_out_counter, consumer.bytes_out_counter)
-        rates = self._rates.sample(readings)
-
-        entries = ledger.number_of_entries_total
-        messages_per_entry = (topic.msg_in_counter / topic.entries_in_counter if topic.entries_in_counter
-                              else 1.0)
-        average_entry_size = ledger.storage_size / entries if entries else 0.0
-        sub_stats = [self._subscription(sub, rates, messages_per_entry, average_entry_size)
-                     for sub in subscriptions]
-        msg_rate_in, throughput_in = rates[topic]
-        return TopicStats(
-            topic=topic.name,
-            msg_in_counter=topic.msg_in_counter,
-            bytes_in_counter=topic.bytes_in_counter,
-            entries=entries,
-            storage_size=ledger.storage_size,
-            producers=[
-                ProducerStats(p.name, p.msg_in_counter, p.bytes_in_counter, rates[p][0], rates[p][1], p.properties)
-                for p in producers
-            ],
-            subscriptions=sub_stats,
-            msg_rate_in=msg_rate_in,
-            msg_throughput_in=throughput_in,
-            msg_rate_out=sum(s.msg_rate_out for s in sub_stats),
-            msg_throughput_out=sum(s.msg_throughput_out for s in sub_stats),
-            msg_out_counter=sum(s.msg_out_counter for s in sub_stats),
-            bytes_out_counter=sum(s.bytes_out_counter for s in sub_stats),
-            backlog_size=max((s.backlog_size for s in sub_stats), default=0),
-            terminated=topic.terminated,
-            persistent=True,
-        )
-
-    def _subscription(
-        self, sub: Subscription, rates: dict[Hashable, Rates], messages_per_entry: float, average_entry_size: float,
-    ) -> SubscriptionStats:
-        consumers = [
-            ConsumerStats(
-                consumer_name=c.name, msg_out_counter=c.msg_out_counter, bytes_out_counter=c.bytes_out_counter,
-                msg_rate_out=rates[c][0], msg_throughput_out=rates[c][1], unacked_messages=c.unacked_messages,
-                available_permits=c.permits, priority_level=c.priority_level, is_active=c.is_active,
-                key_hash_ranges=sub.dispatcher.hash_ranges_of(c) if sub.dispatcher is not None else [],
-                properties=c.properties,
-            )
-            for c in sub.consumers
-        ]
-        backlog = sub.backlog
-        return SubscriptionStats(
-            name=sub.name,
-            type=sub.type.label,
-            consumers=len(consumers),
-            msg_out_counter=sub.msg_out_counter,
-            bytes_out_counter=sub.bytes_out_counter,
-            backlog_entries=backlog,
-            msg_backlog=round(backlog * messages_per_entry),
-            backlog_size=self._backlog_size(sub, backlog, average_entry_size),
-            unacked_messages=sum(c.unacked_messages for c in consumers),
-            msg_rate_out=sum(c.msg_rate_out for c in consumers),
-            msg_throughput_out=sum(c.msg_throughput_out for c in consumers),
-            dead_letters=sub.dead_letter_count,
-            delayed_messages=sub.delayed_count,
-            durable=sub.durable,
-            msg_expired_counter=sub.msg_expired_counter,
-            consumer_stats=consumers,
-        )
-
-    def _backlog_size(self, sub: Subscription, backlog: int, average_entry_size: float) -> int:
-        """Bytes after the mark-delete position, less the individually acknowledged entries
-        (counted at the average entry size: their sizes are not kept)."""
-        if not backlog:
-            return 0
-        after_mark_delete = self._topic.ledger.size_after(sub.cursor.mark_delete_position)
-        individually_acked = self._topic.ledger.number_of_entries(
-            sub.cursor.mark_delete_position, self._topic.ledger.last_confirmed_position) - backlog
-        return max(0, after_mark_delete - round(individually_acked * average_entry_size))
-
-    def internal_stats(self) -> InternalStats:
-        topic = self._topic
-        ledger = topic.ledger
-        return InternalStats(
-            topic=topic.name,
-            state=ledger.state.value,
-            number_of_entries=ledger.number_of_entries_total,
-            total_size=ledger.storage_size,
-            current_ledger_id=ledger.current_ledger_id,
-            last_confirmed_entry=ledger.last_confirmed_position,
-            ledgers=[LedgerStats(info.ledger_id, info.entries, info.size) for info in ledger.ledgers],
-            cursors=[
-                CursorStats(
-                    name=sub.name,
-                    mark_delete_position=sub.cursor.mark_delete_position,
-                    read_position=sub.cursor.read_position,
-                    individually_acked_ranges=[
-                        (Position(ledger_id, start), Position(ledger_id, end))
-                        for ledger_id, start, end in sub.cursor.individually_acked
-                    ],
-                    backlog_entries=sub.backlog,
-                    durable=sub.durable,
-                )
-                for sub in topic.subscriptions.values()
-            ],
-        )

@@ -5,7 +5,6 @@ the dead-letter policy: entries that reached its limit are lent to the broker's 
 
 from __future__ import annotations
 
-import enum
 import itertools
 import secrets
 from collections.abc import Callable
@@ -13,34 +12,17 @@ from collections.abc import Callable
 from herald.broker.core.consumer import Consumer, EndOfTopic
 from herald.broker.core.cursor import InitialPosition, ManagedCursor
 from herald.broker.core.dead_letters import DeadLetterPolicy, DeadLetterQueue
-from herald.broker.core.dispatcher import Dispatcher, ExclusiveDispatcher, FailoverDispatcher, SharedDispatcher
+from herald.broker.core.dispatcher import Dispatcher
 from herald.broker.core.key_shared import KeySharedDispatcher
 from herald.broker.core.managed_ledger import ManagedLedger, Position
+from herald.broker.core.shared import SharedDispatcher
+from herald.broker.core.single_active import ExclusiveDispatcher, FailoverDispatcher
+from herald.broker.core.subscription_type import SubscriptionType, check_can_join, validate_priority_level
 from herald.broker.settings import BrokerSettings
-from herald.common.errors import ConsumerBusyError, InvalidArgumentError, NotAllowedError
+from herald.common.errors import ConsumerBusyError, NotAllowedError
 
 __all__ = ["InitialPosition", "Subscription", "SubscriptionType", "validate_priority_level"]
 
-
-class SubscriptionType(enum.IntEnum):
-    """Values as in the wire contract."""
-
-    EXCLUSIVE = 0
-    SHARED = 1
-    FAILOVER = 2
-    KEY_SHARED = 3
-
-    @property
-    def label(self) -> str:
-        return _LABELS[self]
-
-
-_LABELS = {
-    SubscriptionType.EXCLUSIVE: "Exclusive",
-    SubscriptionType.SHARED: "Shared",
-    SubscriptionType.FAILOVER: "Failover",
-    SubscriptionType.KEY_SHARED: "Key_Shared",
-}
 _DISPATCHERS: dict[SubscriptionType, type[Dispatcher]] = {
     SubscriptionType.EXCLUSIVE: ExclusiveDispatcher,
     SubscriptionType.SHARED: SharedDispatcher,
@@ -50,14 +32,9 @@ _DISPATCHERS: dict[SubscriptionType, type[Dispatcher]] = {
 _NO_CUMULATIVE = (SubscriptionType.SHARED, SubscriptionType.KEY_SHARED)
 
 
-def validate_priority_level(priority_level: int) -> int:
-    """Topics check it before making a subscription, so a refused consumer leaves nothing behind."""
-    if priority_level < 0:
-        raise InvalidArgumentError(f"priority level must be 0 (the highest) or more, got {priority_level}")
-    return priority_level
-
-
 class Subscription:
+    """A stored topic's subscription (its cursor is durable unless it is a reader's)."""
+
     def __init__(
         self, topic_name: str, cursor: ManagedCursor, ledger: ManagedLedger, settings: BrokerSettings,
         *, dead_letters: DeadLetterQueue | None = None,
@@ -112,12 +89,9 @@ class Subscription:
             raise NotAllowedError(f"subscription {self.name} on {self.topic_name} is closed")
         validate_priority_level(priority_level)
         dispatcher_class = _DISPATCHERS[sub_type]
-        if self.dispatcher is not None and self.dispatcher.consumers:
-            if sub_type is not self.type:
-                raise ConsumerBusyError(
-                    f"Subscription is of a different type: {self.name} is {self.type.label} and has "
-                    f"consumers; close them or subscribe as {self.type.label}")
-        elif self.dispatcher is None or sub_type is not self.type:
+        has_consumers = self.dispatcher is not None and bool(self.dispatcher.consumers)
+        check_can_join(self.name, self.type, has_consumers, sub_type)
+        if not has_consumers and (self.dispatcher is None or sub_type is not self.type):
             if self.dispatcher is not None:
                 await self.dispatcher.close()
                 # The old dispatcher's replay set dies with it: read everything unacked again.
@@ -127,6 +101,7 @@ class Subscription:
             self.dispatcher.start()
         consumer = Consumer(self, next(self._consumer_ids), consumer_name or secrets.token_hex(5),
                             priority_level, self._settings.consumer_max_buffered_entries)
+        assert self.dispatcher is not None
         self.dispatcher.add_consumer(consumer)
         if self.ledger.terminated:
             self.check_end_of_topic()
@@ -173,6 +148,10 @@ class Subscription:
             self.dispatcher.acked()
         if self.ledger.terminated:
             self.check_end_of_topic()
+
+    def hash_ranges_of(self, consumer: Consumer) -> list[tuple[int, int]]:
+        """Key_Shared: the slices of the key hash range the consumer owns (for stats); [] elsewhere."""
+        return self.dispatcher.hash_ranges_of(consumer) if self.dispatcher is not None else []
 
     def redeliver(self, consumer: Consumer, positions: list[Position] | None) -> None:
         if self.dispatcher is not None:

@@ -1,48 +1,46 @@
-"""A persistent topic on its owning broker: producers and their checks, deduplication, the managed
-ledger entries are appended to, and the subscriptions that read it.
+"""A persistent topic on its owning broker: deduplication, the managed ledger entries are appended
+to, and the subscriptions that read it (what every topic shares is broker.topic_base's).
 
-publish() is the hot path: checks, dedup and the add are queued synchronously, so the order of
-publish() calls is the order of entries in the log; completion (dedup's persisted mark, counters,
-waking dispatchers) runs in that order too, from the managed ledger's completion callback. A
-retention trimmer deletes the ledgers every subscription has consumed (broker.retention).
+submit() is the hot path: checks, dedup and the add are queued synchronously, so the order of
+submit() calls is the order of entries in the log; completion (dedup's persisted mark, counters,
+waking dispatchers, the publication) runs in that order too, from the managed ledger's completion
+callback. A retention trimmer deletes the ledgers every subscription has consumed (broker.retention).
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import itertools
 import logging
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from herald.broker.core.backlog_quota import BacklogQuotaGuard
 from herald.broker.core.consumer import Consumer
 from herald.broker.core.cursor import InitialPosition, ManagedCursor, ResetTarget
-from herald.broker.core.dead_letters import DeadLetterQueue
+from herald.broker.core.dead_letters import DeadLetterPolicy, DeadLetterQueue
 from herald.broker.core.dedup import DedupStatus, MessageDeduplication
 from herald.broker.core.expiry import MessageExpiry
 from herald.broker.core.managed_ledger import ManagedLedger, PendingAdd, Position
-from herald.broker.core.policies import broker_defaults, check_consumer_limits, check_producer_limit
+from herald.broker.core.ports import BrokerObserver
 from herald.broker.core.producer import Producer
+from herald.broker.core.publication import Publication
 from herald.broker.core.pull import AddWaiters
 from herald.broker.core.retention import RetentionPolicy, RetentionTrimmer
 from herald.broker.core.seek import first_after, first_at_or_after, resolve_target
 from herald.broker.core.stats import ConsumerStats as ConsumerStats  # the stats types, re-exported
-from herald.broker.core.stats import CursorStats as CursorStats
+from herald.broker.core.stats import CursorStats, LedgerStats, SubscriptionStats, TopicStats
 from herald.broker.core.stats import InternalStats as InternalStats
-from herald.broker.core.stats import LedgerStats as LedgerStats
+from herald.broker.core.stats import LastMessageId as LastMessageId
 from herald.broker.core.stats import ProducerStats as ProducerStats
-from herald.broker.core.stats import SubscriptionStats as SubscriptionStats
-from herald.broker.core.stats import TopicStats as TopicStats
-from herald.broker.core.stats import TopicStatsCollector
-from herald.broker.core.subscription import Subscription, SubscriptionType, validate_priority_level
+from herald.broker.core.subscription import Subscription, SubscriptionType
+from herald.broker.core.topic_base import PRODUCER_NAME_COUNTER as PRODUCER_NAME_COUNTER  # re-exported
+from herald.broker.core.topic_base import PersistentOps, Topic
 from herald.broker.settings import BrokerSettings
 from herald.common.codec.entry import read_metadata
 from herald.common.codec.message_id import check_position
-from herald.common.codec.names import TopicName, validate_subscription_name
+from herald.common.codec.names import validate_subscription_name
 from herald.common.errors import (
     AlreadyExistsError,
     BadVersionError,
@@ -53,37 +51,22 @@ from herald.common.errors import (
     NotAllowedError,
     NotFoundError,
     PersistenceError,
-    PreconditionFailedError,
-    ProducerBusyError,
-    ServiceNotReadyError,
     TopicTerminatedError,
 )
 from herald.common.tasks import wait_event
 from herald.metadata.policies import Policies
 from herald.metadata.store import MetadataStore
 
-if TYPE_CHECKING:
-    from herald.broker.core.metrics import BrokerMetrics
-
 log = logging.getLogger(__name__)
 
-PRODUCER_NAME_COUNTER = "/counters/producer-name"
-
-
-@dataclass(frozen=True, slots=True)
-class LastMessageId:
-    """The topic's last stored message (-1, -1 when it has none)."""
-
-    ledger_id: int
-    entry_id: int
-    partition: int  # -1: not a partition
-    batch_index: int  # the entry's last message in a batch; -1 when not batched
 # A reader's subscription whose cursor was just reset stays this long without consumers, so that
 # the reader reconnecting after the seek finds it where the seek put it.
 READER_RESET_GRACE_SECONDS = 30.0
 
 
-class PersistentTopic:
+class PersistentTopic(Topic[Subscription]):
+    persistent = True
+
     def __init__(
         self,
         name: str,
@@ -95,30 +78,17 @@ class PersistentTopic:
         encryption_required: bool = False,
         on_fenced: Callable[[PersistentTopic], None] | None = None,
         dead_letters: DeadLetterQueue | None = None,
-        metrics: BrokerMetrics | None = None,
+        observer: BrokerObserver | None = None,
     ) -> None:
-        self.name = name
+        super().__init__(name, settings, store)
         self.ledger = ledger
         self.dedup = dedup
-        self.settings = settings
         self.encryption_required = encryption_required
-        # Effective policies (broker.policies applies them at load and when they change).
-        self.policies: Policies = broker_defaults(settings)
-        self.max_message_size = settings.max_message_size
-        self._store = store
         self._on_fenced = on_fenced
         self.dead_letters = dead_letters  # the broker's, lent to subscriptions with a dead-letter policy
-        self._metrics = metrics  # publish latency and entry size, observed per stored entry
+        self._observer = observer  # publish latency and entry size, per stored entry
         ledger.on_fenced = self._ledger_fenced
-        self.producers: dict[str, Producer] = {}
-        self.subscriptions: dict[str, Subscription] = {}
-        self.msg_in_counter = 0
-        self.bytes_in_counter = 0
-        self.entries_in_counter = 0  # with msg_in_counter: the messages per entry stats report
-        self._stats = TopicStatsCollector(self, settings.stats_rate_window_seconds)
-        self.closed = False
         self.fenced = False  # another broker owns the topic now: write no more metadata
-        self._producer_ids = itertools.count(1)
         self._subscribe_lock = asyncio.Lock()
         self._flush_task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
@@ -146,6 +116,24 @@ class PersistentTopic:
         self.expiry.start()
         self.backlog_quota.start()
 
+    def persistent_ops(self, operation: str) -> PersistentOps:
+        return self
+
+    @property
+    def dedup_rejections(self) -> int:
+        return self.dedup.duplicates
+
+    async def apply_policies(self, policies: Policies) -> None:
+        await super().apply_policies(policies)
+        retention = policies.retention
+        assert retention is not None and policies.persistence is not None and policies.backlog_quota is not None
+        self.retention.policy = RetentionPolicy(float(retention.time_seconds), retention.size_bytes)
+        self.message_ttl_seconds = int(policies.message_ttl_seconds or 0)
+        persistence = policies.persistence
+        self.ledger.persistence = (persistence.ensemble_size, persistence.write_quorum, persistence.ack_quorum)
+        self.backlog_quota.update(policies.backlog_quota)
+        await self.dedup.set_enabled(bool(policies.deduplication_enabled), self.ledger)
+
     def _mark_delete_positions(self) -> list[Position]:
         # Readers (non-durable subscriptions) do not hold back retention.
         return [sub.cursor.mark_delete_position for sub in self.subscriptions.values() if sub.durable]
@@ -154,47 +142,30 @@ class PersistentTopic:
     def terminated(self) -> bool:
         return self.ledger.terminated
 
-    def _check_open(self) -> None:
-        if self.closed:
-            raise ServiceNotReadyError(f"topic {self.name} is being unloaded: look it up again")
-
     def _check_not_terminated(self) -> None:
         if self.ledger.terminated:
             raise TopicTerminatedError(f"topic {self.name} was terminated: no more messages are accepted")
 
     # ---- producers ----
 
-    async def add_producer(self, name: str | None) -> tuple[Producer, int]:
-        """Register a producer (a unique name is assigned when none is given); returns it and the
-        last sequence id persisted under its name (-1 if none)."""
-        self._check_open()
+    def _check_may_produce(self) -> None:
         self._check_not_terminated()
-        if not name:
-            number = await self._store.allocate_id(PRODUCER_NAME_COUNTER)
-            name = f"{self.settings.cluster}-{number}"
-            self._check_open()
-        if name in self.producers:
-            raise ProducerBusyError(f"producer {name!r} is already connected to {self.name}")
-        check_producer_limit(self.name, self.policies, len(self.producers))
+
+    def _admit_producer(self) -> None:
         self.backlog_quota.check_new_producer()
-        producer = Producer(self, name, next(self._producer_ids))
-        self.producers[name] = producer
+
+    def _producer_added(self, name: str) -> int:
         self.dedup.producer_connected(name)
-        return producer, self.dedup.last_sequence_id(name)
+        return self.dedup.last_sequence_id(name)
 
-    def remove_producer(self, producer: Producer) -> None:
-        if self.producers.get(producer.name) is producer:
-            del self.producers[producer.name]
-            self.dedup.producer_disconnected(producer.name, time.monotonic())
-        producer.close()
+    def _producer_removed(self, name: str) -> None:
+        self.dedup.producer_disconnected(name, time.monotonic())
 
-    def publish(
-        self, producer: Producer, sequence_id: int, highest_sequence_id: int, num_messages: int, entry: bytes,
-    ) -> asyncio.Future[tuple[int, int]]:
-        """Check, deduplicate and append an entry. The call queues the add at once (call order is
-        log order); the returned future gives (ledger id, entry id), (-1, -1) for a duplicate, or
+    def submit(self, producer: Producer, sequence_id: int, highest_sequence_id: int, num_messages: int,
+               entry: bytes, publication: Publication) -> None:
+        """Check, deduplicate and append an entry. The add is queued at once (call order is log
+        order); the publication completes with (ledger id, entry id), (-1, -1) for a duplicate, or
         the error (DuplicateUnknownError: the earlier copy is still being written, retry)."""
-        future: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
         received = time.perf_counter()
         try:
             self._check_not_terminated()
@@ -202,66 +173,59 @@ class PersistentTopic:
                            max_message_size=self.max_message_size)
             admitted = self.backlog_quota.admit(len(entry))
         except HeraldError as exc:
-            future.set_exception(exc)
-            return future
-        append = functools.partial(self._append, producer, sequence_id, highest_sequence_id, num_messages, entry,
-                                   future, received)
+            publication.fail(exc)
+            return
         if admitted:
-            append()
+            self._append(producer, sequence_id, highest_sequence_id, num_messages, entry, publication, received)
         else:  # producer_request_hold: stored in order once the backlog is back under quota
-            self.backlog_quota.hold(len(entry), append, functools.partial(_fail, future))
-        return future
+            self.backlog_quota.hold(len(entry), functools.partial(
+                self._append, producer, sequence_id, highest_sequence_id, num_messages, entry, publication,
+                received), publication.fail)
 
     def _append(
         self, producer: Producer, sequence_id: int, highest_sequence_id: int, num_messages: int, entry: bytes,
-        future: asyncio.Future[tuple[int, int]], received: float,
+        publication: Publication, received: float,
     ) -> None:
-        """Deduplicate and queue the add (the second half of publish; later for a held send)."""
-        if future.done():
+        """Deduplicate and queue the add (the second half of submit; later for a held send)."""
+        if publication.done:
             return  # a held send its client gave up on
         if producer.closed:
-            future.set_exception(PersistenceError("Producer is closed"))
+            publication.fail(PersistenceError("Producer is closed"))
             return
         highest = max(sequence_id, highest_sequence_id)
         status = self.dedup.check(producer.name, sequence_id, highest)
         if status is DedupStatus.DUP:
-            future.set_result((-1, -1))
+            publication.succeed(-1, -1)
         elif status is DedupStatus.UNKNOWN:
-            future.set_exception(DuplicateUnknownError(
+            publication.fail(DuplicateUnknownError(
                 f"message {sequence_id} of producer {producer.name} may still be being written: retry"))
         else:
-            callback = functools.partial(self._added, producer, highest, max(1, num_messages), future, received)
+            callback = functools.partial(self._added, producer, highest, max(1, num_messages), publication, received)
             self.ledger.add_entry_nowait(entry, callback)
 
     def _added(
-        self, producer: Producer, highest: int, num_messages: int, future: asyncio.Future[tuple[int, int]],
-        received: float, op: PendingAdd,
+        self, producer: Producer, highest: int, num_messages: int, publication: Publication, received: float,
+        op: PendingAdd,
     ) -> None:
         if op.error is None and op.position is not None:
             position = op.position
             self.dedup.persisted(producer.name, highest, position)
             size = len(op.data)
-            if self._metrics is not None:
-                self._metrics.publish_latency.observe(time.perf_counter() - received)
-                self._metrics.entry_size.observe(size)
-            producer.record(num_messages, size)
-            self.msg_in_counter += num_messages
-            self.bytes_in_counter += size
-            self.entries_in_counter += 1
+            if self._observer is not None:
+                self._observer.entry_stored(time.perf_counter() - received, size)
+            self._count_in(producer, num_messages, size)
             for subscription in self.subscriptions.values():
                 subscription.notify()
             self.add_waiters.wake()
-            if not future.done():
-                future.set_result((position.ledger_id, position.entry_id))
+            publication.succeed(position.ledger_id, position.entry_id)
             return
-        error = op.error if op.error is not None else HeraldError("write failed")
+        error = op.error if isinstance(op.error, HeraldError) else HeraldError(f"write failed: {op.error!r}")
         self.dedup.write_failed(producer.name)
         if not isinstance(error, FencedError | TopicTerminatedError):
             # Later entries of this producer may already be queued behind the failed one: close the
             # producer so its client reconnects and resends from the failed one, in order.
             self.remove_producer(producer)
-        if not future.done():
-            future.set_exception(error)
+        publication.fail(error)
 
     # ---- subscriptions ----
 
@@ -281,9 +245,7 @@ class PersistentTopic:
         initial_position, or with non_durable a reader's, in memory only, starting at
         start_position (inclusive or not; past the end: the end; None: initial_position), that
         holds no data back and is dropped when its last consumer leaves."""
-        self._check_open()
-        validate_subscription_name(subscription)
-        validate_priority_level(priority_level)
+        self._check_subscribe(subscription, priority_level)
         if start_position is not None:
             check_position(start_position.ledger_id, start_position.entry_id, "reader start")
         async with self._subscribe_lock:
@@ -294,8 +256,7 @@ class PersistentTopic:
                     "needs a name of its own" if sub.durable else
                     f"subscription {subscription!r} on {self.name} is a reader's (non-durable): a durable "
                     "subscription needs a name of its own")
-            check_consumer_limits(self.name, self.policies, self.consumer_count,
-                                  len(sub.consumers) if sub is not None else 0)
+            self._check_consumer_limits(sub)
             if sub is None:
                 if non_durable:
                     if start_position is None:
@@ -317,16 +278,18 @@ class PersistentTopic:
                 self._subscription_idle(sub)  # a reader's subscription nobody could join goes
                 raise
 
+    def set_dead_letter_policies(
+        self, subscription: str, *, admin: DeadLetterPolicy | None, subscriber: DeadLetterPolicy | None = None,
+        keep_subscriber: bool = False,
+    ) -> None:
+        sub = self.subscriptions.get(subscription)
+        if sub is not None:
+            sub.set_dead_letter_policies(admin=admin, subscriber=subscriber, keep_subscriber=keep_subscriber)
+
     def _attach(self, cursor: ManagedCursor) -> Subscription:
         sub = self.subscriptions[cursor.name] = Subscription(
             self.name, cursor, self.ledger, self.settings, dead_letters=self.dead_letters)
         sub.on_idle = self._subscription_idle
-        return sub
-
-    def _subscription(self, subscription: str) -> Subscription:
-        sub = self.subscriptions.get(subscription)
-        if sub is None:
-            raise NotFoundError(f"subscription {subscription!r} does not exist on {self.name}")
         return sub
 
     def _subscription_idle(self, sub: Subscription) -> None:
@@ -355,10 +318,6 @@ class PersistentTopic:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    def list_subscriptions(self) -> list[str]:
-        """Every subscription's name, readers' included."""
-        return sorted(self.subscriptions)
-
     async def create_subscription(
         self, subscription: str, start: Position | InitialPosition = InitialPosition.LATEST,
     ) -> None:
@@ -375,16 +334,10 @@ class PersistentTopic:
             self._attach(cursor)
 
     async def unsubscribe(self, subscription: str, force: bool = False, *, requester: Consumer | None = None) -> None:
-        """Delete a subscription and its cursor. NotFoundError when it does not exist; refused
-        (PreconditionFailedError) while consumers are connected, unless `force` (they are
-        disconnected) or the only one connected is `requester` (a consumer unsubscribing itself)."""
+        """Delete a subscription and its cursor (see Topic.unsubscribe)."""
         async with self._subscribe_lock:
             sub = self._subscription(subscription)
-            others = [c for c in sub.consumers if c is not requester]
-            if others and not force:
-                raise PreconditionFailedError(
-                    f"subscription {subscription!r} on {self.name} has {len(others)} other consumer(s) connected: "
-                    "close them first, or force the deletion")
+            self._check_unsubscribe(sub, force, requester)
             held = self._held_readers.pop(sub, None)
             if held is not None:
                 held.cancel()
@@ -392,6 +345,8 @@ class PersistentTopic:
             sub.disconnect_consumers("the subscription was deleted")
             await sub.delete()
         log.info("topic %s: subscription %s deleted", self.name, subscription)
+
+    # ---- moving cursors, reading without dispatching ----
 
     async def reset_cursor(self, subscription: str, target: ResetTarget) -> None:
         """Move a subscription: the next entry it delivers is the one at `target` (a position:
@@ -452,7 +407,7 @@ class PersistentTopic:
     async def get_last_message_id(self) -> LastMessageId:
         """The last stored message: its entry's position and, for a batch, its last index."""
         last = self.ledger.last_confirmed_position
-        partition = TopicName.parse(self.name).partition_index
+        partition = self.partition_index
         if last.entry_id < 0:
             return LastMessageId(-1, -1, partition, -1)
         batch_index = -1
@@ -497,21 +452,66 @@ class PersistentTopic:
                     except HeraldError as exc:
                         log.warning("topic %s: persisting cursor %s failed: %s", self.name, sub.name, exc)
 
-    # ---- state ----
+    # ---- stats ----
 
-    def stats(self) -> TopicStats:
-        return self._stats.stats()
+    def _fill_stats(self, stats: TopicStats, subscriptions: list[tuple[Subscription, SubscriptionStats]]) -> None:
+        """Storage, and each subscription's backlog in entries, messages (entries times the topic's
+        messages per entry since load) and bytes."""
+        ledger = self.ledger
+        entries = ledger.number_of_entries_total
+        messages_per_entry = self.msg_in_counter / self.entries_in_counter if self.entries_in_counter else 1.0
+        average_entry_size = ledger.storage_size / entries if entries else 0.0
+        for sub, sub_stats in subscriptions:
+            backlog = sub.backlog
+            sub_stats.backlog_entries = backlog
+            sub_stats.msg_backlog = round(backlog * messages_per_entry)
+            sub_stats.backlog_size = self._backlog_size(sub, backlog, average_entry_size)
+            sub_stats.dead_letters = sub.dead_letter_count
+            sub_stats.delayed_messages = sub.delayed_count
+            sub_stats.msg_expired_counter = sub.msg_expired_counter
+        stats.entries = entries
+        stats.storage_size = ledger.storage_size
+        stats.backlog_size = max((s.backlog_size for _, s in subscriptions), default=0)
+        stats.terminated = self.terminated
+
+    def _backlog_size(self, sub: Subscription, backlog: int, average_entry_size: float) -> int:
+        """Bytes after the mark-delete position, less the individually acknowledged entries
+        (counted at the average entry size: their sizes are not kept)."""
+        if not backlog:
+            return 0
+        ledger = self.ledger
+        mark_delete = sub.cursor.mark_delete_position
+        individually_acked = ledger.number_of_entries(mark_delete, ledger.last_confirmed_position) - backlog
+        return max(0, ledger.size_after(mark_delete) - round(individually_acked * average_entry_size))
 
     def internal_stats(self) -> InternalStats:
-        return self._stats.internal_stats()
+        """The managed ledger and its cursors."""
+        ledger = self.ledger
+        return InternalStats(
+            topic=self.name,
+            state=ledger.state.value,
+            number_of_entries=ledger.number_of_entries_total,
+            total_size=ledger.storage_size,
+            current_ledger_id=ledger.current_ledger_id,
+            last_confirmed_entry=ledger.last_confirmed_position,
+            ledgers=[LedgerStats(info.ledger_id, info.entries, info.size) for info in ledger.ledgers],
+            cursors=[
+                CursorStats(
+                    name=sub.name,
+                    mark_delete_position=sub.cursor.mark_delete_position,
+                    read_position=sub.cursor.read_position,
+                    individually_acked_ranges=[
+                        (Position(ledger_id, start), Position(ledger_id, end))
+                        for ledger_id, start, end in sub.cursor.individually_acked
+                    ],
+                    backlog_entries=sub.backlog,
+                    durable=sub.durable,
+                )
+                for sub in self.subscriptions.values()
+            ],
+        )
 
-    @property
-    def consumer_count(self) -> int:
-        return sum(len(s.consumers) for s in self.subscriptions.values())
-
-    @property
-    def msg_out_counter(self) -> int:
-        return sum(s.msg_out_counter for s in self.subscriptions.values())
+    # ---- life cycle ----
 
     def _ledger_fenced(self) -> None:
         if self.fenced:
@@ -521,7 +521,7 @@ class PersistentTopic:
         if self._on_fenced is not None:
             self._on_fenced(self)
 
-    async def close(self, *, owned: bool = True) -> None:
+    async def close(self, *, owned: bool = True, reason: str = "the topic was unloaded") -> None:
         """Disconnect producers and consumers, let accepted writes finish, persist cursors and the
         dedup snapshot, close the managed ledger. owned=False (ownership was lost: another broker
         may serve the topic already) persists nothing, as when fenced. Idempotent."""
@@ -530,9 +530,7 @@ class PersistentTopic:
         self.closed = True
         if not owned:
             self.fenced = True
-        for producer in list(self.producers.values()):
-            producer.close()
-        self.producers.clear()
+        self._close_producers()
         await self.backlog_quota.stop()  # held sends fail: their clients resend after reconnecting
         self._stopping.set()
         task, self._flush_task = self._flush_task, None
@@ -545,15 +543,10 @@ class PersistentTopic:
             timer.cancel()
         self._held_readers.clear()
         for sub in list(self.subscriptions.values()):
-            await sub.close(persist=not self.fenced)
+            await sub.close(reason, persist=not self.fenced)
         if self._background:
             await asyncio.wait(list(self._background))
         await self.ledger.close(owned=not self.fenced)
         if not self.fenced:
             await self.dedup.close()
         log.info("topic %s closed", self.name)
-
-
-def _fail(future: asyncio.Future[tuple[int, int]], error: HeraldError) -> None:
-    if not future.done():
-        future.set_exception(error)

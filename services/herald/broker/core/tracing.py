@@ -7,12 +7,12 @@
   delivery of an entry to a consumer, from dispatch until the adapter has written it; its context
   goes to the consumer in DeliveredEntry.traceparent.
 
-No gRPC here: the dispatcher (core) makes deliver spans, the adapter publish spans.
+No gRPC here: the dispatcher makes deliver spans, the producer session publish spans; a front end
+only carries the contexts (a send's traceparent in, a delivery's out).
 """
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
@@ -20,8 +20,7 @@ from opentelemetry import trace
 from herald.common import tracing
 
 if TYPE_CHECKING:
-    from herald.broker.core.consumer import Consumer
-    from herald.broker.core.managed_ledger import Position
+    from herald.broker.core.ledger_list import Position
 
 _COMPONENT = "herald.broker"
 
@@ -40,15 +39,9 @@ def start_publish(topic: str, producer_name: str, traceparent: str, sequence_id:
         }))
 
 
-def end_publish(span: tracing.Span, done: asyncio.Future[tuple[int, int]]) -> None:
-    """End a publish span with its outcome: the position stored, a duplicate, or the error."""
-    if done.cancelled():
-        span.set_attribute(tracing.ERROR_TYPE, "cancelled")
-        span.end()
-        return
-    error = done.exception()
+def end_publish(span: tracing.Span, ledger_id: int, entry_id: int, error: BaseException | None) -> None:
+    """End a publish span with its outcome: the position stored, a duplicate (-1, -1), or the error."""
     if error is None:
-        ledger_id, entry_id = done.result()
         span.set_attribute(tracing.LEDGER_ID, ledger_id)
         span.set_attribute(tracing.ENTRY_ID, entry_id)
         if ledger_id < 0:
@@ -56,18 +49,23 @@ def end_publish(span: tracing.Span, done: asyncio.Future[tuple[int, int]]) -> No
     tracing.end(span, error)
 
 
-def start_deliver(consumer: Consumer, position: Position, traceparent: str, num_messages: int,
-                  redelivery_count: int) -> tracing.Span | None:
-    """The deliver span of an entry going to `consumer` (None when its producer did not trace it)."""
+def cancel_publish(span: tracing.Span) -> None:
+    """End the publish span of a send abandoned before its outcome (its stream went away)."""
+    span.set_attribute(tracing.ERROR_TYPE, "cancelled")
+    span.end()
+
+
+def start_deliver(topic: str, subscription: str, consumer_name: str, position: Position, traceparent: str,
+                  num_messages: int, redelivery_count: int) -> tracing.Span | None:
+    """The deliver span of an entry going to a consumer (None when its producer did not trace it)."""
     parent = tracing.parse(traceparent)
     if parent is None:
         return None
-    subscription = consumer.subscription.name
     return tracing.tracer(_COMPONENT).start_span(
-        f"deliver {consumer.topic}", context=tracing.parent(parent), kind=trace.SpanKind.PRODUCER,
-        attributes=tracing.messaging_attributes("deliver", consumer.topic, more={
+        f"deliver {topic}", context=tracing.parent(parent), kind=trace.SpanKind.PRODUCER,
+        attributes=tracing.messaging_attributes("deliver", topic, more={
             tracing.SUBSCRIPTION: subscription, tracing.CONSUMER_GROUP: subscription,
-            "messaging.herald.consumer_name": consumer.name, tracing.LEDGER_ID: position.ledger_id,
+            "messaging.herald.consumer_name": consumer_name, tracing.LEDGER_ID: position.ledger_id,
             tracing.ENTRY_ID: position.entry_id, tracing.MESSAGE_COUNT: num_messages,
             tracing.REDELIVERY_COUNT: redelivery_count,
         }))

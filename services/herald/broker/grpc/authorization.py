@@ -1,6 +1,6 @@
 """The broker's authorization decisions, per call (the rules are herald.metadata.authorization's;
-the gRPC side is herald.common.security.authentication.AuthorizationInterceptor, and the Produce / Consume
-servicers, which decide from their stream's first message).
+the gRPC side is herald.common.security.authentication.AuthorizationInterceptor; Produce and Consume
+are decided from their stream's first message by the core's sessions, herald.broker.core.admission).
 
 Admin calls (Pulsar's rules): tenants themselves and the broker list are the super-users';
 everything inside a tenant (its namespaces, policies, topics, subscriptions and grants) is also its
@@ -8,8 +8,8 @@ admin roles'; a role with a grant on a namespace may list its topics, and a role
 a topic may create a subscription there (Pulsar's SUBSCRIBE operation). A request is decided on
 EVERY resource it names, never on one picked from it: each tenant its topic, namespace or tenant
 fields name must let the role in, and the dead-letter and retry topics of a dead-letter policy need
-produce for the role, since its letters are moved on that role's authority
-(`check_dead_letter_topics`, also at subscribe). Pull and GetLastMessageId need consume; dead
+produce for the role, since its letters are moved on that role's authority (`check_dead_letter_topics`
+of herald.broker.core.admission, also at subscribe). Pull and GetLastMessageId need consume; dead
 letters are the dlq-workers'.
 
 One policy is the operator's, not the tenant's: a namespace's max_partitions_per_topic above the
@@ -20,10 +20,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from herald.broker.core.admission import check_dead_letter_topics
 from herald.broker.core.dead_letters import DeadLetterPolicy
 from herald.common.codec.names import TopicName, parse_namespace
 from herald.common.errors import AuthorizationError
-from herald.metadata.authorization import CONSUME, PRODUCE, Authorizer
+from herald.metadata.authorization import CONSUME, Authorizer
 
 _SUPERUSER_CALLS = {
     "ListTenants": "list tenants", "CreateTenant": "create tenants", "UpdateTenant": "change tenants",
@@ -54,18 +55,6 @@ def tenants_named(method: str, request: Any) -> set[str]:
         if getattr(request, field, ""):
             tenants.add(TopicName.parse(getattr(request, field)).tenant)
     return tenants
-
-
-async def check_dead_letter_topics(authorizer: Authorizer, role: str | None, policy: DeadLetterPolicy) -> None:
-    """AuthorizationError unless `role` may produce on the policy's dead-letter and retry topics:
-    the dlq-worker publishes its letters there acting as that role, and the client its retries."""
-    for field, topic in (("dead_letter_topic", policy.dead_letter_topic),
-                         ("retry_letter_topic", policy.retry_letter_topic)):
-        if not await authorizer.allowed(role, topic, (PRODUCE,)):
-            raise AuthorizationError(
-                f"{field} of the dead-letter policy: role {role!r} may not produce on {topic}, and its dead "
-                f"letters would be published there on its authority: name a topic it may produce to, or ask an "
-                f"administrator for the produce permission there (a grant on the namespace covers both topics)")
 
 
 def _admin_dead_letter_policy(request: Any) -> DeadLetterPolicy | None:

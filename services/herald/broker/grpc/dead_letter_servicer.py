@@ -12,7 +12,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from herald.api.v1 import common_pb2, deadletter_pb2, deadletter_pb2_grpc
+from herald.api.v1 import deadletter_pb2, deadletter_pb2_grpc
 from herald.broker.core.dead_letters import DeadLetter, DeadLetterQueue, DeadLetterWorker
 from herald.common import errors
 from herald.common.tasks import cancel_and_wait
@@ -74,8 +74,7 @@ class DeadLetterServicer(deadletter_pb2_grpc.DeadLetterServiceServicer):
     @staticmethod
     async def _send(write: Write, worker: DeadLetterWorker) -> None:
         while letters := await worker.next_letters():
-            await write(deadletter_pb2.DeadLetterResponse(
-                letters=deadletter_pb2.DeadLetterBatch(letters=[_letter(letter) for letter in letters])))
+            await write(_letters_reply(letters))
 
 
 def _retrieve(read: asyncio.Future[Any]) -> None:
@@ -84,10 +83,14 @@ def _retrieve(read: asyncio.Future[Any]) -> None:
         read.exception()
 
 
-def _letter(letter: DeadLetter) -> deadletter_pb2.DeadLetter:
-    return deadletter_pb2.DeadLetter(
-        letter_id=letter.letter_id, topic=letter.topic, subscription=letter.subscription,
-        position=common_pb2.Position(ledger_id=letter.position.ledger_id, entry_id=letter.position.entry_id),
-        data=letter.data, redelivery_count=letter.redelivery_count,
-        dead_letter_topic=letter.dead_letter_topic, retry_letter_topic=letter.retry_letter_topic, role=letter.role,
-    )
+def _letters_reply(letters: list[DeadLetter]) -> deadletter_pb2.DeadLetterResponse:
+    """The letters, built in place: each entry's bytes are copied once, into the reply."""
+    reply = deadletter_pb2.DeadLetterResponse()
+    add = reply.letters.letters.add
+    for letter in letters:
+        item = add(letter_id=letter.letter_id, topic=letter.topic, subscription=letter.subscription,
+                   data=letter.data, redelivery_count=letter.redelivery_count,
+                   dead_letter_topic=letter.dead_letter_topic, retry_letter_topic=letter.retry_letter_topic,
+                   role=letter.role)
+        item.position.ledger_id, item.position.entry_id = letter.position
+    return reply
