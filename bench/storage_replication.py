@@ -4,6 +4,7 @@ recover the ledger left open (fence, LAC, length count, close) from a second cli
 
     .venv/bin/python bench/storage_replication.py                      # 1/1/1 on 1 node vs 3/2/2 on 3 nodes
     .venv/bin/python bench/storage_replication.py --quorums 3/3/2 --count 50000 --window 500
+    .venv/bin/python bench/storage_replication.py --nowait     # callbacks (add_entry_nowait), no task per add
 
 Each run appends a line to bench/results/storage_replication.jsonl.
 """
@@ -44,7 +45,7 @@ def start_nodes(count: int, base: Path) -> tuple[list[subprocess.Popen[str]], li
 
 
 async def run(quorums: tuple[int, int, int], nodes: list[str], base: Path, count: int, size: int,
-              window: int) -> dict[str, object]:
+              window: int, nowait: bool) -> dict[str, object]:
     store = EmbeddedMetadataStore(str(base / "metadata.db"))
     await store.start()
     writer = StorageClient(store, nodes)
@@ -61,11 +62,30 @@ async def run(quorums: tuple[int, int, int], nodes: list[str], base: Path, count
             finally:
                 slots.release()
 
-        tasks = []
-        for _ in range(count):
-            await slots.acquire()
-            tasks.append(asyncio.create_task(add()))
-        await asyncio.gather(*tasks)
+        if nowait:
+            # The managed ledger's way with one completion point: a callback per add, no task.
+            done = asyncio.get_running_loop().create_future()
+            completed = 0
+
+            def added(entry_id: int, error: BaseException | None) -> None:
+                nonlocal completed
+                slots.release()
+                completed += 1
+                if error is not None and not done.done():
+                    done.set_exception(error)
+                elif completed == count and not done.done():
+                    done.set_result(None)
+
+            for _ in range(count):
+                await slots.acquire()
+                handle.add_entry_nowait(data, added)
+            await done
+        else:
+            tasks = []
+            for _ in range(count):
+                await slots.acquire()
+                tasks.append(asyncio.create_task(add()))
+            await asyncio.gather(*tasks)
         elapsed = time.perf_counter() - started
 
         started = time.perf_counter()
@@ -85,23 +105,26 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=20000)
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--window", type=int, default=1000, help="adds in flight")
+    parser.add_argument("--nowait", action="store_true", help="add with callbacks (add_entry_nowait), no task per add")
     args = parser.parse_args()
     for spec in args.quorums:
         e, qw, qa = (int(x) for x in spec.split("/"))
         with tempfile.TemporaryDirectory(prefix="herald-bench-") as tmp:
             procs, addresses = start_nodes(e, Path(tmp))
             try:
-                figures = asyncio.run(run((e, qw, qa), addresses, Path(tmp), args.count, args.size, args.window))
+                figures = asyncio.run(run((e, qw, qa), addresses, Path(tmp), args.count, args.size, args.window,
+                                          args.nowait))
             finally:
                 for proc in procs:
                     proc.terminate()
                 for proc in procs:
                     proc.wait(timeout=30)
-        print(f"{spec} on {e} node(s): {figures['adds_s']:8.0f} adds/s {figures['mb_s']:6.1f} MB/s "
+        mode = " nowait" if args.nowait else ""
+        print(f"{spec}{mode} on {e} node(s): {figures['adds_s']:8.0f} adds/s {figures['mb_s']:6.1f} MB/s "
               f"({args.count} x {args.size} B, {args.window} in flight); recovery of the open ledger "
               f"{figures['recovery_s']:.2f} s")
         record = {"at": time.strftime("%Y-%m-%dT%H:%M:%S"), "quorums": spec, "nodes": e, "count": args.count,
-                  "size": args.size, "window": args.window, **figures}
+                  "size": args.size, "window": args.window, "nowait": args.nowait, **figures}
         with RESULTS.open("a") as f:
             f.write(json.dumps(record) + "\n")
 

@@ -29,16 +29,21 @@ class Recorder:
     def __init__(self) -> None:
         self.synced: list[list[JournalRecord]] = []
         self.applied: list[list[JournalRecord]] = []
+        self.written: list[list[JournalRecord]] = []
         self.writer_threads: set[str] = set()
+
+    def apply_synced(self, records: Sequence[JournalRecord]) -> None:
+        self.applied.append(list(records))
 
     def write_synced(self, records: Sequence[JournalRecord]) -> object:
         self.writer_threads.add(threading.current_thread().name)
         self.synced.append(list(records))
         return len(records)
 
-    def apply_synced(self, records: Sequence[JournalRecord], outcome: object) -> None:
+    def apply_written(self, records: Sequence[JournalRecord], outcome: object) -> None:
         assert outcome == len(records)
-        self.applied.append(list(records))
+        assert self.applied[len(self.written)] == list(records)  # each batch applied before its outcome
+        self.written.append(list(records))
 
 
 class HeldFsync:
@@ -102,8 +107,9 @@ async def test_append_resolves_after_sync_and_replays_in_order(tmp_path: Path) -
     await asyncio.wait_for(asyncio.gather(*futures), DEADLINE)
     await j.close()
 
-    # Each batch went through the handler on the writer thread, then was applied, in order.
-    assert handler.applied == handler.synced
+    # Each batch was applied (and answered), then went through the handler on the writer thread,
+    # and its outcome was applied too, in order.
+    assert handler.applied == handler.synced == handler.written
     assert [(r.kind, r.ledger_id) for b in handler.applied for r in b][-2:] == [(RecordKind.FENCE, 1),
                                                                              (RecordKind.DELETE, 2)]
     assert handler.writer_threads == {"journal-writer"}
@@ -112,6 +118,33 @@ async def test_append_resolves_after_sync_and_replays_in_order(tmp_path: Path) -
         (RecordKind.FENCE, 1, -1, -1, b""),
         (RecordKind.DELETE, 2, -1, -1, b""),
     ]
+
+
+async def test_a_batch_is_answered_before_the_handler_works_on_it_after_the_sync(tmp_path: Path) -> None:
+    class HeldWrite(Recorder):
+        """write_synced (the entry log write) blocks until released."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.entered, self.release = threading.Event(), threading.Event()
+
+        def write_synced(self, records: Sequence[JournalRecord]) -> object:
+            self.entered.set()
+            if not self.release.wait(DEADLINE):
+                raise AssertionError("test never released the held write")
+            return super().write_synced(records)
+
+    handler = HeldWrite()
+    j = make_journal(tmp_path, handler)
+    await j.open(0)
+    # Answered while the handler's work after the sync is held: the fsync alone made it durable.
+    await asyncio.wait_for(j.append(add(1, 0, b"x")), DEADLINE)
+    assert await asyncio.to_thread(handler.entered.wait, DEADLINE)
+    assert [[(r.ledger_id, r.entry_id, r.data) for r in b] for b in handler.applied] == [[(1, 0, b"x")]]
+    assert handler.written == []
+    handler.release.set()
+    await j.close()  # the outcome is applied before the journal stops
+    assert handler.written == handler.applied
 
 
 async def test_future_resolves_only_after_the_fsync_that_covers_it(journal: Journal) -> None:
@@ -280,8 +313,14 @@ async def test_handler_failure_is_a_journal_failure(tmp_path: Path) -> None:
 
     j = make_journal(tmp_path, Broken())
     await j.open(0)
+    # The record was durable before the handler ran: it is answered; nothing after it is taken.
+    await asyncio.wait_for(j.append(add(1, 0)), DEADLINE)
+    deadline = asyncio.get_running_loop().time() + DEADLINE
+    while j.problem() is None:
+        assert asyncio.get_running_loop().time() < deadline, "the failure was never reported"
+        await asyncio.sleep(0.01)
     with pytest.raises(PersistenceError, match="No space left"):
-        await asyncio.wait_for(j.append(add(1, 0)), DEADLINE)
+        j.append(add(1, 1))
     await j.close()
 
 

@@ -1,7 +1,9 @@
 """A ledger open for writing by its one writer, or for reading (BookKeeper's LedgerHandle).
 
-An add (PendingAdd) goes to its write set and completes once Qa nodes of that write set have
-acknowledged it, always in entry order: adds never leave a gap.
+An add (PendingAdd) is serialized once (storage.client.add_frame), goes as that one buffer to every
+node of its write set, and completes once Qa nodes of that write set have acknowledged it, always
+in entry order: adds never leave a gap. The handle's queue of PendingAdds is the one completion
+point of adds: each completes through its callback (add_entry_nowait), with no task per add.
 
 When a node fails for adds (its stream breaks, it refuses connections, an add is not answered
 within add_timeout, or it answers with any error but FENCED) the writer changes the ensemble, as
@@ -29,6 +31,7 @@ import asyncio
 import functools
 import logging
 from collections import deque
+from collections.abc import Callable
 
 from opentelemetry import trace
 
@@ -37,25 +40,51 @@ from herald.common import errors, tracing
 from herald.common.transport.rpc import error_from_proto
 from herald.metadata.store import MetadataStore
 from herald.storage.client import replica_read
+from herald.storage.client.add_frame import AddFrame
 from herald.storage.client.ledger_metadata import LedgerMetadata, ledger_key, read_ledger_metadata
 from herald.storage.client.node_connection import NODE_FAILURES, NodePool
 
 log = logging.getLogger(__name__)
 
 
+AddCallback = Callable[[int, errors.HeraldError | None], None]
+"""Called once per add, on the event loop, in entry order and never from within the call that
+queued it: (entry id, None) once Qa nodes hold the entry, or (-1, error) if it failed (and then
+every later add fails too: entries never leave a gap)."""
+
+
 class PendingAdd:
-    """An add waiting for its ack quorum (BookKeeper's PendingAddOp)."""
+    """An add waiting for its ack quorum (BookKeeper's PendingAddOp): serialized once (its frame)
+    for every node of its write set, completed through its callback in entry order."""
 
-    __slots__ = ("acked", "data", "entry_id", "future", "sent", "traceparent", "write_set")
+    __slots__ = ("acked", "callback", "data", "entry_id", "frame", "sent", "span", "write_set")
 
-    def __init__(self, entry_id: int, data: bytes, future: asyncio.Future[int]) -> None:
+    def __init__(self, entry_id: int, data: bytes, callback: AddCallback) -> None:
         self.entry_id = entry_id
         self.data = data
-        self.future = future
-        self.traceparent = ""  # its add span's, sent with it to every node (herald.common.tracing)
+        self.callback = callback
+        self.frame: AddFrame | None = None  # built on its first send, then sent to every node as it is
+        self.span: tracing.Span | None = None  # its CLIENT span when added within a trace
         self.write_set: list[str] = []  # empty until sent (an add made during an ensemble change waits)
         self.sent: set[str] = set()  # nodes that hold it or have it on the way
         self.acked: set[str] = set()  # nodes of write_set that acknowledged it
+
+    def finish(self, entry_id: int, error: errors.HeraldError | None) -> None:
+        if self.span is not None:
+            tracing.end(self.span, error)
+        try:
+            self.callback(entry_id, error)
+        except Exception:  # the caller's bug must not stop the adds after this one completing
+            log.exception("the completion callback of entry %d failed", self.entry_id)
+
+
+def _settle(future: asyncio.Future[int], entry_id: int, error: errors.HeraldError | None) -> None:
+    if future.done():  # its waiter was cancelled
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(entry_id)
 
 
 class LedgerHandle:
@@ -92,6 +121,14 @@ class LedgerHandle:
     async def add_entry(self, data: bytes) -> int:
         """Append an entry; returns its id once Qa nodes hold it. Callers may add concurrently:
         ids are given in call order and completions come in that order."""
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self.add_entry_nowait(data, functools.partial(_settle, future))
+        return await future
+
+    def add_entry_nowait(self, data: bytes, callback: AddCallback) -> None:
+        """Queue an add without waiting: ids are given in call order, and callback runs once per add,
+        in that order (the one completion point of adds: no task per add). Raises at once, queueing
+        nothing, if the ledger takes no more adds."""
         if not self.writable or self.closed:
             raise errors.PersistenceError(f"ledger {self.ledger_id} is not open for writing")
         if self._failure is not None:
@@ -99,33 +136,26 @@ class LedgerHandle:
         if self._pool.closed:
             raise errors.PersistenceError(f"ledger {self.ledger_id}: the storage client is closed")
         self._last_add_pushed += 1
-        op = PendingAdd(self._last_add_pushed, data, asyncio.get_running_loop().create_future())
+        op = PendingAdd(self._last_add_pushed, data, callback)
         if tracing.ENABLED and tracing.current_span_context() is not None:
-            return await self._traced_add(op)
+            op.span = self._start_span(op)
         self._pending.append(op)
         if self._changing is None:
             op.write_set = self.metadata.write_set(op.entry_id)
+            if op.span is not None:
+                op.span.set_attribute("herald.write_set", list(op.write_set))
             for address in op.write_set:
                 self._send(op, address)
-        return await op.future
 
-    async def _traced_add(self, op: PendingAdd) -> int:
-        """An add made within a trace (a broker's publish span): a CLIENT span, child of it, until Qa
-        nodes acknowledged; the nodes' add spans are its children."""
+    def _start_span(self, op: PendingAdd) -> tracing.Span:
+        """The CLIENT span of an add made within a trace (a broker's publish span), child of it,
+        until Qa nodes acknowledged; the nodes' add spans are its children."""
         metadata = self.metadata
-        with tracing.tracer("herald.storage").start_as_current_span(
+        return tracing.tracer("herald.storage").start_span(
             "storage add", kind=trace.SpanKind.CLIENT, attributes={
                 "herald.ledger_id": self.ledger_id, "herald.entry_id": op.entry_id, "herald.entry_size": len(op.data),
                 "herald.write_quorum": metadata.write_quorum, "herald.ack_quorum": metadata.ack_quorum,
-            }) as span:
-            op.traceparent = tracing.traceparent(span)
-            self._pending.append(op)
-            if self._changing is None:
-                op.write_set = metadata.write_set(op.entry_id)
-                span.set_attribute("herald.write_set", list(op.write_set))
-                for address in op.write_set:
-                    self._send(op, address)
-            return await op.future
+            })
 
     def _send(self, op: PendingAdd, address: str) -> None:
         if address in self._failed_nodes or self._pool.is_quarantined(address):
@@ -134,11 +164,14 @@ class LedgerHandle:
                               quarantine=False)
             return
         op.sent.add(address)
-        request = storage_pb2.AddRequest(ledger_id=self.ledger_id, entry_id=op.entry_id, data=op.data,
-                                         last_add_confirmed=self.last_add_confirmed)
-        if op.traceparent:
-            request.traceparent = op.traceparent
-        self._pool.node(address).add(request).add_done_callback(functools.partial(self._on_response, op, address))
+        frame = op.frame
+        if frame is None:
+            # Serialized once, with the LAC of its first send (a lower bound is all a node needs).
+            frame = op.frame = AddFrame(
+                self._pool.next_request_id(), self.ledger_id, op.entry_id, op.data,
+                last_add_confirmed=self.last_add_confirmed,
+                traceparent=tracing.traceparent(op.span) if op.span is not None else "")
+        self._pool.node(address).add(frame).add_done_callback(functools.partial(self._on_response, op, address))
 
     def _on_response(self, op: PendingAdd, address: str, done: asyncio.Future[storage_pb2.AddResponse]) -> None:
         error: errors.HeraldError | None
@@ -173,8 +206,7 @@ class LedgerHandle:
             op = pending.popleft()
             self.last_add_confirmed = op.entry_id
             self._length += len(op.data)
-            if not op.future.done():
-                op.future.set_result(op.entry_id)
+            op.finish(op.entry_id, None)
         self._check_drained()
 
     def _fail_all(self, error: errors.HeraldError) -> None:
@@ -184,9 +216,7 @@ class LedgerHandle:
             log.warning("ledger %d: writes fail from entry %d on: %s", self.ledger_id, self.last_add_confirmed + 1,
                         error)
         while self._pending:
-            op = self._pending.popleft()
-            if not op.future.done():
-                op.future.set_exception(self._failure)
+            self._pending.popleft().finish(-1, self._failure)
         self._check_drained()
 
     def _check_drained(self) -> None:

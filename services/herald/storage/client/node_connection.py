@@ -2,7 +2,8 @@
 
 `NodeConnection` is one node: a gRPC channel, a pipelined AddEntryBatches stream whose adds must be
 answered within `add_timeout` (a paused node keeps its TCP connection open, so only the timeout
-notices it), and reads whose chunks must arrive within `read_timeout`.
+notices it), and reads whose chunks must arrive within `read_timeout`. Adds come serialized
+already (AddFrame: one buffer for every node of a write set) and are written as bytes.
 
 `NodePool` holds a connection per node of the (static) bootstrap list and quarantines a node that
 failed or timed out for `quarantine_seconds`: a quarantined node is chosen for no new ensemble and
@@ -28,6 +29,7 @@ from herald.api.v1 import storage_pb2, storage_pb2_grpc
 from herald.common import errors
 from herald.common.transport.rpc import channel_options, error_from_rpc
 from herald.common.transport.tls import PLAINTEXT, Dialer
+from herald.storage.client.add_frame import AddFrame, batch_message
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +39,8 @@ _RECONNECT_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 200), ("grpc.max_rec
 # The adds of one AddBatchRequest take at most this many bytes (one bigger entry goes alone): the
 # storage nodes' grpc_max_receive_message_bytes (16 MiB) takes it with room to spare.
 ADD_BATCH_MAX_BYTES = 8 * 1024 * 1024
-# An AddRequest's fields and framing, but its data and trace context.
-_ADD_FRAMING_BYTES = 64
+# The AddEntryBatches method, called with requests serialized already (AddFrame): its path.
+_ADD_BATCHES_PATH = f"/{storage_pb2.DESCRIPTOR.services_by_name['StorageService'].full_name}/AddEntryBatches"
 
 # Errors that say the node itself is unwell (rather than the request being wrong).
 NODE_FAILURES = (errors.ConnectionError_, errors.HeraldTimeoutError, errors.ServiceNotReadyError,
@@ -47,12 +49,15 @@ NODE_FAILURES = (errors.ConnectionError_, errors.HeraldTimeoutError, errors.Serv
 
 class _AddStream:
     """One AddEntryBatches stream: adds queued while a message is being written leave together;
-    every add still waiting when the stream fails (or an add outlives add_timeout) fails with it."""
+    every add still waiting when the stream fails (or an add outlives add_timeout) fails with it.
+
+    Requests are written as bytes (the method's request serializer is the identity): each add
+    comes already serialized (an AddFrame, shared by every node it goes to)."""
 
     def __init__(self, connection: NodeConnection) -> None:
         self._connection = connection
         self._loop = asyncio.get_running_loop()
-        self._outbox: list[storage_pb2.AddRequest] = []
+        self._outbox: list[AddFrame] = []
         self._waiting: dict[int, asyncio.Future[storage_pb2.AddResponse]] = {}
         self._deadlines: deque[tuple[float, int]] = deque()  # (deadline, request id), in send order
         self._timer: asyncio.TimerHandle | None = None
@@ -60,22 +65,23 @@ class _AddStream:
         self._failure: errors.HeraldError | None = None
         self.task = self._loop.create_task(self._run(), name=f"storage-adds-{connection.address}")
 
-    def add(self, request: storage_pb2.AddRequest) -> asyncio.Future[storage_pb2.AddResponse]:
+    def add(self, frame: AddFrame) -> asyncio.Future[storage_pb2.AddResponse]:
         future: asyncio.Future[storage_pb2.AddResponse] = self._loop.create_future()
-        self._waiting[request.request_id] = future
-        self._outbox.append(request)
+        self._waiting[frame.request_id] = future
+        frame.queued()
+        self._outbox.append(frame)
         deadline = self._loop.time() + self._connection.add_timeout
-        self._deadlines.append((deadline, request.request_id))
+        self._deadlines.append((deadline, frame.request_id))
         if self._timer is None:
             self._timer = self._loop.call_at(deadline, self._check_deadlines)
         self._wake.set()
         return future
 
-    def _take_batch(self) -> list[storage_pb2.AddRequest]:
+    def _take_batch(self) -> list[AddFrame]:
         """The oldest adds queued, up to ADD_BATCH_MAX_BYTES (at least one, whatever its size)."""
         outbox, size, count = self._outbox, 0, 0
-        for add in outbox:
-            size += len(add.data) + _ADD_FRAMING_BYTES + len(add.traceparent)
+        for frame in outbox:
+            size += frame.size
             if count and size > ADD_BATCH_MAX_BYTES:
                 break
             count += 1
@@ -105,7 +111,7 @@ class _AddStream:
 
     async def _run(self) -> None:
         address = self._connection.address
-        call = self._connection.stub.AddEntryBatches()  # type: ignore[call-arg]  # written with call.write()
+        call = self._connection.add_batches()  # type: ignore[call-arg]  # written with call.write()
         reader = asyncio.create_task(self._read_responses(call))
         reader.add_done_callback(lambda _: self._wake.set())  # a failed stream wakes the writer to end
         failure: errors.HeraldError = errors.ConnectionError_(f"storage node {address}: add stream closed")
@@ -117,7 +123,10 @@ class _AddStream:
                 # (a gRPC stream moves a few thousand messages a second, not tens of thousands), in
                 # messages of at most ADD_BATCH_MAX_BYTES: under the node's receive limit.
                 while self._outbox:
-                    await call.write(storage_pb2.AddBatchRequest(adds=self._take_batch()))
+                    batch = self._take_batch()
+                    await call.write(batch_message(batch))  # one serialized AddBatchRequest
+                    for frame in batch:
+                        frame.written()
             await reader
         except grpc.aio.AioRpcError as exc:
             failure = error_from_rpc(exc, f"add to storage node {address}")
@@ -163,16 +172,19 @@ class NodeConnection:
         self.operation_timeout = operation_timeout
         self._channel = dialer.channel(address, channel_options() + _RECONNECT_OPTIONS)
         self.stub = storage_pb2_grpc.StorageServiceStub(self._channel)
+        # AddEntryBatches taking its requests as bytes: a request serializer of None passes them on.
+        self.add_batches = self._channel.stream_stream(
+            _ADD_BATCHES_PATH, request_serializer=None,
+            response_deserializer=storage_pb2.AddBatchResponse.FromString)
         self._stream: _AddStream | None = None
-        self._request_ids = itertools.count(1)
 
-    def add(self, request: storage_pb2.AddRequest) -> asyncio.Future[storage_pb2.AddResponse]:
+    def add(self, frame: AddFrame) -> asyncio.Future[storage_pb2.AddResponse]:
         """Queue an add on the stream; the future completes with the node's response, or fails with
-        the stream (ConnectionError_, or HeraldTimeoutError if no answer came within add_timeout)."""
+        the stream (ConnectionError_, or HeraldTimeoutError if no answer came within add_timeout).
+        The frame's request id must be unique on this connection (NodePool.next_request_id)."""
         if self._stream is None:
             self._stream = _AddStream(self)
-        request.request_id = next(self._request_ids)
-        return self._stream.add(request)
+        return self._stream.add(frame)
 
     def stream_ended(self, stream: _AddStream) -> None:
         if self._stream is stream:
@@ -249,7 +261,13 @@ class NodePool:
         self._clock = clock
         self._connections: dict[str, NodeConnection] = {}
         self._quarantined: dict[str, float] = {}  # address -> until (clock)
+        # Request ids of adds, unique across the pool's connections: an add's one frame carries
+        # its id to every node of its write set.
+        self._request_ids = itertools.count(1)
         self.closed = False
+
+    def next_request_id(self) -> int:
+        return next(self._request_ids)
 
     def node(self, address: str) -> NodeConnection:
         connection = self._connections.get(address)

@@ -35,6 +35,7 @@ from herald.api.v1 import storage_pb2
 from herald.common import errors
 from herald.common.transport.rpc import error_from_proto
 from herald.metadata.store import MetadataStore
+from herald.storage.client.add_frame import AddFrame
 from herald.storage.client.ledger_metadata import LedgerMetadata, ledger_key, read_ledger_metadata
 from herald.storage.client.node_connection import NODE_FAILURES, NodePool
 
@@ -201,11 +202,10 @@ class LedgerRecoveryOp:
 
     async def _replicate(self, metadata: LedgerMetadata, entry_id: int, data: bytes, lac: int) -> None:
         """Re-add a recovered entry to its whole write set (recovery adds pass the fence)."""
-        sends = []
-        for address in metadata.write_set(entry_id):
-            request = storage_pb2.AddRequest(ledger_id=self.ledger_id, entry_id=entry_id, data=data,
-                                             last_add_confirmed=lac, recovery=True)
-            sends.append((address, self._pool.node(address).add(request)))
+        # Serialized once for the whole write set, as the writer's adds are.
+        frame = AddFrame(self._pool.next_request_id(), self.ledger_id, entry_id, data, last_add_confirmed=lac,
+                         recovery=True)
+        sends = [(address, self._pool.node(address).add(frame)) for address in metadata.write_set(entry_id)]
         self._replicating.append((entry_id, sends))
         if len(self._replicating) > _MAX_REPLICATING:
             await self._settle_oldest(metadata)

@@ -1,3 +1,4 @@
 """The storage service (a BookKeeper bookie): the journal that makes adds durable with group-commit
-fsync, the entry log that makes reads cheap, the index from (ledger, entry) to a position,
-compaction, and the gRPC server. Must not know: the storage client, the broker."""
+fsync (an add is answered then), the entry log that makes reads cheap (written afterwards), the
+index from (ledger, entry) to a position, compaction, and the gRPC server. Must not know: the
+storage client, the broker."""

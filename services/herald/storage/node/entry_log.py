@@ -220,9 +220,10 @@ class EntryLog:
             if (stored_ledger, stored_entry) != (ledger_id, entry_id):
                 raise ChecksumError(f"{where} holds entry {stored_entry} of ledger {stored_ledger} "
                                     "instead: the index is corrupt")
-            data = chunk[HEADER_SIZE: HEADER_SIZE + length]
-            if len(data) < length:
-                data += os.pread(reader.fd, length - len(data), offset + len(chunk))
+            if len(chunk) >= HEADER_SIZE + length:
+                data = chunk[HEADER_SIZE: HEADER_SIZE + length]  # a small entry: read with its header
+            else:  # a large one: read whole, straight into its own bytes (no slice, no concatenation)
+                data = os.pread(reader.fd, length, offset + HEADER_SIZE)
             if len(data) < length:
                 raise ChecksumError(f"{where} is cut short: the entry log file is truncated")
             actual = crc32c(data)

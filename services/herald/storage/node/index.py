@@ -2,8 +2,10 @@
 last-add-confirmed its writer reported, and whether it is fenced.
 
 Entry ids of a ledger are dense from 0, so a ledger's locations are one array('Q') indexed by
-entry id (MISSING where this node holds no copy). A checkpoint saves the whole index as one
-snapshot file, replaced atomically; start-up loads it and replays the journal written since.
+entry id (MISSING where this node holds no copy; UNLOGGED for an entry journaled, so held and
+acknowledged, but not yet in the entry log: its bytes are kept in memory till then). A checkpoint
+saves the whole index as one snapshot file, replaced atomically; start-up loads it and replays the
+journal written since.
 
 Snapshot format (little-endian): magic `HRLDIDX1` | i64 first journal file to replay | u32 ledgers,
 then per ledger: i64 ledger id | i64 last add confirmed | u8 fenced | 7 pad | u64 n | n u64
@@ -26,6 +28,8 @@ from herald.common.errors import PersistenceError
 from herald.storage.node.files import atomic_write
 
 MISSING = (1 << 64) - 1
+# Beyond any entry log location (file ids stop below 2**24 - 1), so never inside a file's range.
+UNLOGGED = MISSING - 1
 SNAPSHOT_MAGIC = b"HRLDIDX1"
 SNAPSHOT_NAME = "index.snapshot"
 _MISSING_BYTES = b"\xff" * 8
@@ -42,6 +46,8 @@ class LedgerIndex:
     locations: array[int] = field(default_factory=lambda: array("Q"))
     last_add_confirmed: int = -1
     fenced: bool = False
+    # entry id -> the bytes of an UNLOGGED entry (the latest copy journaled): never in a snapshot.
+    unlogged: dict[int, bytes] = field(default_factory=dict)
 
     @property
     def last_entry_id(self) -> int:
@@ -68,8 +74,16 @@ class LedgerIndex:
         return previous
 
     def present(self) -> Iterator[int]:
-        """The locations of the entries held."""
-        return (loc for loc in self.locations if loc != MISSING)
+        """The entry log locations of the entries held (not those still unlogged)."""
+        return (loc for loc in self.locations if loc < UNLOGGED)
+
+    def forget(self, entry_id: int) -> None:
+        """Mark the entry MISSING (then drop MISSING ones from the end: the array never ends in one)."""
+        locations = self.locations
+        if entry_id < len(locations):
+            locations[entry_id] = MISSING
+        while locations and locations[-1] == MISSING:
+            locations.pop()
 
     def copy(self) -> LedgerIndex:
         return LedgerIndex(array("Q", self.locations), self.last_add_confirmed, self.fenced)

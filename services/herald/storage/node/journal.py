@@ -2,6 +2,9 @@
 
 Group commit: one writer thread takes every record queued since its last sync, writes them all with
 one writev, fsyncs once, and only then completes their futures — concurrent adds share one fsync.
+The journal alone makes an add durable: its future completes right after that fsync; the work the
+ledger store does after it on the writer thread (the entry log write) comes after the answer, and
+before the next group is written (so it needs no queue and no memory bound of its own).
 Files rotate by size and at each checkpoint; the ledger store deletes the files a checkpoint covers.
 On open, `replay` reads the files from the last checkpoint and truncates a torn tail (the partial
 last record a SIGKILL or power loss leaves behind).
@@ -72,13 +75,19 @@ def encode_header(record: JournalRecord) -> bytes:
 
 
 class SyncedBatchHandler(Protocol):
-    """What the ledger store does with each batch once the journal holds it durably."""
+    """What the ledger store does with each batch once the journal holds it durably. Each step
+    sees the batches in journal order."""
+
+    def apply_synced(self, records: Sequence[JournalRecord]) -> None:
+        """On the event loop, once the fsync covering records returned, before their futures resolve."""
 
     def write_synced(self, records: Sequence[JournalRecord]) -> object:
-        """Called on the writer thread after the fsync covering records (e.g. write the entry log)."""
+        """On the writer thread, after records were handed to the loop to be answered (e.g. write
+        the entry log). A PersistenceError (or any error) fails the journal: records stay
+        acknowledged (they are durable) and nothing more is accepted."""
 
-    def apply_synced(self, records: Sequence[JournalRecord], outcome: object) -> None:
-        """Called on the event loop, batch after batch in journal order, before the futures resolve."""
+    def apply_written(self, records: Sequence[JournalRecord], outcome: object) -> None:
+        """On the event loop, with write_synced's outcome: after apply_synced of the same batch."""
 
 
 @dataclass(slots=True)
@@ -121,6 +130,11 @@ class Journal:
         self._room.set()
         # Tests swap this to observe or hold a sync; fdatasync also persists the file's size.
         self._fsync: Callable[[int], None] = os.fdatasync
+        # The last batch's write_synced outcome, not yet handed to the loop: it goes with the next
+        # batch's completion (one wake-up of the loop per group, as before), or before a control
+        # (a checkpoint's rotation, a compaction's copies, the stop). Until then the ledger store
+        # serves that batch's entries from memory: one group at most.
+        self._written: tuple[list[JournalRecord], object] | None = None
         # Counters (written by the writer thread, read anywhere): show that adds share fsyncs.
         self.fsync_count = 0
         self.record_count = 0
@@ -248,9 +262,14 @@ class Journal:
         """Between two batches, call before() on the writer thread, then start a new file.
 
         Returns the new file's id and before()'s result. Every record queued earlier is in an older
-        file and has been applied (apply_synced) by the time this returns.
+        file and has been applied (apply_synced, write_synced, apply_written) by the time this
+        returns.
         """
         def action() -> tuple[int, object]:
+            if self._failure is not None:
+                # What failed after its sync (an entry-log write) is acknowledged and only in these
+                # files: no checkpoint may cover them; a restart replays them.
+                raise self._failure
             result = before()
             self._rotate_file()
             return self._file_id, result
@@ -260,7 +279,7 @@ class Journal:
 
     async def call_on_writer(self, action: Callable[[], Any]) -> Any:
         """Run action on the writer thread between two batches (e.g. an entry log append that must
-        not interleave with the adds'); returns its result."""
+        not interleave with the adds'); returns its result, after every earlier batch was applied."""
         return await self._control(action)
 
     async def _control(self, action: Callable[[], Any]) -> Any:
@@ -301,6 +320,7 @@ class Journal:
                 if isinstance(item, _Control):
                     self._write_batch(batch)
                     batch = []
+                    self._post_written()  # a control's result comes after every earlier batch applied
                     if item.action is None:
                         self._close_file()
                         return
@@ -340,7 +360,6 @@ class Journal:
                 self._metrics.journal_group_bytes.observe(written)
             self.fsync_count += 1
             self.record_count += len(records)
-            outcome = self._handler.write_synced(records)
             if self._file_size >= self._max_file_size:
                 self._rotate_file()
         except Exception as exc:
@@ -353,7 +372,22 @@ class Journal:
                     "this storage node accepts no more writes until it is restarted")
             self._call_soon(self._fail, batch, self._failure)
             return
-        self._call_soon(self._complete, batch, outcome)
+        # Durable: answered now, with what the previous batch's write_synced gave.
+        previous, self._written = self._written, None
+        self._call_soon(self._complete, batch, previous)
+        try:
+            self._written = (records, self._handler.write_synced(records))
+        except Exception as exc:
+            if self._failure is None:
+                log.exception("failure after the journal's sync")
+                self._failure = exc if isinstance(exc, PersistenceError) else PersistenceError(
+                    f"the work after the journal's sync failed: {exc!r}; this storage node accepts no more "
+                    "writes until it is restarted")
+
+    def _post_written(self) -> None:
+        written, self._written = self._written, None
+        if written is not None:
+            self._call_soon(self._handler.apply_written, *written)
 
     def _run_control(self, control: _Control) -> None:
         assert control.action is not None and control.future is not None
@@ -392,9 +426,11 @@ class Journal:
 
     # ---- completions (on the event loop) ----------------------------------------------------
 
-    def _complete(self, batch: list[_Pending], outcome: object) -> None:
+    def _complete(self, batch: list[_Pending], written: tuple[list[JournalRecord], object] | None) -> None:
+        if written is not None:
+            self._handler.apply_written(*written)
         self._release(batch)
-        self._handler.apply_synced([p.record for p in batch], outcome)
+        self._handler.apply_synced([p.record for p in batch])
         if self._metrics is not None:
             now, observe = time.perf_counter(), self._metrics.add_latency.observe
             for pending in batch:

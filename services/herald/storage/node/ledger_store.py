@@ -1,12 +1,14 @@
 """The ledger store: the storage node's core, tying the journal, entry log and index together.
 
 An add is checked against fencing, queued to the journal and answered once the journal's fsync
-covers it; the writer thread then appends it to the entry log and the event loop records its
-location in the index (batch after batch, in journal order, so the live state and a replay agree).
-Reads go index -> entry log, never to the journal. A checkpoint makes the entry log durable, saves
-the index snapshot (with fencing and LACs) and deletes the journal files it covers; a restart loads
-the snapshot and replays only the journal written after it. Entry log files with no live entry are
-deleted at checkpoints, and mostly-dead ones compacted (storage.compaction).
+covers it: the journal alone makes it durable. Only then, off the acknowledgement path, does the
+journal's writer thread append it to the entry log, and the event loop records its location in
+the index (batch after batch, in journal order, so the live state and a replay agree:
+storage.ledgers). Reads go index -> entry log, or to the bytes in memory of an entry not logged
+yet, never to the journal. A checkpoint makes the entry log durable, saves the index snapshot (with fencing and
+LACs) and deletes the journal files it covers; a restart loads the snapshot and replays only the
+journal written after it. Entry log files with no live entry are deleted at checkpoints, and
+mostly-dead ones compacted (storage.compaction).
 """
 
 from __future__ import annotations
@@ -16,23 +18,25 @@ import contextlib
 import logging
 import threading
 import time
-from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, cast
 
 from herald.common.errors import (
     EntryNotFoundError,
     FencedError,
     InvalidArgumentError,
     LedgerNotFoundError,
+    PersistenceError,
     ServiceNotReadyError,
 )
-from herald.storage.node.compaction import CompactionStats, EntryLogUsage, FileCompaction
-from herald.storage.node.entry_log import FILE_MAGIC, HEADER_SIZE, OFFSET_BITS, EntryLog, EntryLogFileGone
+from herald.storage.node.compaction import CompactionStats, FileCompaction
+from herald.storage.node.entry_log import FILE_MAGIC, EntryLog, EntryLogFileGone
 from herald.storage.node.index import MISSING, LedgerIndex, Snapshot, load_snapshot, save_snapshot
 from herald.storage.node.journal import Journal, JournalRecord, RecordKind
+from herald.storage.node.ledgers import Ledgers, Wanted
+from herald.storage.node.metrics import StorageReading
 from herald.storage.node.settings import StorageSettings
 
 if TYPE_CHECKING:
@@ -79,11 +83,7 @@ class LedgerStore:
             max_group_bytes=settings.journal_max_group_bytes,
             max_queued_bytes=settings.journal_max_queued_bytes, metrics=metrics,
         )
-        self._ledgers: dict[int, LedgerIndex] = {}
-        # Live entries per entry log file: a file with none left is deleted at a checkpoint.
-        self._file_refs: Counter[int] = Counter()
-        # Bytes per ledger per entry log file: which files are worth compacting.
-        self._usage = EntryLogUsage()
+        self._ledgers = Ledgers()
         self._dirty = False  # something was journaled since the last checkpoint
         self._state: Literal["new", "open", "closing", "closed"] = "new"
         self._checkpoint_lock = asyncio.Lock()
@@ -92,8 +92,7 @@ class LedgerStore:
         self._compaction_task: asyncio.Task[None] | None = None
         self._closed = asyncio.Event()
         self.checkpoint_count = 0
-        # For metrics: entries made durable (counted on the journal's writer thread) and read, adds
-        # refused as fenced.
+        # For metrics: entries made durable and read, adds refused as fenced.
         self.entries_written = self.bytes_written = 0
         self.entries_read = self.bytes_read = 0
         self.fenced_adds = 0
@@ -193,7 +192,7 @@ class LedgerStore:
         self._check_open()
         _check_id("ledger id", ledger_id)
         _check_id("entry id", entry_id)
-        ledger = self._ledgers.get(ledger_id)
+        ledger = self._ledgers.index.get(ledger_id)
         last = -1 if ledger is None else ledger.last_entry_id
         if ledger is not None and ledger.fenced and not recovery:
             self.fenced_adds += 1
@@ -211,9 +210,9 @@ class LedgerStore:
         self._check_open()
         _check_id("ledger id", ledger_id)
         # Fence at once so no later add gets in; the journal record makes it survive a restart.
-        self._ledgers.setdefault(ledger_id, LedgerIndex()).fenced = True
+        self._ledgers.index.setdefault(ledger_id, LedgerIndex()).fenced = True
         await self._journal.append(JournalRecord(RecordKind.FENCE, ledger_id))
-        ledger = self._ledgers.get(ledger_id)
+        ledger = self._ledgers.index.get(ledger_id)
         return -1 if ledger is None else ledger.last_entry_id
 
     async def delete_ledger(self, ledger_id: int) -> None:
@@ -224,54 +223,50 @@ class LedgerStore:
 
     # ---- the journal's handler --------------------------------------------------------------
 
+    def apply_synced(self, records: Sequence[JournalRecord]) -> None:
+        """On the event loop, in journal order, once the journal holds records durably (before
+        their adds are answered): the index takes them; their bytes serve reads until logged."""
+        adds, size = self._ledgers.journaled(records)
+        self.entries_written += len(adds)
+        self.bytes_written += size
+        self._dirty = True
+
     def write_synced(self, records: Sequence[JournalRecord]) -> object:
-        """On the writer thread, after the fsync: append the batch's adds to the entry log."""
+        """On the journal's writer thread, after the batch was handed to the loop to be answered:
+        append its adds to the entry log. Returns the adds and their locations."""
         adds = [r for r in records if r.kind is RecordKind.ADD]
         if not adds:
-            return []
-        locations = self._entry_log.append(adds)
-        self.entries_written += len(adds)
-        self.bytes_written += sum(len(r.data) for r in adds)
-        return locations
+            return None
+        try:
+            return adds, self._entry_log.append(adds)
+        except OSError as exc:
+            raise PersistenceError(
+                f"the entry log could not be written: {exc}; this storage node accepts no more writes until it is "
+                "restarted (the journal holds every acknowledged entry)") from exc
 
-    def apply_synced(self, records: Sequence[JournalRecord], outcome: object) -> None:
-        """On the event loop (or in recovery), in journal order: update the index."""
-        assert isinstance(outcome, list)
-        locations = iter(outcome)
-        refs = self._file_refs
-        for record in records:
-            if record.kind is RecordKind.ADD:
-                location: int = next(locations)
-                ledger = self._ledgers.get(record.ledger_id)
-                if ledger is None:
-                    ledger = self._ledgers[record.ledger_id] = LedgerIndex()
-                # A second copy of an entry (re-replication, a writer's retry) replaces the first.
-                previous = ledger.put(record.entry_id, location)
-                refs[location >> OFFSET_BITS] += 1
-                self._usage.added(location >> OFFSET_BITS, record.ledger_id, HEADER_SIZE + len(record.data))
-                if previous != MISSING:
-                    refs[previous >> OFFSET_BITS] -= 1
-                if record.last_add_confirmed > ledger.last_add_confirmed:
-                    ledger.last_add_confirmed = record.last_add_confirmed
-            elif record.kind is RecordKind.FENCE:
-                self._ledgers.setdefault(record.ledger_id, LedgerIndex()).fenced = True
-            elif record.kind is RecordKind.DELETE:
-                dropped = self._ledgers.pop(record.ledger_id, None)
-                if dropped is not None:
-                    refs.subtract(loc >> OFFSET_BITS for loc in dropped.present())
-        self._dirty = True
+    def apply_written(self, records: Sequence[JournalRecord], outcome: object) -> None:
+        """On the event loop, in journal order: the index points at the entry log copies."""
+        if outcome is not None:
+            adds, locations = cast("tuple[list[JournalRecord], list[int]]", outcome)
+            self._ledgers.logged(adds, locations)
 
     # ---- reads --------------------------------------------------------------------------------
 
     def ledger_counts(self) -> tuple[int, int]:
         """Ledgers held here, and how many of them are fenced (for metrics)."""
-        ledgers = self._ledgers
+        ledgers = self._ledgers.index
         return len(ledgers), sum(1 for ledger in ledgers.values() if ledger.fenced)
+
+    def reading(self) -> StorageReading:
+        """The counters and ledger counts the metrics report. On the event loop."""
+        ledgers, fenced = self.ledger_counts()
+        return StorageReading(self.entries_written, self.bytes_written, self.entries_read, self.bytes_read,
+                              self.fenced_adds, self.checkpoint_count, ledgers, fenced)
 
     def ledger_info(self, ledger_id: int) -> LedgerInfo:
         """Last entry held, LAC and fencing of a ledger (-1, -1, False if unknown here)."""
         _check_id("ledger id", ledger_id)
-        ledger = self._ledgers.get(ledger_id)
+        ledger = self._ledgers.index.get(ledger_id)
         if ledger is None:
             return LedgerInfo(-1, -1, False)
         return LedgerInfo(ledger.last_entry_id, ledger.last_add_confirmed, ledger.fenced)
@@ -307,24 +302,24 @@ class LedgerStore:
         carried: tuple[int, bytes] | None = None
         while True:
             ledger = self._ledger_or_raise(ledger_id)
-            wanted: list[tuple[int, int]] = []
-            for entry_id in range(next_id, min(last_entry_id + 1, next_id + _READ_LOOKUP_BATCH)):
-                location = ledger.get(entry_id)
-                if location == MISSING:
-                    break
-                wanted.append((entry_id, location))
+            wanted = self._ledgers.lookup(ledger, next_id, min(last_entry_id, next_id + _READ_LOOKUP_BATCH - 1))
             if not wanted and carried is None:
                 return
             started = time.perf_counter()
-            try:
-                chunk, carried = await asyncio.to_thread(self._read_chunk, ledger_id, wanted, max_bytes, carried)
-            except EntryLogFileGone:
-                # Compaction moved the entries and deleted their old file after the lookup: look
-                # them up again. Unmoved entries in a deleted file are a deleted ledger's: an error.
-                current = self._ledger_or_raise(ledger_id)
-                if all(current.get(entry_id) == location for entry_id, location in wanted):
-                    raise
-                continue
+            if all(data is not None for _, _, data in wanted):
+                # Not in the entry log yet (a tailing read): from memory, without a thread.
+                chunk, carried = self._read_chunk(ledger_id, wanted, max_bytes, carried)
+            else:
+                try:
+                    chunk, carried = await asyncio.to_thread(self._read_chunk, ledger_id, wanted, max_bytes,
+                                                             carried)
+                except EntryLogFileGone:
+                    # Compaction moved the entries and deleted their old file after the lookup: look
+                    # them up again. Unmoved entries in a deleted file are a deleted ledger's: an error.
+                    current = self._ledger_or_raise(ledger_id)
+                    if all(current.get(entry_id) == location for entry_id, location, _ in wanted):
+                        raise
+                    continue
             self._count_read(chunk, started)
             yield chunk
             next_id = (chunk[-1] if carried is None else carried)[0] + 1
@@ -336,20 +331,20 @@ class LedgerStore:
             self._metrics.read_latency.observe(time.perf_counter() - started)
 
     def _ledger_or_raise(self, ledger_id: int) -> LedgerIndex:
-        ledger = self._ledgers.get(ledger_id)
+        ledger = self._ledgers.index.get(ledger_id)
         if ledger is None:
             raise LedgerNotFoundError(f"ledger {ledger_id} is not on this storage node")
         return ledger
 
-    def _read_chunk(self, ledger_id: int, wanted: list[tuple[int, int]], max_bytes: int,
+    def _read_chunk(self, ledger_id: int, wanted: list[Wanted], max_bytes: int,
                     carried: tuple[int, bytes] | None,
                     ) -> tuple[list[tuple[int, bytes]], tuple[int, bytes] | None]:
-        """Read wanted entries (on a worker thread) until max_bytes; return them and the first one
-        that did not fit."""
+        """Read wanted entries (on a worker thread, unless all are in memory) until max_bytes;
+        return them and the first one that did not fit."""
         chunk = [carried] if carried is not None else []
         size = len(carried[1]) if carried is not None else 0
-        for entry_id, location in wanted:
-            data = self._entry_log.read(location, ledger_id, entry_id)
+        for entry_id, location, in_memory in wanted:
+            data = in_memory if in_memory is not None else self._entry_log.read(location, ledger_id, entry_id)
             if chunk and size + len(data) > max_bytes:
                 return chunk, (entry_id, data)
             chunk.append((entry_id, data))
@@ -369,39 +364,32 @@ class LedgerStore:
         if not self._dirty:
             # The snapshot on disk matches the index: entry log files it leaves unreferenced (say,
             # after a crash between a compaction's snapshot and its delete) can go at once.
-            unreferenced = self._unreferenced(self._entry_log.sealed_file_ids())
+            unreferenced = self._ledgers.unreferenced(self._entry_log.sealed_file_ids())
             if unreferenced:
                 await asyncio.to_thread(self._delete_entry_logs, unreferenced)
-                self._forget_entry_logs(unreferenced)
+                self._ledgers.forget_files(unreferenced)
             return False
         self._dirty = False
         try:
             journal_file_id, open_logs = await self._journal.rotate(self._entry_log.open_for_writing)
             assert isinstance(open_logs, list)
-            # Every record in the journal files before journal_file_id is applied by now.
-            snapshot = Snapshot(journal_file_id, {i: ledger.copy() for i, ledger in self._ledgers.items()})
-            # Files older than the one being written at the rotation get no new entries.
+            # Every record in the journal files before journal_file_id is applied and in the entry
+            # log by now (entries journaled since may not be: the snapshot leaves them out).
+            snapshot = self._ledgers.snapshot(journal_file_id)
+            # Files older than the one being written then get no new entries.
             writing = max(open_logs)
-            unreferenced = self._unreferenced([i for i in self._entry_log.file_ids() if i < writing])
+            unreferenced = self._ledgers.unreferenced([i for i in self._entry_log.file_ids() if i < writing])
             await asyncio.to_thread(self._persist, snapshot, open_logs, unreferenced)
         except BaseException:
             self._dirty = True
             raise
-        self._forget_entry_logs(unreferenced)
+        self._ledgers.forget_files(unreferenced)
         self.checkpoint_count += 1
         return True
-
-    def _unreferenced(self, file_ids: list[int]) -> list[int]:
-        return [i for i in file_ids if self._file_refs.get(i, 0) <= 0]
 
     def _delete_entry_logs(self, file_ids: list[int]) -> None:
         with self._persist_lock:
             self._entry_log.delete_files(file_ids)
-
-    def _forget_entry_logs(self, file_ids: list[int]) -> None:
-        for file_id in file_ids:
-            self._file_refs.pop(file_id, None)
-            self._usage.forget(file_id)
 
     def _check_open_or_closing(self) -> None:
         if self._state not in ("open", "closing"):
@@ -431,8 +419,9 @@ class LedgerStore:
                 self._check_open()
                 if file_id not in self._entry_log.sealed_file_ids():
                     continue
-                compaction = FileCompaction(file_id, self._entry_log, self._journal, self._ledgers,
-                                            self._file_refs, self._usage)
+                ledgers = self._ledgers
+                compaction = FileCompaction(file_id, self._entry_log, self._journal, ledgers.index,
+                                            ledgers.file_refs, ledgers.usage)
                 try:
                     stats = await compaction.move_live_entries()
                 finally:
@@ -443,16 +432,17 @@ class LedgerStore:
         return total
 
     async def _compaction_candidates(self, threshold: float) -> list[int]:
-        sealed = [i for i in self._entry_log.sealed_file_ids() if self._file_refs.get(i, 0) > 0]
-        unknown = [i for i in sealed if not self._usage.known(i)]
+        ledgers = self._ledgers
+        sealed = [i for i in self._entry_log.sealed_file_ids() if ledgers.file_refs.get(i, 0) > 0]
+        unknown = [i for i in sealed if not ledgers.usage.known(i)]
         if unknown:
             scanned = await asyncio.to_thread(lambda: {i: self._entry_log.scan(i) for i in unknown})
             for file_id, usage in scanned.items():
-                self._usage.set(file_id, usage)
+                ledgers.usage.set(file_id, usage)
         sizes = await asyncio.to_thread(lambda: {i: self._entry_log.file_size(i) - len(FILE_MAGIC) for i in sealed})
         candidates = []
         for file_id in sealed:
-            live = self._usage.live_bytes(file_id, self._ledgers.__contains__)
+            live = ledgers.usage.live_bytes(file_id, ledgers.index.__contains__)
             if sizes[file_id] > 0 and live < threshold * sizes[file_id]:
                 candidates.append(file_id)
         return candidates
@@ -482,10 +472,8 @@ class LedgerStore:
         snapshot = load_snapshot(self._root)
         first_file_id = 0
         if snapshot is not None:
-            self._ledgers = snapshot.ledgers
+            self._ledgers.load(snapshot.ledgers)
             first_file_id = snapshot.journal_file_id
-        for ledger in self._ledgers.values():
-            self._file_refs.update(loc >> OFFSET_BITS for loc in ledger.present())
         # A checkpoint that crashed after saving its snapshot may have left covered files behind.
         self._journal.delete_files_before(first_file_id)
         records = adds = 0
@@ -495,13 +483,20 @@ class LedgerStore:
             adds += record.kind is RecordKind.ADD
             batch.append(record)
             if len(batch) >= _REPLAY_BATCH:
-                self.apply_synced(batch, self.write_synced(batch))
+                self._replay(batch)
                 batch = []
         if batch:
-            self.apply_synced(batch, self.write_synced(batch))
+            self._replay(batch)
         self._journal.open_for_append(first_file_id)
         self._dirty = records > 0
         return RecoveryStats(snapshot is not None, first_file_id, records, adds)
+
+
+    def _replay(self, batch: list[JournalRecord]) -> None:
+        """Both steps of a journaled batch at once (before the writer threads start)."""
+        adds, _ = self._ledgers.journaled(batch)
+        if adds:
+            self._ledgers.logged(adds, self._entry_log.append(adds))
 
 
 def _check_id(what: str, value: int) -> None:

@@ -1,25 +1,24 @@
 """The storage node's Prometheus metrics (served at /metrics by herald.common.http.endpoint):
 histograms observed per add, per read chunk and per journal group commit (never per message: an
 entry is a producer's whole batch), and what a scrape reads: the ledger store's counters and
-ledgers on the node's event loop (StorageCollector), the disk usage from the data directory."""
+ledgers on the node's event loop (StorageCollector), the disk usage from the data directory.
+
+The journal and the ledger store observe these metrics; this module knows neither of them (a
+scrape calls the reading function it is given)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import shutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from herald.common.collectors import HotHistogram, LoopCollector
-
-if TYPE_CHECKING:
-    from herald.storage.node.ledger_store import LedgerStore
 
 # Queued to durable: one group commit on a local SSD is a few hundred microseconds; a busy disk or
 # a large group takes tens of milliseconds.
@@ -33,18 +32,19 @@ DISK_PARTS = {"journal": "journal", "entrylog": "entry_log"}
 class StorageMetrics:
     """The storage node's metrics on `registry` (a fresh one unless an embedding process shares its
     own). The histograms are observed by the journal and the ledger store; watch() adds the
-    scrape-time collector of an open ledger store, unwatch() removes it."""
+    scrape-time collector of an open ledger store (its `reading`), unwatch() removes it."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = r = registry if registry is not None else CollectorRegistry()
         self.add_latency = HotHistogram(
             "herald_storage_add_latency_seconds",
-            "Time from an add being queued for the journal to its journal fsync completing (when it is answered).",
+            "Time from an add being queued for the journal to its journal fsync completing (when it is answered; "
+            "the entry log is written after).",
             LATENCY_BUCKETS, r)
         self.read_latency = HotHistogram(
             "herald_storage_read_latency_seconds",
             "Time to read one chunk of entries (one ReadEntries response, up to read_chunk_max_bytes) from the "
-            "entry logs.", LATENCY_BUCKETS, r)
+            "entry logs (or from memory, for entries not in them yet).", LATENCY_BUCKETS, r)
         self.journal_fsync_latency = HotHistogram(
             "herald_storage_journal_fsync_latency_seconds", "Time of each journal fsync (one per group commit).",
             LATENCY_BUCKETS, r)
@@ -57,9 +57,9 @@ class StorageMetrics:
             GROUP_BYTES_BUCKETS, r)
         self._collector: StorageCollector | None = None
 
-    def watch(self, store: LedgerStore, data_dir: str, loop: asyncio.AbstractEventLoop) -> None:
+    def watch(self, reading: Callable[[], StorageReading], data_dir: str, loop: asyncio.AbstractEventLoop) -> None:
         self.unwatch()
-        self._collector = StorageCollector(store, Path(data_dir), loop)
+        self._collector = StorageCollector(reading, Path(data_dir), loop)
         self.registry.register(self._collector)  # type: ignore[arg-type]
 
     def unwatch(self) -> None:
@@ -78,13 +78,6 @@ class StorageReading:
     checkpoints: int
     ledgers: int
     fenced_ledgers: int
-
-
-def read_store(store: LedgerStore) -> StorageReading:
-    """The ledger store's counters and ledger counts. Runs on the event loop."""
-    ledgers, fenced = store.ledger_counts()
-    return StorageReading(store.entries_written, store.bytes_written, store.entries_read, store.bytes_read,
-                          store.fenced_adds, store.checkpoint_count, ledgers, fenced)
 
 
 def disk_usage(data_dir: Path) -> dict[str, int]:
@@ -121,16 +114,17 @@ def _directory_size(directory: Path) -> int:
 class StorageCollector(LoopCollector[StorageReading]):
     """Counters, ledger counts and disk usage, read at each scrape (the disk on the scraping thread)."""
 
-    def __init__(self, store: LedgerStore, data_dir: Path, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, reading: Callable[[], StorageReading], data_dir: Path,
+                 loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(loop)
-        self._store = store
+        self._reading = reading  # the ledger store's counters and ledger counts, on the event loop
         self._data_dir = data_dir
 
     async def read(self) -> StorageReading:
-        return read_store(self._store)
+        return self._reading()
 
     def read_here(self) -> StorageReading:
-        return read_store(self._store)
+        return self._reading()
 
     def families(self, reading: StorageReading | None) -> Iterable[Metric]:
         counters = [

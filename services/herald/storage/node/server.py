@@ -89,11 +89,12 @@ class _AddStream:
 
     async def _begin(self, request: storage_pb2.AddRequest) -> None:
         await self._slots.acquire()
-        span = _add_span(request) if tracing.ENABLED and request.traceparent else None
+        data = request.data  # each read of a bytes field is a copy: once
+        span = _add_span(request, len(data)) if tracing.ENABLED and request.traceparent else None
         started: _Started
         try:
             started = await self._store.begin_add(
-                request.ledger_id, request.entry_id, request.data,
+                request.ledger_id, request.entry_id, data,
                 last_add_confirmed=request.last_add_confirmed, recovery=request.recovery)
         except HeraldError as exc:
             started = exc
@@ -152,13 +153,13 @@ class _AddStream:
         self._items.clear()
 
 
-def _add_span(request: storage_pb2.AddRequest) -> tracing.Span:
+def _add_span(request: storage_pb2.AddRequest, size: int) -> tracing.Span:
     """The node's span of one traced add, child of the writer's: until the add is durable (its
     journal group commit, shared with other adds, is not a span of its own)."""
     return tracing.tracer("herald.storage").start_span(
         "storage add", context=tracing.parent(tracing.parse(request.traceparent)), kind=trace.SpanKind.SERVER,
         attributes={"herald.ledger_id": request.ledger_id, "herald.entry_id": request.entry_id,
-                    "herald.entry_size": len(request.data), "herald.recovery": request.recovery})
+                    "herald.entry_size": size, "herald.recovery": request.recovery})
 
 
 def _end_add_span(span: tracing.Span, started: _Started) -> None:
@@ -212,9 +213,12 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
         try:
             async for chunk in self._store.read_entries(request.ledger_id, request.first_entry_id,
                                                         request.last_entry_id, max_bytes=request.max_bytes):
-                yield storage_pb2.ReadResponse(
-                    ledger_id=request.ledger_id,
-                    entries=[storage_pb2.StoredEntry(entry_id=e, data=d) for e, d in chunk])
+                # Built in place: a StoredEntry made apart and then put in the list is copied again.
+                response = storage_pb2.ReadResponse(ledger_id=request.ledger_id)
+                add = response.entries.add
+                for entry_id, data in chunk:
+                    add(entry_id=entry_id, data=data)
+                yield response
         except (HeraldError, OSError) as exc:
             await abort(context, _herald_error(exc))
 
@@ -292,7 +296,7 @@ class StorageServer:
             self._state = "stopped"
             raise
         try:
-            self.metrics.watch(self.store, self.settings.data_dir, asyncio.get_running_loop())
+            self.metrics.watch(self.store.reading, self.settings.data_dir, asyncio.get_running_loop())
             self._serve_metrics()
             server = grpc.aio.server(
                 options=server_options(self.settings.grpc_max_receive_message_bytes,
