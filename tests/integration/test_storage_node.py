@@ -26,6 +26,7 @@ from herald.storage.node.server import StorageServer
 from herald.storage.node.settings import StorageSettings
 
 from tests.conftest import free_port, wait_for_port
+from tests.helpers import eventually
 
 DEADLINE = 30.0
 
@@ -271,8 +272,13 @@ async def test_flipped_bytes_in_an_entry_log_file_give_a_checksum_error(node: No
     await add_all(node, [add_request(1, 0, b"intact"), add_request(1, 1, marker), add_request(1, 2, b"also")])
     await asyncio.to_thread(flip_byte_in_file_holding, node.data_dir / "entrylog", marker)
 
-    error = await rpc_error(node.stub.ReadEntries(
-        storage_pb2.ReadRequest(ledger_id=1, first_entry_id=1, last_entry_id=1), timeout=DEADLINE))
+    # An add is answered after the journal's fsync and written to the entry log after that: until
+    # the node has the entry log's copy in its index, reads come from the journaled bytes in memory.
+    async def damaged_read() -> grpc.aio.AioRpcError:
+        return await rpc_error(node.stub.ReadEntries(
+            storage_pb2.ReadRequest(ledger_id=1, first_entry_id=1, last_entry_id=1), timeout=DEADLINE))
+
+    error = await eventually(damaged_read, "the read of the damaged entry to fail", retry=(pytest.fail.Exception,))
     assert error.code() == grpc.StatusCode.DATA_LOSS
     assert (error.details() or "").startswith(f"{common_pb2.CHECKSUM_ERROR}:entry 1 of ledger 1")
     assert isinstance(error_from_rpc(error), errors.ChecksumError)

@@ -12,7 +12,7 @@ from typing import Protocol
 
 from herald.broker.core.entry_cache import EntryCache
 from herald.broker.core.ledger_list import LedgerList, Position
-from herald.common.errors import EntryNotFoundError
+from herald.common.errors import EntryNotFoundError, HeraldError
 
 # Storage read handles kept open for closed ledgers.
 MAX_READ_HANDLES = 16
@@ -28,6 +28,9 @@ class LedgerHandle(Protocol):
     @property
     def closed(self) -> bool: ...
     async def add_entry(self, data: bytes) -> int: ...
+    def add_entry_nowait(self, data: bytes, callback: Callable[[int, HeraldError | None], None]) -> None:
+        """Queue an add; `callback(entry id, error)` runs once per add, in add order, never from
+        within this call. Raises HeraldError, queueing nothing, when the ledger takes no adds."""
     async def read_entries(self, first: int, last: int) -> list[tuple[int, bytes]]: ...
     async def close(self) -> None: ...
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import json
 import logging
 import time
@@ -83,7 +84,9 @@ class ManagedLedger:
         self._issued_bytes = 0
         self._waiting: deque[PendingAdd] = deque()  # not yet issued
         self._in_flight: deque[PendingAdd] = deque()  # issued, completing in order
-        self._writes: set[asyncio.Task[None]] = set()  # every storage write still running
+        # Adds issued to storage whose callback has not come yet; close() waits for them to settle.
+        self._unsettled = 0
+        self._settled: asyncio.Future[None] | None = None
         self._roll_task: asyncio.Task[None] | None = None
         self._last_create_failure = -float("inf")
         self._reader = LedgerReader(name, self._list, storage, cache, lambda: self._current)
@@ -264,20 +267,29 @@ class ManagedLedger:
         self._issued += 1
         self._issued_bytes += len(op.data)
         self._in_flight.append(op)
-        task = op.task = asyncio.get_running_loop().create_task(self._write(op, handle))
-        self._writes.add(task)
-        task.add_done_callback(self._writes.discard)
-
-    async def _write(self, op: PendingAdd, handle: LedgerHandle) -> None:
-        if op.trace is not None:
-            tracing.attach(op.trace)  # this task's own context: the storage add is the publish span's child
+        self._unsettled += 1
+        written = functools.partial(self._written, op, handle)
+        # Within the add's own trace context: the storage add span is the publish span's child.
+        token = tracing.attach(op.trace) if op.trace is not None else None
         try:
-            entry_id = await handle.add_entry(op.data)
+            handle.add_entry_nowait(op.data, written)
+        except HeraldError as exc:  # the ledger takes no adds now: fail it in turn, never from in here
+            asyncio.get_running_loop().call_soon(written, -1, exc)
+        finally:
+            if token is not None:
+                tracing.detach(token)
+
+    def _written(self, op: PendingAdd, handle: LedgerHandle, entry_id: int, error: HeraldError | None) -> None:
+        """The storage client's callback: adds complete in entry order (its one completion point)."""
+        self._unsettled -= 1
+        if error is None:
             op.position = Position(handle.ledger_id, entry_id)
-        except (Exception, asyncio.CancelledError) as exc:
-            op.error = exc if isinstance(exc, HeraldError) else PersistenceError(f"write failed: {exc!r}")
+        else:
+            op.error = error
         op.done = True
         self._complete_in_order()
+        if self._unsettled == 0 and self._settled is not None and not self._settled.done():
+            self._settled.set_result(None)
 
     def _complete_in_order(self) -> None:
         flight = self._in_flight
@@ -326,9 +338,11 @@ class ManagedLedger:
             op.fail(op.error if isinstance(op.error, HeraldError) and op.done else error)
 
     async def _settle_in_flight(self) -> None:
-        # All writes, including those of adds already failed by fencing: none may outlive close().
-        if self._writes:
-            await asyncio.wait(list(self._writes))
+        # Every add's callback, those of adds already failed by fencing too: none may come after close().
+        while self._unsettled:
+            if self._settled is None or self._settled.done():
+                self._settled = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._settled)
 
     # ---- rollover ----
 

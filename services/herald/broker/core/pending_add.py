@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 
 from herald.broker.core.ledger_list import Position
@@ -15,7 +14,7 @@ class PendingAdd:
     completion, in add order, once (the data is the caller's bytes, held by reference: an add copies
     nothing)."""
 
-    __slots__ = ("attempts", "callback", "completed", "data", "done", "error", "position", "task", "trace")
+    __slots__ = ("attempts", "callback", "completed", "data", "done", "error", "position", "trace")
 
     def __init__(self, data: bytes, callback: Callable[[PendingAdd], None] | None) -> None:
         self.data = data
@@ -25,7 +24,6 @@ class PendingAdd:
         self.error: BaseException | None = None
         self.done = False
         self.attempts = 0
-        self.task: asyncio.Task[None] | None = None
         # The trace context it was queued in (a publish span), for the storage add wherever it is
         # issued (a rollover issues it later, from another task). None: not traced.
         self.trace = tracing.current() if tracing.ENABLED else None

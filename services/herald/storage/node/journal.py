@@ -314,6 +314,10 @@ class Journal:
     def _run(self) -> None:
         batch: list[_Pending] = []
         while True:
+            if self._written is not None and self._queue.empty():
+                # Idle: the last batch's entry-log outcome goes to the loop now rather than with the
+                # next batch's answers, so its bytes are not held in memory until more adds come.
+                self._post_written()
             item: _Pending | _Control = self._queue.get()
             size = 0
             while True:
