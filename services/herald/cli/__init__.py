@@ -1,4 +1,8 @@
 """The `herald` command. `main` holds the top-level parser and runs a command; each family adds its
 own subcommands: `services` (standalone, lookup, broker, storage, proxy, dlq-worker, operator,
 local-cluster, their shared flags in `service_flags`), `produce_consume`, and the `admin` package.
-`client_options` are the security flags of every command that opens a client. Nothing imports it."""
+`client_options` are the security flags of every command that opens a client. Nothing imports it.
+
+`herald operator` imports herald_operator (operator/) only when it runs, so the command works
+without kopf installed for every other command. tests/chart checks every flag and HERALD_*
+variable the Helm chart passes against this parser and the settings classes."""
