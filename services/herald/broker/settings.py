@@ -137,7 +137,7 @@ class BrokerSettings(SecuritySettings, MetricsEndpointSettings):
     entry_cache_max_bytes: int = 64 * MIB
 
     # Stats: message rates are the growth of the counters over about this many seconds, from
-    # samples taken when stats are asked for (broker.rates).
+    # samples taken when stats are asked for (broker.core.rates).
     stats_rate_window_seconds: float = 10.0
 
     # Dispatch: entries read ahead per storage read, entries per consumer per round-robin turn on

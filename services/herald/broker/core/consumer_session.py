@@ -131,7 +131,7 @@ class ConsumerSession:
 
     @staticmethod
     def delivered(batch: list[Delivery]) -> None:
-        """The batch was written: its deliver spans end (broker.tracing)."""
+        """The batch was written: its deliver spans end (broker.core.tracing)."""
         for delivery in batch:
             if delivery.span is not None:
                 broker_tracing.end_deliver(delivery.span)

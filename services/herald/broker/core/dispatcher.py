@@ -10,8 +10,8 @@ dead-letter limit goes to the dead-letter queue instead, and (Shared, Key_Shared
 deliver-at time is ahead is held by the delayed-delivery tracker until due.
 
 Each subscription type is a Dispatcher subclass: it decides who gets what, and what happens to a
-leaving consumer's unacknowledged entries: broker.single_active (Exclusive, Failover: one active
-consumer, rewinding the cursor to redeliver), broker.shared (Shared), broker.key_shared (Key_Shared).
+leaving consumer's unacknowledged entries: broker.core.single_active (Exclusive, Failover: one active
+consumer, rewinding the cursor to redeliver), broker.core.shared (Shared), broker.core.key_shared (Key_Shared).
 A dispatcher sees its subscription through DispatchSource, the port it is built on.
 """
 

@@ -5,7 +5,7 @@ contiguous slice, so one key always goes to one consumer while it stays connecte
 Auto-split: the first consumer owns everything; a joining consumer takes the lower half of the
 largest slice (the lowest one among equals), so a join moves keys from one consumer only; a leaving
 consumer's slice goes to its upper neighbour (the lower one when it owned the top), so a leave moves
-keys to one consumer only. Used by the Key_Shared dispatcher (broker.key_shared) and by
+keys to one consumer only. Used by the Key_Shared dispatcher (broker.core.key_shared) and by
 non-persistent Key_Shared subscriptions alike.
 """
 

@@ -1,5 +1,5 @@
 """Key_Shared dispatch: each entry goes to the consumer owning its key's slice of the hash range
-(broker.hash_ranges), so one key's entries go to one consumer, in order, while it stays connected.
+(broker.core.hash_ranges), so one key's entries go to one consumer, in order, while it stays connected.
 """
 
 from __future__ import annotations

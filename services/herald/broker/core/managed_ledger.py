@@ -6,7 +6,7 @@ by compare-and-set: losing a CAS means another broker took the topic over, and t
 Fenced. Adds are pipelined to the open ledger and complete in order; while a full ledger is being
 closed and its successor created they wait in a queue. Reads cross ledger boundaries and are
 served from the entry cache when they can be. Consumed ledgers past retention are trimmed from the
-head of the list (broker.retention decides which; trim_ledgers() deletes them). The list and its
+head of the list (broker.core.retention decides which; trim_ledgers() deletes them). The list and its
 position arithmetic live in broker.ledger_list.
 """
 

@@ -10,7 +10,7 @@ connection's producer) drives with plain calls and awaitables, translating only.
     await session.close(drain=True)                                 # the client finished
 
 Receipts come back in request order from one in-order completion point (Receipts): each send is a
-Receipt the topic completes (broker.publication), and the head of the line is released as soon as
+Receipt the topic completes (broker.core.publication), and the head of the line is released as soon as
 it is done, whatever order completions arrive in (a duplicate completes at once, a stored entry when
 storage acknowledges it). Flow control: at max_pending_sends sends whose receipts were not taken,
 room() waits, so the front end stops reading and its transport pushes back on the client.

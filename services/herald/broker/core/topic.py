@@ -4,7 +4,7 @@ to, and the subscriptions that read it (what every topic shares is broker.topic_
 submit() is the hot path: checks, dedup and the add are queued synchronously, so the order of
 submit() calls is the order of entries in the log; completion (dedup's persisted mark, counters,
 waking dispatchers, the publication) runs in that order too, from the managed ledger's completion
-callback. A retention trimmer deletes the ledgers every subscription has consumed (broker.retention).
+callback. A retention trimmer deletes the ledgers every subscription has consumed (broker.core.retention).
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ class PersistentTopic(Topic[Subscription]):
         )
         ledger.on_ledger_closed = self.retention.request
         self.backlog_quota = BacklogQuotaGuard(self, settings.backlog_quota_check_interval)
-        # Message TTL in seconds (0: off); policies set it per topic (broker.expiry acts on it).
+        # Message TTL in seconds (0: off); policies set it per topic (broker.core.expiry acts on it).
         self.message_ttl_seconds = settings.message_ttl_seconds
         self.expiry = MessageExpiry(self, settings.message_expiry_check_interval)
         self.add_waiters = AddWaiters()  # long-polling pulls, woken by each add

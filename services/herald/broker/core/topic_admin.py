@@ -1,7 +1,7 @@
 """Topic administration: creating and deleting topics and partitioned topics, partition counts,
 subscriptions made and moved by an admin (create, delete, reset, skip, peek, dead-letter policies),
 stats, the last message id, termination and reads by offset (pull). Topics come from the registry
-(broker.topic_registry), loaded on first use like any client's; what only a stored topic can do is
+(broker.core.topic_registry), loaded on first use like any client's; what only a stored topic can do is
 asked of its persistent_ops capability."""
 
 from __future__ import annotations
@@ -280,7 +280,7 @@ class TopicAdmin:
         max_wait: float = 0.0, subscription: str | None = None,
     ) -> PullResult:
         """Read queue `queue` of `topic` (-1: the topic as named) by offset, long polling up to
-        max_wait seconds (see broker.pull). INVALID_ARGUMENT "queue id out of range" for a queue
+        max_wait seconds (see broker.core.pull). INVALID_ARGUMENT "queue id out of range" for a queue
         the topic does not have, NOT_FOUND for a named subscription that does not exist."""
         check_pull_limits(max_entries, max_bytes, max_wait)
         name = await resolve_queue(self.store, self.parse_topic(topic), queue)

@@ -1,4 +1,4 @@
-"""The Topic interface: what every topic is, stored (broker.topic.PersistentTopic) or not
+"""The Topic interface: what every topic is, stored (broker.core.topic.PersistentTopic) or not
 (broker.nonpersistent_topic.NonPersistentTopic), with what they share written once: producers (name
 allocation, the busy and limit checks), the in-counters, the checks before a subscription is touched,
 unsubscribing, the limits policies set, the stats (counters and rates of the topic, its producers,
@@ -277,7 +277,7 @@ class Topic(abc.ABC, Generic[S]):
     # ---- stats ----
 
     def stats(self) -> TopicStats:
-        """Counters and rates (over the stats window: broker.rates) of the topic, its producers,
+        """Counters and rates (over the stats window: broker.core.rates) of the topic, its producers,
         subscriptions and consumers; what only one kind has is filled in by _fill_stats."""
         producers = list(self.producers.values())
         subscriptions = list(self.subscriptions.values())

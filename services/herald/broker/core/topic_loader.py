@@ -1,7 +1,7 @@
 """Making a topic of the kind its name says, ready to load: a persistent topic opens its managed ledger
 (recovering the last ledger a dead writer may have left open, then creating one to write to) and
 recovers its deduplication state; a non-persistent topic needs nothing stored. The registry
-(broker.topic_registry) applies policies, loads and serves what this makes."""
+(broker.core.topic_registry) applies policies, loads and serves what this makes."""
 
 from __future__ import annotations
 

@@ -187,7 +187,7 @@ class TopicRegistry:
             await topic.apply_policies(policies)
             log.info("topic %s: policies applied again", key)
 
-    # ---- deleting (broker.topic_admin) ----
+    # ---- deleting (broker.core.topic_admin) ----
 
     @contextlib.asynccontextmanager
     async def deleting(self, key: str) -> AsyncIterator[None]:

@@ -3,9 +3,9 @@ metadata resources (tenants, namespaces, policies: herald.metadata.resources) an
 core (topics and subscriptions: BrokerService).
 
 A topic or subscription call that reaches a broker not owning the topic is forwarded, once, to its
-owner (broker.admin_forwarding). A call on a partitioned topic's base name that acts on topic state
+owner (broker.grpc.admin_forwarding). A call on a partitioned topic's base name that acts on topic state
 (stats, unload, subscriptions) is made on each partition, wherever each is served, and the answers
-combined: stats summed (broker.stats.sum_partitions), skipped counts added, subscription names
+combined: stats summed (broker.core.stats.sum_partitions), skipped counts added, subscription names
 merged. Partitions are visited at most IN_FLIGHT at a time, and every loop over them gives the
 event loop back (herald.common.bounded): a topic with many partitions makes a slow call, never a
 stalled broker.

@@ -1,5 +1,5 @@
 """DeadLetterService: the thin gRPC adapter between a dlq-worker's Letters stream and the broker's
-DeadLetterQueue (broker.dead_letters). Each stream is one worker: its flows, moved and failed
+DeadLetterQueue (broker.core.dead_letters). Each stream is one worker: its flows, moved and failed
 reports go to the queue; the letters lent to it are written back; when the stream ends, its
 outstanding letters go back to the queue for another worker."""
 

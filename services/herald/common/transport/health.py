@@ -2,7 +2,7 @@
 (LoopHeartbeat, a callback the loop runs every second). Readiness: named checks each service
 registers ("registered with lookup", "journal open"), run on the service's event loop
 (ServiceHealth); the gRPC health service (grpc.health.v1) of the service's server answers SERVING
-while they all pass. The process's HTTP endpoint (common.http_endpoint) serves both as /healthz and
+while they all pass. The process's HTTP endpoint (common.http.endpoint) serves both as /healthz and
 /readyz."""
 
 from __future__ import annotations

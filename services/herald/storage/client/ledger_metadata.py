@@ -12,7 +12,7 @@ set comes from the ensemble in force for it. JSON form:
 `length` is the ledger's size in bytes once closed by its writer; while it is OPEN it is the size of
 the entries before the last ensemble's first entry (the writer records it at each ensemble change).
 A ledger closed by recovery records that plus the entries recovered after the LAC: a lower bound
-(see storage.recovery).
+(see storage.client.recovery).
 """
 
 from __future__ import annotations

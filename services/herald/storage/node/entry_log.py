@@ -10,7 +10,7 @@ File format: the 8-byte magic `HRLDELG1`, then records, each a 28-byte header an
 
 A location packs (file id, offset of the record) into one u64: file id << 40 | offset. Files are
 immutable once the log moves past them; deleted ledgers leave dead bytes in them, which compaction
-(storage.compaction) reclaims by copying the live entries to the current file.
+(storage.node.compaction) reclaims by copying the live entries to the current file.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ storage.ledgers). Reads go index -> entry log, or to the bytes in memory of an e
 yet, never to the journal. A checkpoint makes the entry log durable, saves the index snapshot (with fencing and
 LACs) and deletes the journal files it covers; a restart loads the snapshot and replays only the
 journal written after it. Entry log files with no live entry are deleted at checkpoints, and
-mostly-dead ones compacted (storage.compaction).
+mostly-dead ones compacted (storage.node.compaction).
 """
 
 from __future__ import annotations
