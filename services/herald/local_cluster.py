@@ -5,6 +5,7 @@ code (kill, pause, resume, restart any process)."""
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -16,9 +17,37 @@ from pathlib import Path
 
 from herald.common.errors import InvalidArgumentError, ServiceNotReadyError
 
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_handed_out: set[int] = set()
+
+
+def ephemeral_low() -> int:
+    """Where the kernel's ephemeral port range (outgoing connections, bind(0)) starts."""
+    try:
+        return int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
 
 def free_port() -> int:
-    with socket.socket() as sock:
+    """A loopback port free now, for a server started next. Chosen below the kernel's ephemeral
+    range: a port from bind(0) comes from that range, which every outgoing connection also draws
+    from, so between choosing it and the server binding it a client socket could take it (seen in
+    CI as a broker failing to bind). Never the same port twice in one process."""
+    top = min(ephemeral_low(), 65536) - 1
+    bottom = 10000 if top > 20000 else 1024
+    for _ in range(200):
+        port = random.randint(bottom, top)
+        if port in _handed_out:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    with socket.socket() as sock:  # a crowded range: let the kernel choose
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 

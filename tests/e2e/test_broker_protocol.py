@@ -3,15 +3,20 @@ client never triggers: corrupt entries, streams that do not start with registrat
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import grpc
 import pytest
 from herald.api.v1 import broker_pb2, broker_pb2_grpc, common_pb2, lookup_pb2, lookup_pb2_grpc
+from herald.client.admin import AdminClient
 from herald.common.codec.entry import EntryMetadata, encode_entry, pack_record
 
 from tests.conftest import StandaloneProcess
+from tests.helpers import eventually, unique_topic
+from tests.wire import WireClient
 
 Broker = tuple[broker_pb2_grpc.BrokerServiceStub, str]
 Stub = broker_pb2_grpc.BrokerServiceStub
@@ -105,3 +110,35 @@ def test_topic_owned_elsewhere_is_refused_with_not_owner(broker: Broker) -> None
     # Never looked up, so lookup assigned it to no one: the broker must not serve it.
     (reply,) = produce(stub, register("never-looked-up", "p"))
     assert reply.error.code == common_pb2.NOT_OWNER
+
+
+async def test_streams_cancelled_while_registering_leave_no_producer_or_consumer(
+    shared_standalone: StandaloneProcess, admin: AdminClient,
+) -> None:
+    """A client that vanishes while its producer or consumer is being registered (the broker's
+    reply cannot be written) must not leave it attached: a lingering producer holds its name and
+    shows in stats forever. Cancelled at many points from just after the request to well after
+    the reply."""
+    topic = unique_topic("vanishing")
+    async with WireClient(shared_standalone.port) as wire:
+        stub = await wire.broker(topic)
+        for attempt in range(120):
+            delay = (attempt % 30) / 5000  # 0 to 6 ms
+            produce_call = stub.Produce(_then_silence(register(topic, "")))
+            consume_call = stub.Consume(_then_silence(broker_pb2.ConsumeRequest(subscribe=broker_pb2.Subscribe(
+                topic=topic, subscription="s", type=broker_pb2.SHARED))))
+            await asyncio.sleep(delay)
+            produce_call.cancel()
+            consume_call.cancel()
+
+    async def nothing_attached() -> tuple[int, int]:
+        stats = await admin.topic_stats(topic)
+        return len(stats.producers), sum(s.consumers for s in stats.subscriptions)
+
+    await eventually(nothing_attached, f"every producer and consumer of {topic} gone", until=lambda n: n == (0, 0))
+
+
+async def _then_silence(first: Any) -> AsyncIterator[Any]:
+    """A request stream that sends one request and then stays open, saying nothing."""
+    yield first
+    await asyncio.Event().wait()

@@ -128,5 +128,8 @@ class BrokerService(TopicAdmin):
                 log.warning("subscription %s on %s: reading its dead-letter policy failed (%s): using the "
                             "subscriber's", subscription, topic, error)
                 admin_policy = None
+            except BaseException:  # cancelled (the client vanished): the attached consumer must not linger
+                await consumer.close()
+                raise
             loaded.set_dead_letter_policies(subscription, admin=admin_policy, subscriber=dead_letter_policy)
         return consumer

@@ -77,10 +77,14 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         except errors.HeraldError as error:
             await replies.write(_produce_error(error))
             return
-        await replies.write(broker_pb2.ProduceResponse(registered=broker_pb2.ProducerRegistered(
-            producer_name=registered.producer_name, last_sequence_id=registered.last_sequence_id,
-            max_message_size=registered.max_message_size,
-        )))
+        try:
+            await replies.write(broker_pb2.ProduceResponse(registered=broker_pb2.ProducerRegistered(
+                producer_name=registered.producer_name, last_sequence_id=registered.last_sequence_id,
+                max_message_size=registered.max_message_size,
+            )))
+        except BaseException:  # the client vanished while registering: its producer must not linger
+            await session.close(drain=False)
+            raise
         writer = asyncio.create_task(_write_receipts(replies, session))
         closed = asyncio.create_task(session.wait_closed())
         client_finished = False
@@ -125,7 +129,11 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         except errors.HeraldError as error:
             await replies.write(_consume_error(error))
             return
-        await replies.write(broker_pb2.ConsumeResponse(subscribed=broker_pb2.Subscribed(consumer_name=name)))
+        try:
+            await replies.write(broker_pb2.ConsumeResponse(subscribed=broker_pb2.Subscribed(consumer_name=name)))
+        except BaseException:  # the client vanished while subscribing: its consumer must not linger
+            await session.close()
+            raise
         sender = asyncio.create_task(_deliver(replies, session))
         events = asyncio.create_task(_tell_events(replies, session))
         closed = asyncio.create_task(session.wait_closed())
