@@ -34,6 +34,7 @@ class BrokerUrls:
 class TopicOwners(Protocol):
     """Who serves a topic in a cluster (the process wiring implements it over lookup)."""
 
-    async def owner(self, topic: str) -> BrokerUrls | None:
+    async def owner(self, topic: str, role: str | None = None) -> BrokerUrls | None:
         """The owner's addresses when another broker owns `topic` (lookup assigns one if none does);
-        None when it is this broker. HeraldError when it cannot be told (lookup unreachable...)."""
+        None when it is this broker. Asked on behalf of `role` (a client's: lookup authorizes it,
+        not the broker). HeraldError when it cannot be told (lookup unreachable, not authorized...)."""

@@ -16,6 +16,7 @@ from herald.api.v1 import lookup_pb2, lookup_pb2_grpc
 from herald.broker.core.ownership import BrokerOwnership
 from herald.broker.core.ports import BrokerUrls
 from herald.common.errors import ServiceNotReadyError
+from herald.common.security.authentication import ORIGINAL_PRINCIPAL
 from herald.common.tasks import cancel_and_wait
 from herald.common.transport.rpc import channel_options, error_from_rpc
 from herald.common.transport.tls import PLAINTEXT, Dialer
@@ -115,13 +116,16 @@ class LookupRegistration:
                 with contextlib.suppress(grpc.aio.AioRpcError):
                     await self._register(deadline=asyncio.get_running_loop().time() + 60.0)
 
-    async def owner(self, topic: str) -> BrokerUrls | None:
+    async def owner(self, topic: str, role: str | None = None) -> BrokerUrls | None:
         """TopicOwners (herald.broker.core.ports): another broker's addresses when it owns `topic`
-        (lookup assigns an owner if none), None when this broker does."""
+        (lookup assigns an owner if none), None when this broker does. The broker asks as a
+        forwarder for `role` (x-herald-original-principal), so lookup authorizes the client."""
         if self._stub is None:
             raise ServiceNotReadyError("the broker is not registered with lookup yet: retry")
+        metadata = [(ORIGINAL_PRINCIPAL, role)] if role is not None else None
         try:
-            answer = await self._stub.LookupTopic(lookup_pb2.LookupTopicRequest(topic=topic), timeout=self.timeout)
+            answer = await self._stub.LookupTopic(lookup_pb2.LookupTopicRequest(topic=topic), timeout=self.timeout,
+                                                  metadata=metadata)
         except grpc.aio.AioRpcError as exc:
             raise error_from_rpc(exc, f"looking up {topic}") from None
         if answer.broker_id == self.ownership.broker_id or answer.broker_address == self.ownership.address:

@@ -51,7 +51,7 @@ async def lookup(frontend: FrontEnd, role: str | None, request: pulsar.CommandLo
         name = TopicName.parse(request.topic)
         await _check_lookup(frontend, role, str(name))
         await frontend.service.resources.check_namespace(name.namespace_name)
-        owner = await frontend.owners.owner(str(name)) if frontend.owners is not None else None
+        owner = await frontend.owners.owner(str(name), role) if frontend.owners is not None else None
         urls = owner or frontend.urls
         kinds = pulsar.CommandLookupTopicResponse
         answer.response = kinds.Redirect if owner else kinds.Connect

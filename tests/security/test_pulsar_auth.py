@@ -1,0 +1,159 @@
+"""The Pulsar protocol under token authentication and authorization: the official client's
+AuthenticationToken is Herald's token; no token, a forged or an expired one are refused at CONNECT;
+a role reaches only what it was granted, exactly as through Herald's own protocol."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+
+import pulsar
+import pytest
+from herald.api.pulsar import PulsarApi_pb2
+from herald.client import AuthenticationToken, Client
+from herald.client.admin import SyncAdminClient
+from herald.common.pulsar.frames import FrameDecoder, encode_command
+from herald.common.security.tokens import create_token, new_secret_key
+
+from tests.conftest import StandaloneProcess
+from tests.helpers import unique_name, unique_topic
+from tests.security.conftest import ADMIN, Keys, Pki
+
+QUIET = pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+
+
+@pytest.fixture(scope="module")
+def tenant(secure_standalone: StandaloneProcess, pki: Pki, keys: Keys) -> Iterator[str]:
+    """A tenant with namespace `ns` where role `app` may produce and consume."""
+    name = unique_name("ptenant")
+    with SyncAdminClient(secure_standalone.service_url, auth=AuthenticationToken(keys.token(ADMIN)),
+                         tls_trust_certs_file_path=str(pki.ca_cert)) as admin:
+        admin.create_tenant(name)
+        admin.create_namespace(f"{name}/ns")
+        admin.grant_permission("app", ["produce", "consume"], namespace=f"{name}/ns")
+    yield name
+
+
+def pulsar_client(server: StandaloneProcess, token: str | None) -> pulsar.Client:
+    auth = pulsar.AuthenticationToken(token) if token is not None else None
+    return pulsar.Client(server.pulsar_url, authentication=auth, operation_timeout_seconds=10, logger=QUIET)
+
+
+def herald_send(server: StandaloneProcess, pki: Pki, keys: Keys, topic: str, value: bytes) -> None:
+    with Client(server.service_url, auth=AuthenticationToken(keys.token(ADMIN)),
+                tls_trust_certs_file_path=str(pki.ca_cert)) as client:
+        producer = client.create_producer(topic)
+        producer.send(value)
+        producer.close()
+
+
+def test_a_granted_role_consumes_with_its_token(
+    secure_standalone: StandaloneProcess, pki: Pki, keys: Keys, tenant: str,
+) -> None:
+    topic = unique_topic("t", f"{tenant}/ns")
+    client = pulsar_client(secure_standalone, keys.token("app"))
+    try:
+        consumer = client.subscribe(topic, "s")
+        herald_send(secure_standalone, pki, keys, topic, b"for app")
+        assert consumer.receive(timeout_millis=10_000).data() == b"for app"
+    finally:
+        client.close()
+
+
+def bad_token(keys: Keys, credentials: str) -> str | None:
+    return {
+        "none": None,
+        "forged": create_token("app", secret_key=new_secret_key()),
+        "expired": keys.token("app", expiry_seconds=-60),
+        "garbage": "not.a.token",
+    }[credentials]
+
+
+def connect(server: StandaloneProcess, token: str | None) -> tuple[PulsarApi_pb2.BaseCommand, bool]:
+    """A CONNECT as the official clients send it: the broker's answer, and (after a refusal)
+    whether it then closed the connection."""
+    connect = PulsarApi_pb2.CommandConnect(client_version="raw-test", protocol_version=20)
+    if token is not None:
+        connect.auth_method_name, connect.auth_data = "token", token.encode()
+    decoder = FrameDecoder(1 << 20)
+    with socket.create_connection(("127.0.0.1", server.pulsar_port), timeout=10) as sock:
+        sock.sendall(encode_command(PulsarApi_pb2.BaseCommand(type=PulsarApi_pb2.BaseCommand.CONNECT,
+                                                              connect=connect)))
+        frames: list[PulsarApi_pb2.BaseCommand] = []
+        while not frames:
+            data = sock.recv(65536)
+            assert data, "the broker closed the connection without an answer"
+            frames.extend(frame.command for frame in decoder.feed(data))
+        refused = frames[0].type != PulsarApi_pb2.BaseCommand.CONNECTED
+        closed = refused and sock.recv(65536) == b""
+    return frames[0], closed
+
+
+@pytest.mark.parametrize("credentials", ["none", "forged", "expired", "garbage"])
+def test_bad_credentials_are_refused_at_connect(
+    secure_standalone: StandaloneProcess, keys: Keys, credentials: str,
+) -> None:
+    answer, closed = connect(secure_standalone, bad_token(keys, credentials))
+    assert answer.type == PulsarApi_pb2.BaseCommand.ERROR
+    assert answer.error.error == PulsarApi_pb2.AuthenticationError
+    assert closed
+    good, _ = connect(secure_standalone, keys.token("app"))
+    assert good.type == PulsarApi_pb2.BaseCommand.CONNECTED
+
+
+@pytest.mark.parametrize("credentials", ["none", "forged"])
+def test_the_official_client_with_bad_credentials_gets_nothing(
+    secure_standalone: StandaloneProcess, pki: Pki, keys: Keys, tenant: str, credentials: str,
+) -> None:
+    """The C++ client (4.x) treats an ERROR before CONNECTED as a disconnection and retries until
+    its operation timeout, as it does against Pulsar: the call fails, nothing is delivered."""
+    topic = unique_topic("t", f"{tenant}/ns")
+    client = pulsar.Client(secure_standalone.pulsar_url, operation_timeout_seconds=2, logger=QUIET,
+                           authentication=(pulsar.AuthenticationToken(token)
+                                           if (token := bad_token(keys, credentials)) else None))
+    try:
+        with pytest.raises(pulsar.PulsarException):
+            client.subscribe(topic, "s")
+        with pytest.raises(pulsar.PulsarException):
+            client.create_producer(topic)
+    finally:
+        client.close()
+
+
+def test_a_role_without_a_grant_is_refused_on_another_tenants_topic(
+    secure_standalone: StandaloneProcess, keys: Keys, tenant: str,
+) -> None:
+    topic = unique_topic("t", f"{tenant}/ns")
+    client = pulsar_client(secure_standalone, keys.token("intruder"))
+    try:
+        with pytest.raises(pulsar.AuthorizationError):
+            client.subscribe(topic, "s")
+        with pytest.raises(pulsar.AuthorizationError):
+            client.create_producer(topic)
+    finally:
+        client.close()
+
+
+def test_a_role_granted_consume_only_cannot_produce(
+    secure_standalone: StandaloneProcess, pki: Pki, keys: Keys, tenant: str,
+) -> None:
+    with SyncAdminClient(secure_standalone.service_url, auth=AuthenticationToken(keys.token(ADMIN)),
+                         tls_trust_certs_file_path=str(pki.ca_cert)) as admin:
+        admin.grant_permission("reader", ["consume"], namespace=f"{tenant}/ns")
+    topic = unique_topic("t", f"{tenant}/ns")
+    deadline = time.monotonic() + 10  # grants reach the broker's cache within about a second
+    client = pulsar_client(secure_standalone, keys.token("reader"))
+    try:
+        while True:
+            try:
+                client.subscribe(topic, "s")
+                break
+            except pulsar.AuthorizationError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        with pytest.raises(pulsar.AuthorizationError):
+            client.create_producer(topic)
+    finally:
+        client.close()
