@@ -153,7 +153,7 @@ def test_failover_hands_the_subscription_to_the_next_consumer(herald: Client, cl
 def test_an_exclusive_subscription_refuses_a_second_consumer(client: pulsar.Client) -> None:
     topic = unique_topic("pulsar-exclusive")
     client.subscribe(topic, "s")
-    with pytest.raises(pulsar.PulsarException, match="(?i)busy|exclusive"):
+    with pytest.raises(pulsar.PulsarException, match=r"(?i)busy|exclusive"):
         client.subscribe(topic, "s")
 
 
