@@ -4,7 +4,6 @@ a role reaches only what it was granted, exactly as through Herald's own protoco
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Iterator
 
@@ -13,11 +12,11 @@ import pytest
 from herald.api.pulsar import PulsarApi_pb2
 from herald.client import AuthenticationToken, Client
 from herald.client.admin import SyncAdminClient
-from herald.common.pulsar.frames import FrameDecoder, encode_command
 from herald.common.security.tokens import create_token, new_secret_key
 
 from tests.conftest import StandaloneProcess
 from tests.helpers import unique_name, unique_topic
+from tests.pulsar.raw import RawConnection
 from tests.security.conftest import ADMIN, Keys, Pki
 
 QUIET = pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
@@ -73,21 +72,9 @@ def bad_token(keys: Keys, credentials: str) -> str | None:
 def connect(server: StandaloneProcess, token: str | None) -> tuple[PulsarApi_pb2.BaseCommand, bool]:
     """A CONNECT as the official clients send it: the broker's answer, and (after a refusal)
     whether it then closed the connection."""
-    connect = PulsarApi_pb2.CommandConnect(client_version="raw-test", protocol_version=20)
-    if token is not None:
-        connect.auth_method_name, connect.auth_data = "token", token.encode()
-    decoder = FrameDecoder(1 << 20)
-    with socket.create_connection(("127.0.0.1", server.pulsar_port), timeout=10) as sock:
-        sock.sendall(encode_command(PulsarApi_pb2.BaseCommand(type=PulsarApi_pb2.BaseCommand.CONNECT,
-                                                              connect=connect)))
-        frames: list[PulsarApi_pb2.BaseCommand] = []
-        while not frames:
-            data = sock.recv(65536)
-            assert data, "the broker closed the connection without an answer"
-            frames.extend(frame.command for frame in decoder.feed(data))
-        refused = frames[0].type != PulsarApi_pb2.BaseCommand.CONNECTED
-        closed = refused and sock.recv(65536) == b""
-    return frames[0], closed
+    with RawConnection(server.pulsar_port) as raw:
+        answer = raw.connect(token)
+        return answer, answer.type != PulsarApi_pb2.BaseCommand.CONNECTED and raw.closed_by_broker()
 
 
 @pytest.mark.parametrize("credentials", ["none", "forged", "expired", "garbage"])
