@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 
 import pulsar
@@ -227,3 +228,22 @@ def test_a_partitioned_topic_is_consumed_across_its_partitions(
     assert sorted(m.data() for m in received) == sorted(values)
     assert {m.topic_name() for m in received} == {f"{topic}-partition-{i}" for i in range(3)}
     assert client.get_topic_partitions(topic) == [f"{topic}-partition-{i}" for i in range(3)]
+
+
+def test_a_regex_consumer_reads_every_matching_topic(herald: Client, client: pulsar.Client) -> None:
+    prefix = unique_topic("pulsar-regex")
+    topics = [f"{prefix}-{i}" for i in range(3)]
+    for topic in topics:
+        produce(herald, topic, 1, prefix=topic.rsplit("/", 1)[1])
+    consumer = client.subscribe(re.compile(re.escape(prefix) + "-.*"), "s",
+                                initial_position=pulsar.InitialPosition.Earliest)
+    received = receive_all(consumer, 3)
+    assert sorted(m.topic_name() for m in received) == topics
+
+
+def test_a_multi_topic_consumer_reads_each_topic_it_names(herald: Client, client: pulsar.Client) -> None:
+    topics = [unique_topic("pulsar-multi") for _ in range(2)]
+    consumer = client.subscribe(topics, "s", initial_position=pulsar.InitialPosition.Earliest)
+    for topic in topics:
+        produce(herald, topic, 2)
+    assert sorted(m.topic_name() for m in receive_all(consumer, 4)) == sorted(topics * 2)
