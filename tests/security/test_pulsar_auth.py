@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pulsar
 import pytest
@@ -14,10 +15,10 @@ from herald.client import AuthenticationToken, Client
 from herald.client.admin import SyncAdminClient
 from herald.common.security.tokens import create_token, new_secret_key
 
-from tests.conftest import StandaloneProcess
+from tests.conftest import StandaloneProcess, free_port
 from tests.helpers import unique_name, unique_topic
 from tests.pulsar.raw import RawConnection
-from tests.security.conftest import ADMIN, Keys, Pki
+from tests.security.conftest import ADMIN, Keys, Pki, secure_process
 
 QUIET = pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
 
@@ -144,3 +145,55 @@ def test_a_role_granted_consume_only_cannot_produce(
             client.create_producer(topic)
     finally:
         client.close()
+
+
+# ---- TLS: pulsar+ssl:// on --pulsar-tls-port ----
+
+TlsServer = tuple[StandaloneProcess, int]
+
+
+@pytest.fixture(scope="module")
+def tls_server(tmp_path_factory: pytest.TempPathFactory, pki: Pki, keys: Keys) -> Iterator[TlsServer]:
+    """The secure standalone serving Pulsar's protocol over TLS too, and its TLS port."""
+    server, tls_port = secure_process(tmp_path_factory.mktemp("pulsar-tls") / "data", pki, keys), free_port()
+    server.extra_args += ["--pulsar-tls-port", str(tls_port)]
+    server.start()
+    try:
+        yield server, tls_port
+    finally:
+        server.stop()
+
+
+def test_a_client_trusting_the_ca_produces_and_consumes_over_tls(
+    tls_server: TlsServer, pki: Pki, keys: Keys,
+) -> None:
+    server, tls_port = tls_server
+    topic = unique_topic("pulsar-tls")
+    client = pulsar.Client(f"pulsar+ssl://127.0.0.1:{tls_port}",
+                           authentication=pulsar.AuthenticationToken(keys.token(ADMIN)),
+                           tls_trust_certs_file_path=str(pki.ca_cert), operation_timeout_seconds=10, logger=QUIET)
+    try:
+        consumer = client.subscribe(topic, "s")
+        herald_send(server, pki, keys, topic, b"over tls")
+        assert consumer.receive(timeout_millis=10_000).data() == b"over tls"
+    finally:
+        client.close()
+
+
+def test_a_client_that_does_not_trust_the_certificate_gets_nothing(
+    tls_server: TlsServer, other_ca: Path, keys: Keys,
+) -> None:
+    client = pulsar.Client(f"pulsar+ssl://127.0.0.1:{tls_server[1]}",
+                           authentication=pulsar.AuthenticationToken(keys.token(ADMIN)),
+                           tls_trust_certs_file_path=str(other_ca), operation_timeout_seconds=2, logger=QUIET)
+    try:
+        with pytest.raises(pulsar.PulsarException):
+            client.subscribe(unique_topic("pulsar-tls"), "s")
+    finally:
+        client.close()
+
+
+def test_plaintext_on_the_tls_port_is_not_served(tls_server: TlsServer) -> None:
+    with RawConnection(tls_server[1], timeout=5) as raw:
+        raw.send_bytes(b"\x00\x00\x00\x10" + b"\x00" * 16)
+        assert raw.closed_by_broker()
