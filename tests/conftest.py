@@ -103,6 +103,7 @@ class StandaloneProcess:
         self.storage_port = free_port()
         self.proxy_port = free_port()
         self.metrics_port = free_port()
+        self.pulsar_port = free_port()  # Pulsar's binary protocol on the broker, for the official clients
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir.parent / f"{data_dir.name}-standalone.log"
         self.starts = 0
@@ -122,6 +123,10 @@ class StandaloneProcess:
     def metrics_url(self) -> str:
         return f"http://127.0.0.1:{self.metrics_port}/metrics"
 
+    @property
+    def pulsar_url(self) -> str:
+        return f"pulsar://127.0.0.1:{self.pulsar_port}"
+
     def start(self, timeout: float = 60.0) -> None:
         self.starts += 1
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child process owns it
@@ -131,7 +136,8 @@ class StandaloneProcess:
             [str(VENV_BIN / "herald"), "standalone", "--data-dir", str(self.data_dir),
              "--port", str(self.port), "--broker-port", str(self.broker_port),
              "--storage-port", str(self.storage_port), "--proxy-port", str(self.proxy_port),
-             "--metrics-port", str(self.metrics_port), *([] if self.dlq_worker else ["--no-dlq-worker"]),
+             "--metrics-port", str(self.metrics_port), "--pulsar-port", str(self.pulsar_port),
+             *([] if self.dlq_worker else ["--no-dlq-worker"]),
              *self.extra_args],
             stdout=log, stderr=subprocess.STDOUT, env=self.env,
         )

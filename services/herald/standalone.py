@@ -42,6 +42,10 @@ class StandaloneSettings(MetricsEndpointSettings):
     broker_port: int = 6651
     proxy_port: int = 6652  # -1: no proxy
     storage_port: int = 3181
+    # Pulsar's binary protocol on the broker (pulsar://, pulsar+ssl:// with the TLS certificate), for the
+    # official Pulsar clients; -1: not served.
+    pulsar_port: int = -1
+    pulsar_tls_port: int = -1
     # /metrics, /healthz and /readyz of every service in the process; -1: none. A bearer token and
     # TLS on it: MetricsEndpointSettings. metrics_topic_level false: the broker's metrics carry no
     # topic or subscription labels (as HERALD_BROKER_METRICS_TOPIC_LEVEL=false does).
@@ -121,6 +125,7 @@ class Standalone:
         broker_settings = load_settings(BrokerSettings, "broker", overrides=dict(
             host=self.settings.host, port=self.settings.broker_port, cluster="standalone",
             broker_id="standalone", lookup_address=self.lookup.address,
+            pulsar_port=self.settings.pulsar_port, pulsar_tls_port=self.settings.pulsar_tls_port,
             storage_nodes=[self.storage.address], entry_cache_max_bytes=self.settings.entry_cache_max_bytes,
             # One storage node: every ledger is 1/1/1 (a cluster's brokers default to 3/2/2).
             ensemble_size=1, write_quorum=1, ack_quorum=1, metrics_port=-1, **self.security,
@@ -158,6 +163,8 @@ class Standalone:
             "service URL": self.service_url,
             "lookup": self.lookup.address,
             "broker": self.broker.address if self.broker else "-",
+            "pulsar": ", ".join(url for url in (self.broker.urls.pulsar, self.broker.urls.pulsar_tls) if url) or "-"
+            if self.broker else "-",
             "proxy": f"{self.scheme}://{self.proxy.address}" if self.proxy else "-",
             "storage": self.storage.address,
             "dlq-worker": "running" if self.dlq else "-",

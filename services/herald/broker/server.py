@@ -23,12 +23,16 @@ from herald.api.v1 import (
 from herald.broker.core.admission import Admission
 from herald.broker.core.metrics import BrokerMetrics
 from herald.broker.core.ownership import BrokerOwnership, OwnershipMonitor
+from herald.broker.core.ports import BrokerUrls
 from herald.broker.core.service import BrokerService
 from herald.broker.grpc.admin_servicer import AdminServicer
 from herald.broker.grpc.authorization import BrokerAuthorization
 from herald.broker.grpc.broker_servicer import BULK_METHODS, BrokerServicer
 from herald.broker.grpc.dead_letter_servicer import DeadLetterServicer
 from herald.broker.grpc.registration import LookupRegistration
+from herald.broker.pulsar.auth import ConnectAuthenticator
+from herald.broker.pulsar.frontend import FrontEnd
+from herald.broker.pulsar.server import PulsarServer
 from herald.broker.settings import BrokerSettings
 from herald.common.http.endpoint import HttpEndpoint, serve_endpoint
 from herald.common.security.authentication import AuthorizationInterceptor
@@ -73,6 +77,8 @@ class BrokerServer:
         self.registration: LookupRegistration | None = None
         self.monitor: OwnershipMonitor | None = None
         self.admin: AdminServicer | None = None
+        self.pulsar: PulsarServer | None = None  # Pulsar's binary protocol, when served
+        self.urls = BrokerUrls()  # where it serves the protocols beside gRPC (registered with lookup)
         # Ready while registered with a live lookup and the metadata store answers.
         self.health = ServiceHealth("broker", [
             module.DESCRIPTOR.services_by_name[name].full_name for module, name in (
@@ -121,16 +127,36 @@ class BrokerServer:
         await self.health.add_to_server(server)
         await server.start()
         self._server = server
+        await self._start_pulsar(service, admission)
         self.registration = LookupRegistration(
             self.settings.lookup_address, ownership, self.settings.cluster,
             load=self._load, owned_topics=service.topic_names, on_lease_lost=service.close_all,
-            dialer=self.security.dialer,
+            dialer=self.security.dialer, urls=self.urls,
         )
+        if self.pulsar is not None:
+            self.pulsar.frontend.owners = self.registration  # who serves a topic, for LOOKUP
         await self.registration.start()
         self.monitor = OwnershipMonitor(self.store, ownership, service.served_topics, service.ownership_lost)
         self.monitor.start()
         await self.health.start()
         log.info("broker %s listening on %s", broker_id, self.address)
+
+    async def _start_pulsar(self, service: BrokerService, admission: Admission) -> None:
+        """Pulsar's binary protocol beside gRPC (herald.broker.pulsar), when a port is set."""
+        settings = self.settings
+        if settings.pulsar_port < 0 and settings.pulsar_tls_port < 0:
+            return
+        frontend = FrontEnd(service, admission, ConnectAuthenticator(settings), settings, BrokerUrls())
+        self.pulsar = PulsarServer(frontend, settings.host, settings.pulsar_port, settings.pulsar_tls_port,
+                                   settings.pulsar_keepalive_seconds)
+        await self.pulsar.start()
+        host = settings.pulsar_advertised_host or (settings.advertised_address.rsplit(":", 1)[0]
+                                                   if settings.advertised_address else settings.host)
+        self.urls = BrokerUrls(
+            pulsar=f"pulsar://{host}:{self.pulsar.port}" if self.pulsar.port >= 0 else "",
+            pulsar_tls=f"pulsar+ssl://{host}:{self.pulsar.tls_port}" if self.pulsar.tls_port >= 0 else "",
+            web=self.urls.web, web_tls=self.urls.web_tls)
+        frontend.urls = self.urls
 
     def _authorizing(self) -> list[Any]:
         """The interceptors that authorize each call, when authorization is on: innermost, after
@@ -164,6 +190,9 @@ class BrokerServer:
         if self.registration is not None:
             await self.registration.stop()
             self.registration = None
+        pulsar, self.pulsar = self.pulsar, None
+        if pulsar is not None:
+            await pulsar.stop()
         server, self._server = self._server, None
         if server is not None:
             await server.stop(grace)

@@ -46,6 +46,15 @@ class BrokerSettings(SecuritySettings, MetricsEndpointSettings):
     # connection_idle_timeout seconds is closed.
     max_connections_per_address: int = 0
     connection_idle_timeout: float = 300.0
+    # Pulsar's binary protocol, for the official Pulsar clients (herald.broker.pulsar): pulsar:// on
+    # pulsar_port and pulsar+ssl:// on pulsar_tls_port (with the broker's TLS certificate); -1: not
+    # served, 0: a free port. The URLs clients are redirected to name pulsar_advertised_host (empty:
+    # the host of advertised_address, else host). An idle connection is pinged after
+    # pulsar_keepalive_seconds and closed when it stays silent as long again.
+    pulsar_port: int = -1
+    pulsar_tls_port: int = -1
+    pulsar_advertised_host: str = ""
+    pulsar_keepalive_seconds: float = 30.0
 
     # Storage client: an add or read a node has not answered within these seconds fails over to
     # another node (a paused node keeps its connections open), and a failed node is left out of
@@ -163,6 +172,12 @@ class BrokerSettings(SecuritySettings, MetricsEndpointSettings):
     def __post_init__(self) -> None:
         check_metrics_port(self.metrics_port)
         check_server_limits(self)
+        if self.pulsar_tls_port >= 0 and not self.tls_cert_file:
+            raise InvalidArgumentError("pulsar_tls_port needs the broker's TLS certificate: set tls_cert_file and "
+                                       "tls_key_file, or leave pulsar_tls_port at -1")
+        if self.pulsar_keepalive_seconds <= 0:
+            raise InvalidArgumentError(
+                f"pulsar_keepalive_seconds must be positive, got {self.pulsar_keepalive_seconds}")
         if self.max_partitions_per_topic < 1:
             raise InvalidArgumentError(
                 f"max_partitions_per_topic must be at least 1, got {self.max_partitions_per_topic}: "

@@ -59,7 +59,8 @@ def cmd_standalone(args: argparse.Namespace) -> None:
     settings = load_settings(
         StandaloneSettings, "standalone", config_file=args.config,
         overrides=_flags(args, "data_dir", "host", "port", "broker_port", "storage_port", "proxy_port",
-                         "metrics_port", "metrics_topic_level", "dlq_worker", *STANDALONE_SECURITY_FLAGS,
+                         "pulsar_port", "pulsar_tls_port", "metrics_port", "metrics_topic_level", "dlq_worker",
+                         *STANDALONE_SECURITY_FLAGS,
                          *METRICS_ENDPOINT_FLAGS),
     )
 
@@ -127,7 +128,8 @@ def cmd_broker(args: argparse.Namespace) -> None:
     settings = load_settings(
         BrokerSettings, "broker", config_file=args.config,
         overrides=_flags(args, "metadata_url", "host", "port", "broker_id", "lookup_address", "storage_nodes",
-                         "advertised_address", "metrics_host", "metrics_port", "metrics_topic_level",
+                         "advertised_address", "pulsar_port", "pulsar_tls_port", "pulsar_advertised_host",
+                         "metrics_host", "metrics_port", "metrics_topic_level",
                          *METRICS_ENDPOINT_FLAGS, *SERVICE_SECURITY_FLAGS),
     )
     log.info("broker settings:\n%s", describe(settings))
@@ -253,6 +255,13 @@ def cmd_local_cluster(args: argparse.Namespace) -> None:
 def add_service_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the service commands to the `herald` command's subparsers."""
 
+    def pulsar_flags(sub: argparse.ArgumentParser, default: str) -> None:
+        sub.add_argument("--pulsar-port", type=int,
+                         help=f"port of Pulsar's binary protocol, for the official Pulsar clients "
+                              f"(pulsar://; {default}; 0 = any free port)")
+        sub.add_argument("--pulsar-tls-port", type=int,
+                         help="port of Pulsar's protocol over TLS (pulsar+ssl://; needs the TLS certificate; -1: none)")
+
     def service(name: str, help_text: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text, description=help_text)
         sub.add_argument("--config", help=f"TOML file with a [{name}] table of settings")
@@ -266,6 +275,7 @@ def add_service_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     sub.add_argument("--broker-port", type=int, help="broker port (default 6651)")
     sub.add_argument("--storage-port", type=int, help="storage port (default 3181)")
     sub.add_argument("--proxy-port", type=int, help="proxy port (default 6652; -1: no proxy)")
+    pulsar_flags(sub, "-1: not served")
     sub.add_argument("--metrics-port", type=int, help="/metrics port of every service (default 9180; -1: none)")
     metrics_endpoint_flags(sub, "standalone")
     sub.add_argument("--no-metrics-topic-level", dest="metrics_topic_level", action="store_const", const=False,
@@ -288,6 +298,9 @@ def add_service_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     sub.add_argument("--advertised-address", help="host:port clients use to reach this broker")
     sub.add_argument("--lookup-address", help="host:port of the lookup service")
     sub.add_argument("--storage-nodes", help="comma-separated host:port of storage nodes")
+    pulsar_flags(sub, "-1: not served")
+    sub.add_argument("--pulsar-advertised-host", help="host the pulsar:// URLs name (default: the advertised "
+                                                      "address's host, else --host)")
     metrics_flags(sub, 9102, "broker")
     sub.add_argument("--no-metrics-topic-level", dest="metrics_topic_level", action="store_const", const=False,
                      default=None, help="no topic or subscription labels on metrics: broker-wide sums only")

@@ -26,6 +26,8 @@ class BrokerRecord:
     load: dict[str, float] = field(default_factory=dict)
     owned_topics: int = 0
     last_heartbeat: float = field(default_factory=time.time)
+    # Where it serves the other protocols: pulsar, pulsar_tls, web, web_tls ("" or absent: not served).
+    urls: dict[str, str] = field(default_factory=dict)
 
     def to_bytes(self) -> bytes:
         return json.dumps(asdict(self), separators=(",", ":")).encode()
@@ -40,7 +42,8 @@ class BrokerRegistry:
         self.store = store
         self.expiry_seconds = expiry_seconds
 
-    async def register(self, broker_id: str, address: str, cluster: str, load: dict[str, float]) -> BrokerRecord:
+    async def register(self, broker_id: str, address: str, cluster: str, load: dict[str, float],
+                       urls: dict[str, str] | None = None) -> BrokerRecord:
         if not broker_id or not address:
             raise InvalidArgumentError("a broker registers with a non-empty broker_id and address")
         previous = await self.store.get(BROKERS_PREFIX + broker_id)
@@ -48,7 +51,8 @@ class BrokerRegistry:
             # A restarted broker re-registers under its id: its old lease and topics go.
             await self.store.revoke_lease(BrokerRecord.from_bytes(previous.value).lease_id)
         lease_id = await self.store.grant_lease(self.expiry_seconds)
-        record = BrokerRecord(broker_id, address, cluster, lease_id, load)
+        served = {name: url for name, url in (urls or {}).items() if url}
+        record = BrokerRecord(broker_id, address, cluster, lease_id, load, urls=served)
         await self.store.put(BROKERS_PREFIX + broker_id, record.to_bytes(), lease_id=lease_id)
         return record
 
@@ -73,6 +77,10 @@ class BrokerRegistry:
         current = await self.store.get(BROKERS_PREFIX + broker_id)
         if current is not None and BrokerRecord.from_bytes(current.value).lease_id == lease_id:
             await self.store.revoke_lease(lease_id)
+
+    async def get(self, broker_id: str) -> BrokerRecord | None:
+        found = await self.store.get(BROKERS_PREFIX + broker_id)
+        return None if found is None else BrokerRecord.from_bytes(found.value)
 
     async def live_brokers(self) -> list[BrokerRecord]:
         found = await self.store.list(BROKERS_PREFIX)

@@ -49,6 +49,17 @@ def _load(load: lookup_pb2.BrokerLoad) -> dict[str, float]:
     }
 
 
+_URL_FIELDS = ("pulsar", "pulsar_tls", "web", "web_tls")
+
+
+def _urls(urls: lookup_pb2.BrokerUrls) -> dict[str, str]:
+    return {field: getattr(urls, field) for field in _URL_FIELDS if getattr(urls, field)}
+
+
+def _urls_proto(urls: dict[str, str]) -> lookup_pb2.BrokerUrls:
+    return lookup_pb2.BrokerUrls(**{field: urls.get(field, "") for field in _URL_FIELDS})
+
+
 class LookupServicer(lookup_pb2_grpc.LookupServiceServicer):
     def __init__(self, settings: LookupSettings, store: MetadataStore, metrics: LookupMetrics | None = None) -> None:
         self.settings = settings
@@ -75,7 +86,8 @@ class LookupServicer(lookup_pb2_grpc.LookupServiceServicer):
     ) -> lookup_pb2.RegisterBrokerResponse:
         try:
             record = await self.registry.register(
-                request.broker_id, request.address, request.cluster or self.settings.cluster, _load(request.load)
+                request.broker_id, request.address, request.cluster or self.settings.cluster, _load(request.load),
+                _urls(request.urls),
             )
         except HeraldError as error:
             await abort(context, error)
@@ -115,7 +127,9 @@ class LookupServicer(lookup_pb2_grpc.LookupServiceServicer):
             self._counted("LookupTopic", ERROR)
             await abort(context, error)
         self._counted("LookupTopic", OK)
-        return lookup_pb2.LookupTopicResponse(broker_address=owner.address, broker_id=owner.broker_id)
+        record = await self.registry.get(owner.broker_id)  # its other protocols' addresses
+        return lookup_pb2.LookupTopicResponse(broker_address=owner.address, broker_id=owner.broker_id,
+                                              urls=_urls_proto(record.urls if record is not None else {}))
 
     async def GetPartitionedTopicMetadata(
         self, request: lookup_pb2.PartitionedTopicMetadataRequest,
@@ -145,7 +159,7 @@ class LookupServicer(lookup_pb2_grpc.LookupServiceServicer):
                         consumers=int(b.load.get("consumers", 0)), msg_rate_in=b.load.get("msg_rate_in", 0.0),
                         msg_rate_out=b.load.get("msg_rate_out", 0.0),
                     ),
-                    last_heartbeat=b.last_heartbeat, owned_topics=b.owned_topics,
+                    last_heartbeat=b.last_heartbeat, owned_topics=b.owned_topics, urls=_urls_proto(b.urls),
                 )
                 for b in brokers
             ]

@@ -25,53 +25,55 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16herald/v1/lookup.proto\x12\therald.v1\"m\n\nBrokerLoad\x12\x0e\n\x06topics\x18\x01 \x01(\x05\x12\x11\n\tproducers\x18\x02 \x01(\x05\x12\x11\n\tconsumers\x18\x03 \x01(\x05\x12\x13\n\x0bmsg_rate_in\x18\x04 \x01(\x01\x12\x14\n\x0cmsg_rate_out\x18\x05 \x01(\x01\"q\n\x15RegisterBrokerRequest\x12\x11\n\tbroker_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x0f\n\x07\x63luster\x18\x03 \x01(\t\x12#\n\x04load\x18\x04 \x01(\x0b\x32\x15.herald.v1.BrokerLoad\"f\n\x16RegisterBrokerResponse\x12\x10\n\x08lease_id\x18\x01 \x01(\x03\x12\"\n\x1aheartbeat_interval_seconds\x18\x02 \x01(\x01\x12\x16\n\x0e\x65xpiry_seconds\x18\x03 \x01(\x01\"r\n\x10HeartbeatRequest\x12\x11\n\tbroker_id\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\x03\x12#\n\x04load\x18\x03 \x01(\x0b\x32\x15.herald.v1.BrokerLoad\x12\x14\n\x0cowned_topics\x18\x04 \x03(\t\"(\n\x11HeartbeatResponse\x12\x13\n\x0blease_valid\x18\x01 \x01(\x08\">\n\x17UnregisterBrokerRequest\x12\x11\n\tbroker_id\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\x03\"\x1a\n\x18UnregisterBrokerResponse\"#\n\x12LookupTopicRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"R\n\x13LookupTopicResponse\x12\x16\n\x0e\x62roker_address\x18\x01 \x01(\t\x12\x11\n\tbroker_id\x18\x02 \x01(\t\x12\x10\n\x08redirect\x18\x03 \x01(\x08\"0\n\x1fPartitionedTopicMetadataRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"6\n PartitionedTopicMetadataResponse\x12\x12\n\npartitions\x18\x01 \x01(\x05\"\x14\n\x12\x43lusterInfoRequest\"\x94\x01\n\nBrokerInfo\x12\x11\n\tbroker_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x0f\n\x07\x63luster\x18\x03 \x01(\t\x12#\n\x04load\x18\x04 \x01(\x0b\x32\x15.herald.v1.BrokerLoad\x12\x16\n\x0elast_heartbeat\x18\x05 \x01(\x01\x12\x14\n\x0cowned_topics\x18\x06 \x01(\x05\"=\n\x13\x43lusterInfoResponse\x12&\n\x07\x62rokers\x18\x01 \x03(\x0b\x32\x15.herald.v1.BrokerInfo\"\"\n\x11TopicRouteRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"]\n\x0ePartitionRoute\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x16\n\x0e\x62roker_address\x18\x03 \x01(\t\x12\x11\n\tbroker_id\x18\x04 \x01(\t\"S\n\x12TopicRouteResponse\x12\x12\n\npartitions\x18\x01 \x01(\x05\x12)\n\x06routes\x18\x02 \x03(\x0b\x32\x19.herald.v1.PartitionRoute\"U\n\x18TopicsOfNamespaceRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12&\n\x06\x64omain\x18\x02 \x01(\x0e\x32\x16.herald.v1.TopicDomain\"+\n\x19TopicsOfNamespaceResponse\x12\x0e\n\x06topics\x18\x01 \x03(\t*B\n\x0bTopicDomain\x12\x0f\n\x0b\x41LL_DOMAINS\x10\x00\x12\x0e\n\nPERSISTENT\x10\x01\x12\x12\n\x0eNON_PERSISTENT\x10\x02\x32\xd3\x05\n\rLookupService\x12U\n\x0eRegisterBroker\x12 .herald.v1.RegisterBrokerRequest\x1a!.herald.v1.RegisterBrokerResponse\x12\x46\n\tHeartbeat\x12\x1b.herald.v1.HeartbeatRequest\x1a\x1c.herald.v1.HeartbeatResponse\x12[\n\x10UnregisterBroker\x12\".herald.v1.UnregisterBrokerRequest\x1a#.herald.v1.UnregisterBrokerResponse\x12L\n\x0bLookupTopic\x12\x1d.herald.v1.LookupTopicRequest\x1a\x1e.herald.v1.LookupTopicResponse\x12v\n\x1bGetPartitionedTopicMetadata\x12*.herald.v1.PartitionedTopicMetadataRequest\x1a+.herald.v1.PartitionedTopicMetadataResponse\x12O\n\x0eGetClusterInfo\x12\x1d.herald.v1.ClusterInfoRequest\x1a\x1e.herald.v1.ClusterInfoResponse\x12L\n\rGetTopicRoute\x12\x1c.herald.v1.TopicRouteRequest\x1a\x1d.herald.v1.TopicRouteResponse\x12\x61\n\x14GetTopicsOfNamespace\x12#.herald.v1.TopicsOfNamespaceRequest\x1a$.herald.v1.TopicsOfNamespaceResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16herald/v1/lookup.proto\x12\therald.v1\"m\n\nBrokerLoad\x12\x0e\n\x06topics\x18\x01 \x01(\x05\x12\x11\n\tproducers\x18\x02 \x01(\x05\x12\x11\n\tconsumers\x18\x03 \x01(\x05\x12\x13\n\x0bmsg_rate_in\x18\x04 \x01(\x01\x12\x14\n\x0cmsg_rate_out\x18\x05 \x01(\x01\"N\n\nBrokerUrls\x12\x0e\n\x06pulsar\x18\x01 \x01(\t\x12\x12\n\npulsar_tls\x18\x02 \x01(\t\x12\x0b\n\x03web\x18\x03 \x01(\t\x12\x0f\n\x07web_tls\x18\x04 \x01(\t\"\x96\x01\n\x15RegisterBrokerRequest\x12\x11\n\tbroker_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x0f\n\x07\x63luster\x18\x03 \x01(\t\x12#\n\x04load\x18\x04 \x01(\x0b\x32\x15.herald.v1.BrokerLoad\x12#\n\x04urls\x18\x05 \x01(\x0b\x32\x15.herald.v1.BrokerUrls\"f\n\x16RegisterBrokerResponse\x12\x10\n\x08lease_id\x18\x01 \x01(\x03\x12\"\n\x1aheartbeat_interval_seconds\x18\x02 \x01(\x01\x12\x16\n\x0e\x65xpiry_seconds\x18\x03 \x01(\x01\"r\n\x10HeartbeatRequest\x12\x11\n\tbroker_id\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\x03\x12#\n\x04load\x18\x03 \x01(\x0b\x32\x15.herald.v1.BrokerLoad\x12\x14\n\x0cowned_topics\x18\x04 \x03(\t\"(\n\x11HeartbeatResponse\x12\x13\n\x0blease_valid\x18\x01 \x01(\x08\">\n\x17UnregisterBrokerRequest\x12\x11\n\tbroker_id\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\x03\"\x1a\n\x18UnregisterBrokerResponse\"#\n\x12LookupTopicRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"w\n\x13LookupTopicResponse\x12\x16\n\x0e\x62roker_address\x18\x01 \x01(\t\x12\x11\n\tbroker_id\x18\x02 \x01(\t\x12\x10\n\x08redirect\x18\x03 \x01(\x08\x12#\n\x04urls\x18\x04 \x01(\x0b\x32\x15.herald.v1.BrokerUrls\"0\n\x1fPartitionedTopicMetadataRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"6\n PartitionedTopicMetadataResponse\x12\x12\n\npartitions\x18\x01 \x01(\x05\"\x14\n\x12\x43lusterInfoRequest\"\xb9\x01\n\nBrokerInfo\x12\x11\n\tbroker_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x0f\n\x07\x63luster\x18\x03 \x01(\t\x12#\n\x04load\x18\x04 \x01(\x0b\x32\x15.herald.v1.BrokerLoad\x12\x16\n\x0elast_heartbeat\x18\x05 \x01(\x01\x12\x14\n\x0cowned_topics\x18\x06 \x01(\x05\x12#\n\x04urls\x18\x07 \x01(\x0b\x32\x15.herald.v1.BrokerUrls\"=\n\x13\x43lusterInfoResponse\x12&\n\x07\x62rokers\x18\x01 \x03(\x0b\x32\x15.herald.v1.BrokerInfo\"\"\n\x11TopicRouteRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"]\n\x0ePartitionRoute\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x16\n\x0e\x62roker_address\x18\x03 \x01(\t\x12\x11\n\tbroker_id\x18\x04 \x01(\t\"S\n\x12TopicRouteResponse\x12\x12\n\npartitions\x18\x01 \x01(\x05\x12)\n\x06routes\x18\x02 \x03(\x0b\x32\x19.herald.v1.PartitionRoute\"U\n\x18TopicsOfNamespaceRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12&\n\x06\x64omain\x18\x02 \x01(\x0e\x32\x16.herald.v1.TopicDomain\"+\n\x19TopicsOfNamespaceResponse\x12\x0e\n\x06topics\x18\x01 \x03(\t*B\n\x0bTopicDomain\x12\x0f\n\x0b\x41LL_DOMAINS\x10\x00\x12\x0e\n\nPERSISTENT\x10\x01\x12\x12\n\x0eNON_PERSISTENT\x10\x02\x32\xd3\x05\n\rLookupService\x12U\n\x0eRegisterBroker\x12 .herald.v1.RegisterBrokerRequest\x1a!.herald.v1.RegisterBrokerResponse\x12\x46\n\tHeartbeat\x12\x1b.herald.v1.HeartbeatRequest\x1a\x1c.herald.v1.HeartbeatResponse\x12[\n\x10UnregisterBroker\x12\".herald.v1.UnregisterBrokerRequest\x1a#.herald.v1.UnregisterBrokerResponse\x12L\n\x0bLookupTopic\x12\x1d.herald.v1.LookupTopicRequest\x1a\x1e.herald.v1.LookupTopicResponse\x12v\n\x1bGetPartitionedTopicMetadata\x12*.herald.v1.PartitionedTopicMetadataRequest\x1a+.herald.v1.PartitionedTopicMetadataResponse\x12O\n\x0eGetClusterInfo\x12\x1d.herald.v1.ClusterInfoRequest\x1a\x1e.herald.v1.ClusterInfoResponse\x12L\n\rGetTopicRoute\x12\x1c.herald.v1.TopicRouteRequest\x1a\x1d.herald.v1.TopicRouteResponse\x12\x61\n\x14GetTopicsOfNamespace\x12#.herald.v1.TopicsOfNamespaceRequest\x1a$.herald.v1.TopicsOfNamespaceResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'herald.v1.lookup_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_TOPICDOMAIN']._serialized_start=1428
-  _globals['_TOPICDOMAIN']._serialized_end=1494
+  _globals['_TOPICDOMAIN']._serialized_start=1620
+  _globals['_TOPICDOMAIN']._serialized_end=1686
   _globals['_BROKERLOAD']._serialized_start=37
   _globals['_BROKERLOAD']._serialized_end=146
-  _globals['_REGISTERBROKERREQUEST']._serialized_start=148
-  _globals['_REGISTERBROKERREQUEST']._serialized_end=261
-  _globals['_REGISTERBROKERRESPONSE']._serialized_start=263
-  _globals['_REGISTERBROKERRESPONSE']._serialized_end=365
-  _globals['_HEARTBEATREQUEST']._serialized_start=367
-  _globals['_HEARTBEATREQUEST']._serialized_end=481
-  _globals['_HEARTBEATRESPONSE']._serialized_start=483
-  _globals['_HEARTBEATRESPONSE']._serialized_end=523
-  _globals['_UNREGISTERBROKERREQUEST']._serialized_start=525
-  _globals['_UNREGISTERBROKERREQUEST']._serialized_end=587
-  _globals['_UNREGISTERBROKERRESPONSE']._serialized_start=589
-  _globals['_UNREGISTERBROKERRESPONSE']._serialized_end=615
-  _globals['_LOOKUPTOPICREQUEST']._serialized_start=617
-  _globals['_LOOKUPTOPICREQUEST']._serialized_end=652
-  _globals['_LOOKUPTOPICRESPONSE']._serialized_start=654
-  _globals['_LOOKUPTOPICRESPONSE']._serialized_end=736
-  _globals['_PARTITIONEDTOPICMETADATAREQUEST']._serialized_start=738
-  _globals['_PARTITIONEDTOPICMETADATAREQUEST']._serialized_end=786
-  _globals['_PARTITIONEDTOPICMETADATARESPONSE']._serialized_start=788
-  _globals['_PARTITIONEDTOPICMETADATARESPONSE']._serialized_end=842
-  _globals['_CLUSTERINFOREQUEST']._serialized_start=844
-  _globals['_CLUSTERINFOREQUEST']._serialized_end=864
-  _globals['_BROKERINFO']._serialized_start=867
-  _globals['_BROKERINFO']._serialized_end=1015
-  _globals['_CLUSTERINFORESPONSE']._serialized_start=1017
-  _globals['_CLUSTERINFORESPONSE']._serialized_end=1078
-  _globals['_TOPICROUTEREQUEST']._serialized_start=1080
-  _globals['_TOPICROUTEREQUEST']._serialized_end=1114
-  _globals['_PARTITIONROUTE']._serialized_start=1116
-  _globals['_PARTITIONROUTE']._serialized_end=1209
-  _globals['_TOPICROUTERESPONSE']._serialized_start=1211
-  _globals['_TOPICROUTERESPONSE']._serialized_end=1294
-  _globals['_TOPICSOFNAMESPACEREQUEST']._serialized_start=1296
-  _globals['_TOPICSOFNAMESPACEREQUEST']._serialized_end=1381
-  _globals['_TOPICSOFNAMESPACERESPONSE']._serialized_start=1383
-  _globals['_TOPICSOFNAMESPACERESPONSE']._serialized_end=1426
-  _globals['_LOOKUPSERVICE']._serialized_start=1497
-  _globals['_LOOKUPSERVICE']._serialized_end=2220
+  _globals['_BROKERURLS']._serialized_start=148
+  _globals['_BROKERURLS']._serialized_end=226
+  _globals['_REGISTERBROKERREQUEST']._serialized_start=229
+  _globals['_REGISTERBROKERREQUEST']._serialized_end=379
+  _globals['_REGISTERBROKERRESPONSE']._serialized_start=381
+  _globals['_REGISTERBROKERRESPONSE']._serialized_end=483
+  _globals['_HEARTBEATREQUEST']._serialized_start=485
+  _globals['_HEARTBEATREQUEST']._serialized_end=599
+  _globals['_HEARTBEATRESPONSE']._serialized_start=601
+  _globals['_HEARTBEATRESPONSE']._serialized_end=641
+  _globals['_UNREGISTERBROKERREQUEST']._serialized_start=643
+  _globals['_UNREGISTERBROKERREQUEST']._serialized_end=705
+  _globals['_UNREGISTERBROKERRESPONSE']._serialized_start=707
+  _globals['_UNREGISTERBROKERRESPONSE']._serialized_end=733
+  _globals['_LOOKUPTOPICREQUEST']._serialized_start=735
+  _globals['_LOOKUPTOPICREQUEST']._serialized_end=770
+  _globals['_LOOKUPTOPICRESPONSE']._serialized_start=772
+  _globals['_LOOKUPTOPICRESPONSE']._serialized_end=891
+  _globals['_PARTITIONEDTOPICMETADATAREQUEST']._serialized_start=893
+  _globals['_PARTITIONEDTOPICMETADATAREQUEST']._serialized_end=941
+  _globals['_PARTITIONEDTOPICMETADATARESPONSE']._serialized_start=943
+  _globals['_PARTITIONEDTOPICMETADATARESPONSE']._serialized_end=997
+  _globals['_CLUSTERINFOREQUEST']._serialized_start=999
+  _globals['_CLUSTERINFOREQUEST']._serialized_end=1019
+  _globals['_BROKERINFO']._serialized_start=1022
+  _globals['_BROKERINFO']._serialized_end=1207
+  _globals['_CLUSTERINFORESPONSE']._serialized_start=1209
+  _globals['_CLUSTERINFORESPONSE']._serialized_end=1270
+  _globals['_TOPICROUTEREQUEST']._serialized_start=1272
+  _globals['_TOPICROUTEREQUEST']._serialized_end=1306
+  _globals['_PARTITIONROUTE']._serialized_start=1308
+  _globals['_PARTITIONROUTE']._serialized_end=1401
+  _globals['_TOPICROUTERESPONSE']._serialized_start=1403
+  _globals['_TOPICROUTERESPONSE']._serialized_end=1486
+  _globals['_TOPICSOFNAMESPACEREQUEST']._serialized_start=1488
+  _globals['_TOPICSOFNAMESPACEREQUEST']._serialized_end=1573
+  _globals['_TOPICSOFNAMESPACERESPONSE']._serialized_start=1575
+  _globals['_TOPICSOFNAMESPACERESPONSE']._serialized_end=1618
+  _globals['_LOOKUPSERVICE']._serialized_start=1689
+  _globals['_LOOKUPSERVICE']._serialized_end=2412
 # @@protoc_insertion_point(module_scope)

@@ -71,6 +71,38 @@ class BrokerLoad(_message.Message):
 Global___BrokerLoad: _TypeAlias = BrokerLoad  # noqa: Y015
 
 @_typing.final
+class BrokerUrls(_message.Message):
+    """Where a broker serves the other protocols (empty: not served): Pulsar's binary protocol
+    (pulsar://host:port, pulsar+ssl://host:port) and Pulsar's admin REST API (http://, https://).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PULSAR_FIELD_NUMBER: _builtins.int
+    PULSAR_TLS_FIELD_NUMBER: _builtins.int
+    WEB_FIELD_NUMBER: _builtins.int
+    WEB_TLS_FIELD_NUMBER: _builtins.int
+    pulsar: _builtins.str
+    pulsar_tls: _builtins.str
+    web: _builtins.str
+    web_tls: _builtins.str
+    def __init__(
+        self,
+        *,
+        pulsar: _builtins.str = ...,
+        pulsar_tls: _builtins.str = ...,
+        web: _builtins.str = ...,
+        web_tls: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["pulsar", b"pulsar", "pulsar_tls", b"pulsar_tls", "web", b"web", "web_tls", b"web_tls"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BrokerUrls: _TypeAlias = BrokerUrls  # noqa: Y015
+
+@_typing.final
 class RegisterBrokerRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -78,6 +110,7 @@ class RegisterBrokerRequest(_message.Message):
     ADDRESS_FIELD_NUMBER: _builtins.int
     CLUSTER_FIELD_NUMBER: _builtins.int
     LOAD_FIELD_NUMBER: _builtins.int
+    URLS_FIELD_NUMBER: _builtins.int
     broker_id: _builtins.str
     """stable name, e.g. the pod name"""
     address: _builtins.str
@@ -85,6 +118,8 @@ class RegisterBrokerRequest(_message.Message):
     cluster: _builtins.str
     @_builtins.property
     def load(self) -> Global___BrokerLoad: ...
+    @_builtins.property
+    def urls(self) -> Global___BrokerUrls: ...
     def __init__(
         self,
         *,
@@ -92,10 +127,11 @@ class RegisterBrokerRequest(_message.Message):
         address: _builtins.str = ...,
         cluster: _builtins.str = ...,
         load: Global___BrokerLoad | None = ...,
+        urls: Global___BrokerUrls | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["load", b"load"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["load", b"load", "urls", b"urls"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "broker_id", b"broker_id", "cluster", b"cluster", "load", b"load"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "broker_id", b"broker_id", "cluster", b"cluster", "load", b"load", "urls", b"urls"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -240,20 +276,26 @@ class LookupTopicResponse(_message.Message):
     BROKER_ADDRESS_FIELD_NUMBER: _builtins.int
     BROKER_ID_FIELD_NUMBER: _builtins.int
     REDIRECT_FIELD_NUMBER: _builtins.int
+    URLS_FIELD_NUMBER: _builtins.int
     broker_address: _builtins.str
     broker_id: _builtins.str
     redirect: _builtins.bool
     """true: ask broker_address's lookup again (not the final owner)"""
+    @_builtins.property
+    def urls(self) -> Global___BrokerUrls:
+        """the owner's other protocols (its Pulsar front end, its web port)"""
+
     def __init__(
         self,
         *,
         broker_address: _builtins.str = ...,
         broker_id: _builtins.str = ...,
         redirect: _builtins.bool = ...,
+        urls: Global___BrokerUrls | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["urls", b"urls"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_address", b"broker_address", "broker_id", b"broker_id", "redirect", b"redirect"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_address", b"broker_address", "broker_id", b"broker_id", "redirect", b"redirect", "urls", b"urls"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -322,6 +364,7 @@ class BrokerInfo(_message.Message):
     LOAD_FIELD_NUMBER: _builtins.int
     LAST_HEARTBEAT_FIELD_NUMBER: _builtins.int
     OWNED_TOPICS_FIELD_NUMBER: _builtins.int
+    URLS_FIELD_NUMBER: _builtins.int
     broker_id: _builtins.str
     address: _builtins.str
     cluster: _builtins.str
@@ -330,6 +373,8 @@ class BrokerInfo(_message.Message):
     owned_topics: _builtins.int
     @_builtins.property
     def load(self) -> Global___BrokerLoad: ...
+    @_builtins.property
+    def urls(self) -> Global___BrokerUrls: ...
     def __init__(
         self,
         *,
@@ -339,10 +384,11 @@ class BrokerInfo(_message.Message):
         load: Global___BrokerLoad | None = ...,
         last_heartbeat: _builtins.float = ...,
         owned_topics: _builtins.int = ...,
+        urls: Global___BrokerUrls | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["load", b"load"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["load", b"load", "urls", b"urls"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "broker_id", b"broker_id", "cluster", b"cluster", "last_heartbeat", b"last_heartbeat", "load", b"load", "owned_topics", b"owned_topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "broker_id", b"broker_id", "cluster", b"cluster", "last_heartbeat", b"last_heartbeat", "load", b"load", "owned_topics", b"owned_topics", "urls", b"urls"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -14,8 +14,11 @@ import grpc.aio
 
 from herald.api.v1 import lookup_pb2, lookup_pb2_grpc
 from herald.broker.core.ownership import BrokerOwnership
+from herald.broker.core.ports import BrokerUrls
+from herald.common.errors import ServiceNotReadyError
+from herald.common.security.authentication import ORIGINAL_PRINCIPAL
 from herald.common.tasks import cancel_and_wait
-from herald.common.transport.rpc import channel_options
+from herald.common.transport.rpc import channel_options, error_from_rpc
 from herald.common.transport.tls import PLAINTEXT, Dialer
 
 log = logging.getLogger(__name__)
@@ -32,8 +35,10 @@ class LookupRegistration:
         on_lease_lost: Callable[[], Awaitable[None]],
         timeout: float = 10.0,
         dialer: Dialer = PLAINTEXT,
+        urls: BrokerUrls = BrokerUrls(),
     ) -> None:
         self.lookup_address = lookup_address
+        self.urls = urls
         self._dialer = dialer
         self.ownership = ownership
         self.cluster = cluster
@@ -65,6 +70,8 @@ class LookupRegistration:
                     lookup_pb2.RegisterBrokerRequest(
                         broker_id=self.ownership.broker_id, address=self.ownership.address,
                         cluster=self.cluster, load=self._load(),
+                        urls=lookup_pb2.BrokerUrls(pulsar=self.urls.pulsar, pulsar_tls=self.urls.pulsar_tls,
+                                                   web=self.urls.web, web_tls=self.urls.web_tls),
                     ),
                     timeout=self.timeout,
                 )
@@ -108,6 +115,23 @@ class LookupRegistration:
                 await self._on_lease_lost()
                 with contextlib.suppress(grpc.aio.AioRpcError):
                     await self._register(deadline=asyncio.get_running_loop().time() + 60.0)
+
+    async def owner(self, topic: str, role: str | None = None) -> BrokerUrls | None:
+        """TopicOwners (herald.broker.core.ports): another broker's addresses when it owns `topic`
+        (lookup assigns an owner if none), None when this broker does. The broker asks as a
+        forwarder for `role` (x-herald-original-principal), so lookup authorizes the client."""
+        if self._stub is None:
+            raise ServiceNotReadyError("the broker is not registered with lookup yet: retry")
+        metadata = [(ORIGINAL_PRINCIPAL, role)] if role is not None else None
+        try:
+            answer = await self._stub.LookupTopic(lookup_pb2.LookupTopicRequest(topic=topic), timeout=self.timeout,
+                                                  metadata=metadata)
+        except grpc.aio.AioRpcError as exc:
+            raise error_from_rpc(exc, f"looking up {topic}") from None
+        if answer.broker_id == self.ownership.broker_id or answer.broker_address == self.ownership.address:
+            return None
+        urls = answer.urls
+        return BrokerUrls(urls.pulsar, urls.pulsar_tls, urls.web, urls.web_tls)
 
     async def stop(self) -> None:
         self.problem = "unregistering from lookup"

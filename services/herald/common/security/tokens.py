@@ -127,6 +127,11 @@ class TokenVerifier:
             audience=audience,
         )
 
+    def expiry(self, token: str) -> float | None:
+        """When a token role() verified expires (unix seconds; None: never, or not verified here)."""
+        known = self._verified.get(token)
+        return None if known is None else known[1]
+
     def role(self, token: str) -> str:
         """The role a token names; AuthenticationError saying why it is refused."""
         known = self._verified.get(token)
