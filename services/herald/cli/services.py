@@ -59,7 +59,7 @@ def cmd_standalone(args: argparse.Namespace) -> None:
     settings = load_settings(
         StandaloneSettings, "standalone", config_file=args.config,
         overrides=_flags(args, "data_dir", "host", "port", "broker_port", "storage_port", "proxy_port",
-                         "metrics_port", "metrics_topic_level", "dlq_worker", *STANDALONE_SECURITY_FLAGS,
+                         "metrics_port", "metrics_topic_level", "dlq_worker", "web_port", *STANDALONE_SECURITY_FLAGS,
                          *METRICS_ENDPOINT_FLAGS),
     )
 
@@ -127,7 +127,7 @@ def cmd_broker(args: argparse.Namespace) -> None:
     settings = load_settings(
         BrokerSettings, "broker", config_file=args.config,
         overrides=_flags(args, "metadata_url", "host", "port", "broker_id", "lookup_address", "storage_nodes",
-                         "advertised_address", "metrics_host", "metrics_port", "metrics_topic_level",
+                         "advertised_address", "metrics_host", "metrics_port", "metrics_topic_level", "web_port",
                          *METRICS_ENDPOINT_FLAGS, *SERVICE_SECURITY_FLAGS),
     )
     log.info("broker settings:\n%s", describe(settings))
@@ -267,6 +267,8 @@ def add_service_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     sub.add_argument("--storage-port", type=int, help="storage port (default 3181)")
     sub.add_argument("--proxy-port", type=int, help="proxy port (default 6652; -1: no proxy)")
     sub.add_argument("--metrics-port", type=int, help="/metrics port of every service (default 9180; -1: none)")
+    sub.add_argument("--web-port", type=int,
+                     help="Pulsar admin REST API and HTTP lookup port (default -1: none; 0 = any free port)")
     metrics_endpoint_flags(sub, "standalone")
     sub.add_argument("--no-metrics-topic-level", dest="metrics_topic_level", action="store_const", const=False,
                      default=None, help="no topic or subscription labels on the broker's metrics: broker-wide sums")
@@ -289,6 +291,8 @@ def add_service_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     sub.add_argument("--lookup-address", help="host:port of the lookup service")
     sub.add_argument("--storage-nodes", help="comma-separated host:port of storage nodes")
     metrics_flags(sub, 9102, "broker")
+    sub.add_argument("--web-port", type=int,
+                     help="Pulsar admin REST API and HTTP lookup port (default -1: none; 0 = any free port)")
     sub.add_argument("--no-metrics-topic-level", dest="metrics_topic_level", action="store_const", const=False,
                      default=None, help="no topic or subscription labels on metrics: broker-wide sums only")
     service_security_flags(sub, "broker")
