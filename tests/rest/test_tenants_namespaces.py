@@ -158,3 +158,10 @@ async def test_clusters_and_brokers_name_the_standalone(rest: Rest) -> None:
     assert (await rest.get(f"{V2}/clusters")).body == ["standalone"]
     brokers = await rest.get(f"{V2}/brokers/standalone")
     assert brokers.status == 200 and brokers.body == [rest.base_url.split("://")[1]]
+
+
+async def test_a_body_over_one_mib_is_refused_with_413(rest: Rest) -> None:
+    namespace = await _namespace(rest)
+    huge = await rest.post(f"{V2}/namespaces/{namespace}/messageTTL", raw=b" " * (1024 * 1024 + 1) + b"5")
+    assert huge.status == 413 and huge.reason
+    assert (await rest.get(f"{V2}/namespaces/{namespace}/messageTTL")).body is None

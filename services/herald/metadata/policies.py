@@ -15,7 +15,6 @@ from typing import Any
 
 from herald.common.errors import InvalidArgumentError
 
-
 # Pulsar's SchemaCompatibilityStrategy values (UNDEFINED: the namespace's, else the broker's).
 SCHEMA_COMPATIBILITY_STRATEGIES = (
     "UNDEFINED", "ALWAYS_INCOMPATIBLE", "ALWAYS_COMPATIBLE", "BACKWARD", "FORWARD", "FULL",

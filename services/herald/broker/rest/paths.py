@@ -1,12 +1,10 @@
 """What a REST request names and carries: tenant, namespace, topic and subscription from its path
-(invalid names are 412, as Pulsar answers them), flags from its query, its JSON body (malformed: 400),
-and the path of the same call on another topic (a partition, on its owner)."""
+(invalid names are 412, as Pulsar answers them), flags from its query, its JSON body (malformed: 400)."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
-from urllib.parse import quote
 
 from aiohttp import web
 
@@ -52,12 +50,6 @@ def subscription_of(request: web.Request) -> str:
         return validate_subscription_name(request.match_info["subscription"])
     except InvalidArgumentError as error:
         raise _invalid("Subscription name", error) from None
-
-
-def topic_path(name: TopicName, suffix: str = "") -> str:
-    """The admin path of `name` (a partition's, say) followed by `suffix` (already encoded)."""
-    return (f"{ADMIN_V2}/{name.domain}/{quote(name.tenant, safe='')}/{quote(name.namespace, safe='')}/"
-            f"{quote(name.local_name, safe='')}{suffix}")
 
 
 def flag(request: web.Request, name: str, default: bool = False) -> bool:
