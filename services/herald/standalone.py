@@ -51,6 +51,9 @@ class StandaloneSettings(MetricsEndpointSettings):
     # topic or subscription labels (as HERALD_BROKER_METRICS_TOPIC_LEVEL=false does).
     metrics_port: int = 9180
     metrics_topic_level: bool = True
+    # Pulsar's admin REST API and HTTP lookup (the broker's web_port); -1: none. Off by default
+    # until the port plan is settled (Pulsar's standalone serves it on 8080).
+    web_port: int = -1
     dlq_worker: bool = True  # move dead letters to their dead-letter topics
     entry_cache_max_bytes: int = 64 * 1024 * 1024
     # Security for every service at once (docs/security.md): TLS on every port with this certificate
@@ -128,7 +131,8 @@ class Standalone:
             pulsar_port=self.settings.pulsar_port, pulsar_tls_port=self.settings.pulsar_tls_port,
             storage_nodes=[self.storage.address], entry_cache_max_bytes=self.settings.entry_cache_max_bytes,
             # One storage node: every ledger is 1/1/1 (a cluster's brokers default to 3/2/2).
-            ensemble_size=1, write_quorum=1, ack_quorum=1, metrics_port=-1, **self.security,
+            ensemble_size=1, write_quorum=1, ack_quorum=1, metrics_port=-1, web_port=self.settings.web_port,
+            **self.security,
             # Only ever turned off here: on, the broker's own setting (its HERALD_BROKER_ variable) decides.
             metrics_topic_level=None if self.settings.metrics_topic_level else False,
         ))
@@ -169,6 +173,7 @@ class Standalone:
             "storage": self.storage.address,
             "dlq-worker": "running" if self.dlq else "-",
             "metrics": f"{self.http.url}/metrics" if self.http else "-",
+            "web (REST)": self.broker.web_url if self.broker and self.broker.web else "-",
             "health": f"{self.http.url}/healthz, /readyz" if self.http else "-",
             "metadata": f"sqlite://{Path(self.settings.data_dir).resolve() / 'metadata.db'}",
         }

@@ -33,6 +33,8 @@ from herald.broker.grpc.registration import LookupRegistration
 from herald.broker.pulsar.auth import ConnectAuthenticator
 from herald.broker.pulsar.frontend import FrontEnd
 from herald.broker.pulsar.server import PulsarServer
+from herald.broker.rest.app import RestContext
+from herald.broker.rest.server import RestServer, server_ssl_context
 from herald.broker.settings import BrokerSettings
 from herald.common.http.endpoint import HttpEndpoint, serve_endpoint
 from herald.common.security.authentication import AuthorizationInterceptor
@@ -79,6 +81,7 @@ class BrokerServer:
         self.admin: AdminServicer | None = None
         self.pulsar: PulsarServer | None = None  # Pulsar's binary protocol, when served
         self.urls = BrokerUrls()  # where it serves the protocols beside gRPC (registered with lookup)
+        self.web: RestServer | None = None  # Pulsar's admin REST API (settings.web_port; -1: none)
         # Ready while registered with a live lookup and the metadata store answers.
         self.health = ServiceHealth("broker", [
             module.DESCRIPTOR.services_by_name[name].full_name for module, name in (
@@ -128,6 +131,7 @@ class BrokerServer:
         await server.start()
         self._server = server
         await self._start_pulsar(service, admission)
+        await self._serve_web(service, self.admin)
         self.registration = LookupRegistration(
             self.settings.lookup_address, ownership, self.settings.cluster,
             load=self._load, owned_topics=service.topic_names, on_lease_lost=service.close_all,
@@ -157,6 +161,35 @@ class BrokerServer:
             pulsar_tls=f"pulsar+ssl://{host}:{self.pulsar.tls_port}" if self.pulsar.tls_port >= 0 else "",
             web=self.urls.web, web_tls=self.urls.web_tls)
         frontend.urls = self.urls
+    async def _serve_web(self, service: BrokerService, admin: AdminServicer) -> None:
+        """Pulsar's admin REST API and HTTP lookup on the web port, with the gRPC admin's
+        authentication and authorization decisions (herald.broker.rest)."""
+        settings = self.settings
+        if settings.web_port < 0:
+            return
+        tls = bool(settings.tls_cert_file)
+        context = RestContext(
+            service, self.authorization.access if self.authorization else None, self.security.authenticator,
+            owner_of=admin.forwarder.owner_of, own_address=self.address, cluster=settings.cluster,
+            broker_scheme="herald+ssl" if tls else "herald", http_url="", tls=tls)
+        web = RestServer(context, settings.host, settings.web_port,
+                         server_ssl_context(settings.tls_cert_file, settings.tls_key_file))
+        await web.start()
+        context.http_url = self.web_url_of(web)
+        self.web = web
+        web_url = context.http_url
+        self.urls = BrokerUrls(self.urls.pulsar, self.urls.pulsar_tls, "" if tls else web_url, web_url if tls else "")
+        if self.pulsar is not None:
+            self.pulsar.frontend.urls = self.urls
+        log.info("broker web service (Pulsar admin REST API) on %s", context.http_url)
+
+    def web_url_of(self, web: RestServer) -> str:
+        return f"{'https' if self.settings.tls_cert_file else 'http'}://{self.settings.host}:{web.port}"
+
+    @property
+    def web_url(self) -> str:
+        """Where the REST API answers ("" when it is off)."""
+        return self.web_url_of(self.web) if self.web is not None else ""
 
     def _authorizing(self) -> list[Any]:
         """The interceptors that authorize each call, when authorization is on: innermost, after
@@ -193,6 +226,9 @@ class BrokerServer:
         pulsar, self.pulsar = self.pulsar, None
         if pulsar is not None:
             await pulsar.stop()
+        web, self.web = self.web, None
+        if web is not None:
+            await web.stop()
         server, self._server = self._server, None
         if server is not None:
             await server.stop(grace)

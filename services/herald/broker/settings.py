@@ -169,8 +169,16 @@ class BrokerSettings(SecuritySettings, MetricsEndpointSettings):
     metrics_port: int = 9102
     metrics_topic_level: bool = True
 
+    # Pulsar's admin REST API and HTTP lookup (herald.broker.rest) on this port of `host`, HTTPS when
+    # the broker has a certificate (tls_cert_file); 0 picks a free port, -1 (the default until the
+    # port plan is settled: brokers of one host must not collide) serves none.
+    web_port: int = -1
+
     def __post_init__(self) -> None:
         check_metrics_port(self.metrics_port)
+        if self.web_port < -1 or self.web_port > 65535:
+            raise InvalidArgumentError(
+                f"web_port must be a port, 0 (any free port) or -1 (no REST API), got {self.web_port}")
         check_server_limits(self)
         if self.pulsar_tls_port >= 0 and not self.tls_cert_file:
             raise InvalidArgumentError("pulsar_tls_port needs the broker's TLS certificate: set tls_cert_file and "

@@ -60,7 +60,7 @@ def cmd_standalone(args: argparse.Namespace) -> None:
         StandaloneSettings, "standalone", config_file=args.config,
         overrides=_flags(args, "data_dir", "host", "port", "broker_port", "storage_port", "proxy_port",
                          "pulsar_port", "pulsar_tls_port", "metrics_port", "metrics_topic_level", "dlq_worker",
-                         *STANDALONE_SECURITY_FLAGS,
+                         "web_port", *STANDALONE_SECURITY_FLAGS,
                          *METRICS_ENDPOINT_FLAGS),
     )
 
@@ -129,7 +129,7 @@ def cmd_broker(args: argparse.Namespace) -> None:
         BrokerSettings, "broker", config_file=args.config,
         overrides=_flags(args, "metadata_url", "host", "port", "broker_id", "lookup_address", "storage_nodes",
                          "advertised_address", "pulsar_port", "pulsar_tls_port", "pulsar_advertised_host",
-                         "metrics_host", "metrics_port", "metrics_topic_level",
+                         "metrics_host", "metrics_port", "metrics_topic_level", "web_port",
                          *METRICS_ENDPOINT_FLAGS, *SERVICE_SECURITY_FLAGS),
     )
     log.info("broker settings:\n%s", describe(settings))
@@ -277,6 +277,8 @@ def add_service_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     sub.add_argument("--proxy-port", type=int, help="proxy port (default 6652; -1: no proxy)")
     pulsar_flags(sub, "-1: not served")
     sub.add_argument("--metrics-port", type=int, help="/metrics port of every service (default 9180; -1: none)")
+    sub.add_argument("--web-port", type=int,
+                     help="Pulsar admin REST API and HTTP lookup port (default -1: none; 0 = any free port)")
     metrics_endpoint_flags(sub, "standalone")
     sub.add_argument("--no-metrics-topic-level", dest="metrics_topic_level", action="store_const", const=False,
                      default=None, help="no topic or subscription labels on the broker's metrics: broker-wide sums")
@@ -302,6 +304,8 @@ def add_service_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     sub.add_argument("--pulsar-advertised-host", help="host the pulsar:// URLs name (default: the advertised "
                                                       "address's host, else --host)")
     metrics_flags(sub, 9102, "broker")
+    sub.add_argument("--web-port", type=int,
+                     help="Pulsar admin REST API and HTTP lookup port (default -1: none; 0 = any free port)")
     sub.add_argument("--no-metrics-topic-level", dest="metrics_topic_level", action="store_const", const=False,
                      default=None, help="no topic or subscription labels on metrics: broker-wide sums only")
     service_security_flags(sub, "broker")

@@ -15,6 +15,12 @@ from typing import Any
 
 from herald.common.errors import InvalidArgumentError
 
+# Pulsar's SchemaCompatibilityStrategy values (UNDEFINED: the namespace's, else the broker's).
+SCHEMA_COMPATIBILITY_STRATEGIES = (
+    "UNDEFINED", "ALWAYS_INCOMPATIBLE", "ALWAYS_COMPATIBLE", "BACKWARD", "FORWARD", "FULL",
+    "BACKWARD_TRANSITIVE", "FORWARD_TRANSITIVE", "FULL_TRANSITIVE",
+)
+
 
 class BacklogQuotaPolicy(enum.Enum):
     """What happens once a topic's backlog is over its quota."""
@@ -81,6 +87,9 @@ class Policies:
     max_topics: int | None = None  # namespace policies only; 0: unlimited
     # Namespace policies only: partitions of one partitioned topic; at least 1 (no unlimited).
     max_partitions_per_topic: int | None = None
+    # Pulsar's schema compatibility strategy (SCHEMA_COMPATIBILITY_STRATEGIES), kept for the schema
+    # registry: until it lands, a topic keeps the first schema it was given whatever this says.
+    schema_compatibility_strategy: str | None = None
 
     # ---- merging ----
 
@@ -130,6 +139,11 @@ class Policies:
             raise InvalidArgumentError(
                 f"max_partitions_per_topic {self.max_partitions_per_topic} is invalid: use 1 or more (there is no "
                 "unlimited), or clear the policy to inherit the broker's setting")
+        strategy = self.schema_compatibility_strategy
+        if strategy is not None and strategy not in SCHEMA_COMPATIBILITY_STRATEGIES:
+            raise InvalidArgumentError(
+                f"schema_compatibility_strategy {strategy!r} is invalid: use one of "
+                f"{', '.join(SCHEMA_COMPATIBILITY_STRATEGIES)}")
         if self.max_message_size is not None and self.max_message_size < 1:
             raise InvalidArgumentError(
                 f"max_message_size {self.max_message_size} is invalid: it must be a positive number of bytes")

@@ -16,10 +16,11 @@ _QUOTA_POLICY_TO_PROTO = {
 _QUOTA_POLICY_FROM_PROTO = {number: policy for policy, number in _QUOTA_POLICY_TO_PROTO.items()}
 _SCALARS: tuple[Literal["message_ttl_seconds", "max_producers_per_topic", "max_consumers_per_topic",
                         "max_consumers_per_subscription", "deduplication_enabled", "encryption_required",
-                        "max_message_size", "max_topics", "max_partitions_per_topic"], ...] = (
+                        "max_message_size", "max_topics", "max_partitions_per_topic",
+                        "schema_compatibility_strategy"], ...] = (
     "message_ttl_seconds", "max_producers_per_topic", "max_consumers_per_topic",
     "max_consumers_per_subscription", "deduplication_enabled", "encryption_required", "max_message_size",
-    "max_topics", "max_partitions_per_topic")
+    "max_topics", "max_partitions_per_topic", "schema_compatibility_strategy")
 
 
 def policies_from_proto(message: admin_pb2.Policies) -> Policies:

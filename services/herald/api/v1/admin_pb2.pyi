@@ -146,6 +146,7 @@ class Policies(_message.Message):
     MAX_MESSAGE_SIZE_FIELD_NUMBER: _builtins.int
     MAX_TOPICS_FIELD_NUMBER: _builtins.int
     MAX_PARTITIONS_PER_TOPIC_FIELD_NUMBER: _builtins.int
+    SCHEMA_COMPATIBILITY_STRATEGY_FIELD_NUMBER: _builtins.int
     message_ttl_seconds: _builtins.int
     """0: messages never expire"""
     max_producers_per_topic: _builtins.int
@@ -163,6 +164,10 @@ class Policies(_message.Message):
     """Namespace policies only: partitions of one partitioned topic (CreateTopic, UpdatePartitions
     past it are refused). At least 1; unset: the broker's max_partitions_per_topic (1000 by
     default). Only super-users may set it above the broker's setting.
+    """
+    schema_compatibility_strategy: _builtins.str
+    """Pulsar's schema compatibility strategy (UNDEFINED, ALWAYS_INCOMPATIBLE, ALWAYS_COMPATIBLE,
+    BACKWARD, FORWARD, FULL and the _TRANSITIVE ones), kept for the schema registry.
     """
     @_builtins.property
     def retention(self) -> Global___RetentionPolicy: ...
@@ -185,10 +190,11 @@ class Policies(_message.Message):
         max_message_size: _builtins.int | None = ...,
         max_topics: _builtins.int | None = ...,
         max_partitions_per_topic: _builtins.int | None = ...,
+        schema_compatibility_strategy: _builtins.str | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_deduplication_enabled", b"_deduplication_enabled", "_encryption_required", b"_encryption_required", "_max_consumers_per_subscription", b"_max_consumers_per_subscription", "_max_consumers_per_topic", b"_max_consumers_per_topic", "_max_message_size", b"_max_message_size", "_max_partitions_per_topic", b"_max_partitions_per_topic", "_max_producers_per_topic", b"_max_producers_per_topic", "_max_topics", b"_max_topics", "_message_ttl_seconds", b"_message_ttl_seconds", "backlog_quota", b"backlog_quota", "deduplication_enabled", b"deduplication_enabled", "encryption_required", b"encryption_required", "max_consumers_per_subscription", b"max_consumers_per_subscription", "max_consumers_per_topic", b"max_consumers_per_topic", "max_message_size", b"max_message_size", "max_partitions_per_topic", b"max_partitions_per_topic", "max_producers_per_topic", b"max_producers_per_topic", "max_topics", b"max_topics", "message_ttl_seconds", b"message_ttl_seconds", "persistence", b"persistence", "retention", b"retention"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_deduplication_enabled", b"_deduplication_enabled", "_encryption_required", b"_encryption_required", "_max_consumers_per_subscription", b"_max_consumers_per_subscription", "_max_consumers_per_topic", b"_max_consumers_per_topic", "_max_message_size", b"_max_message_size", "_max_partitions_per_topic", b"_max_partitions_per_topic", "_max_producers_per_topic", b"_max_producers_per_topic", "_max_topics", b"_max_topics", "_message_ttl_seconds", b"_message_ttl_seconds", "_schema_compatibility_strategy", b"_schema_compatibility_strategy", "backlog_quota", b"backlog_quota", "deduplication_enabled", b"deduplication_enabled", "encryption_required", b"encryption_required", "max_consumers_per_subscription", b"max_consumers_per_subscription", "max_consumers_per_topic", b"max_consumers_per_topic", "max_message_size", b"max_message_size", "max_partitions_per_topic", b"max_partitions_per_topic", "max_producers_per_topic", b"max_producers_per_topic", "max_topics", b"max_topics", "message_ttl_seconds", b"message_ttl_seconds", "persistence", b"persistence", "retention", b"retention", "schema_compatibility_strategy", b"schema_compatibility_strategy"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_deduplication_enabled", b"_deduplication_enabled", "_encryption_required", b"_encryption_required", "_max_consumers_per_subscription", b"_max_consumers_per_subscription", "_max_consumers_per_topic", b"_max_consumers_per_topic", "_max_message_size", b"_max_message_size", "_max_partitions_per_topic", b"_max_partitions_per_topic", "_max_producers_per_topic", b"_max_producers_per_topic", "_max_topics", b"_max_topics", "_message_ttl_seconds", b"_message_ttl_seconds", "backlog_quota", b"backlog_quota", "deduplication_enabled", b"deduplication_enabled", "encryption_required", b"encryption_required", "max_consumers_per_subscription", b"max_consumers_per_subscription", "max_consumers_per_topic", b"max_consumers_per_topic", "max_message_size", b"max_message_size", "max_partitions_per_topic", b"max_partitions_per_topic", "max_producers_per_topic", b"max_producers_per_topic", "max_topics", b"max_topics", "message_ttl_seconds", b"message_ttl_seconds", "persistence", b"persistence", "retention", b"retention"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_deduplication_enabled", b"_deduplication_enabled", "_encryption_required", b"_encryption_required", "_max_consumers_per_subscription", b"_max_consumers_per_subscription", "_max_consumers_per_topic", b"_max_consumers_per_topic", "_max_message_size", b"_max_message_size", "_max_partitions_per_topic", b"_max_partitions_per_topic", "_max_producers_per_topic", b"_max_producers_per_topic", "_max_topics", b"_max_topics", "_message_ttl_seconds", b"_message_ttl_seconds", "_schema_compatibility_strategy", b"_schema_compatibility_strategy", "backlog_quota", b"backlog_quota", "deduplication_enabled", b"deduplication_enabled", "encryption_required", b"encryption_required", "max_consumers_per_subscription", b"max_consumers_per_subscription", "max_consumers_per_topic", b"max_consumers_per_topic", "max_message_size", b"max_message_size", "max_partitions_per_topic", b"max_partitions_per_topic", "max_producers_per_topic", b"max_producers_per_topic", "max_topics", b"max_topics", "message_ttl_seconds", b"message_ttl_seconds", "persistence", b"persistence", "retention", b"retention", "schema_compatibility_strategy", b"schema_compatibility_strategy"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__deduplication_enabled: _TypeAlias = _typing.Literal["deduplication_enabled"]  # noqa: Y015
     _WhichOneofArgType__deduplication_enabled: _TypeAlias = _typing.Literal["_deduplication_enabled", b"_deduplication_enabled"]  # noqa: Y015
@@ -208,6 +214,8 @@ class Policies(_message.Message):
     _WhichOneofArgType__max_topics: _TypeAlias = _typing.Literal["_max_topics", b"_max_topics"]  # noqa: Y015
     _WhichOneofReturnType__message_ttl_seconds: _TypeAlias = _typing.Literal["message_ttl_seconds"]  # noqa: Y015
     _WhichOneofArgType__message_ttl_seconds: _TypeAlias = _typing.Literal["_message_ttl_seconds", b"_message_ttl_seconds"]  # noqa: Y015
+    _WhichOneofReturnType__schema_compatibility_strategy: _TypeAlias = _typing.Literal["schema_compatibility_strategy"]  # noqa: Y015
+    _WhichOneofArgType__schema_compatibility_strategy: _TypeAlias = _typing.Literal["_schema_compatibility_strategy", b"_schema_compatibility_strategy"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__deduplication_enabled) -> _WhichOneofReturnType__deduplication_enabled | None: ...
     @_typing.overload
@@ -226,6 +234,8 @@ class Policies(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__max_topics) -> _WhichOneofReturnType__max_topics | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__message_ttl_seconds) -> _WhichOneofReturnType__message_ttl_seconds | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__schema_compatibility_strategy) -> _WhichOneofReturnType__schema_compatibility_strategy | None: ...
 
 Global___Policies: _TypeAlias = Policies  # noqa: Y015
 

@@ -44,6 +44,8 @@ def broker_defaults(settings: BrokerSettings) -> Policies:
         max_message_size=settings.max_message_size,
         max_topics=settings.max_topics_per_namespace,
         max_partitions_per_topic=settings.max_partitions_per_topic,
+        # Pulsar's broker default (schemaCompatibilityStrategy=FULL); kept for the schema registry.
+        schema_compatibility_strategy="FULL",
     )
 
 

@@ -378,14 +378,14 @@ class PersistentTopic(Topic[Subscription]):
             await sub.cursor.flush()
         return skipped
 
-    async def peek_messages(self, subscription: str, count: int) -> list[tuple[Position, bytes, int]]:
-        """The oldest `count` unacknowledged entries with their redelivery counts, read without
-        dispatching them."""
-        if count < 1:
-            raise InvalidArgumentError(f"cannot peek {count} messages: give a count >= 1")
+    async def peek_messages(self, subscription: str, count: int, skip: int = 0) -> list[tuple[Position, bytes, int]]:
+        """The oldest `count` unacknowledged entries after the oldest `skip` ones (which are not
+        read), with their redelivery counts, read without dispatching them."""
+        if count < 1 or skip < 0:
+            raise InvalidArgumentError(f"cannot peek {count} messages after {skip}: give a count >= 1, a skip >= 0")
         self._check_open()
         sub = self._subscription(subscription)
-        positions = sub.cursor.unacked_positions(count)
+        positions = sub.cursor.unacked_positions(skip + count)[skip:]
         counts = sub.redelivery_counts
         peeked: list[tuple[Position, bytes, int]] = []
         i = 0

@@ -258,8 +258,12 @@ class TopicAdmin:
     async def skip_messages(self, topic: str, subscription: str, count: int | None) -> int:
         return await (await self._persistent(topic, "skipping messages")).skip_messages(subscription, count)
 
-    async def peek_messages(self, topic: str, subscription: str, count: int) -> list[tuple[Position, bytes, int]]:
-        return await (await self._persistent(topic, "peeking messages")).peek_messages(subscription, count)
+    async def peek_messages(
+        self, topic: str, subscription: str, count: int, skip: int = 0,
+    ) -> list[tuple[Position, bytes, int]]:
+        """The oldest `count` unacknowledged entries after the oldest `skip` (Pulsar's peek of the
+        n-th message reads that one entry only)."""
+        return await (await self._persistent(topic, "peeking messages")).peek_messages(subscription, count, skip)
 
     # ---- reading and ending a topic ----
 

@@ -1,35 +1,22 @@
-"""The broker's authorization decisions, per call (the rules are herald.metadata.authorization's;
+"""The broker's authorization decisions, per gRPC call (the rules are herald.metadata.authorization's;
 the gRPC side is herald.common.security.authentication.AuthorizationInterceptor; Produce and Consume
 are decided from their stream's first message by the core's sessions, herald.broker.core.admission).
 
-Admin calls (Pulsar's rules): tenants themselves and the broker list are the super-users';
-everything inside a tenant (its namespaces, policies, topics, subscriptions and grants) is also its
-admin roles'; a role with a grant on a namespace may list its topics, and a role that may consume on
-a topic may create a subscription there (Pulsar's SUBSCRIBE operation). A request is decided on
-EVERY resource it names, never on one picked from it: each tenant its topic, namespace or tenant
-fields name must let the role in, and the dead-letter and retry topics of a dead-letter policy need
-produce for the role, since its letters are moved on that role's authority (`check_dead_letter_topics`
-of herald.broker.core.admission, also at subscribe). Pull and GetLastMessageId need consume; dead
-letters are the dlq-workers'.
-
-One policy is the operator's, not the tenant's: a namespace's max_partitions_per_topic above the
-broker's setting, since partitions are per-partition work for every broker (stats, routes,
-deletes); tenant admins may only set it up to the broker's."""
+Admin calls are decided by the core's AdminAccess (herald.broker.core.admin_access, which every front
+end shares): this module says what each AdminService request names. A request is decided on EVERY
+resource it names, never on one picked from it: each tenant its topic, namespace or tenant fields
+name, the dead-letter and retry topics of a dead-letter policy, a namespace's max_partitions_per_topic.
+Pull and GetLastMessageId need consume; dead letters are the dlq-workers'."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from herald.broker.core.admission import check_dead_letter_topics
+from herald.broker.core.admin_access import AdminAccess, AdminCall
 from herald.broker.core.dead_letters import DeadLetterPolicy
 from herald.common.codec.names import TopicName, parse_namespace
-from herald.common.errors import AuthorizationError
 from herald.metadata.authorization import CONSUME, Authorizer
 
-_SUPERUSER_CALLS = {
-    "ListTenants": "list tenants", "CreateTenant": "create tenants", "UpdateTenant": "change tenants",
-    "DeleteTenant": "delete tenants", "ListBrokers": "list brokers",
-}
 # The fields of AdminService requests that name a resource, by what they name. Every one a request
 # sets is authorized (tests/unit/test_admin_authorization.py checks that no request has a field
 # naming a resource outside these).
@@ -67,10 +54,23 @@ def _admin_dead_letter_policy(request: Any) -> DeadLetterPolicy | None:
 _NAMESPACE_POLICY_CALLS = frozenset({"CreateNamespace", "SetNamespacePolicies"})
 
 
+def admin_call(method: str, request: Any) -> AdminCall:
+    """What an AdminService request names, for the core's decision."""
+    dead_letters = _admin_dead_letter_policy(request) if method == "SetSubscriptionDeadLetterPolicy" else None
+    max_partitions = None
+    if method in _NAMESPACE_POLICY_CALLS and request.HasField("policies") \
+            and request.policies.HasField("max_partitions_per_topic"):
+        max_partitions = int(request.policies.max_partitions_per_topic)
+    # Both ListTopics and CreateSubscription name one resource only (tests/unit/test_admin_authorization.py).
+    return AdminCall(method, frozenset(tenants_named(method, request)),
+                     namespace=str(getattr(request, "namespace", "")), topic=str(getattr(request, "topic", "")),
+                     dead_letter_policy=dead_letters, max_partitions_per_topic=max_partitions)
+
+
 class BrokerAuthorization:
     def __init__(self, authorizer: Authorizer, max_partitions_per_topic: int) -> None:
         self.authorizer = authorizer
-        self.max_partitions_per_topic = max_partitions_per_topic  # the broker's setting
+        self.access = AdminAccess(authorizer, max_partitions_per_topic)  # shared with the REST front end
 
     async def decide_data(self, method: str, request: Any, role: str | None) -> None:
         """BrokerService: Pull and GetLastMessageId here; Produce and Consume in the servicer."""
@@ -81,41 +81,4 @@ class BrokerAuthorization:
         self.authorizer.check_dlq_worker(role)
 
     async def decide_admin(self, method: str, request: Any, role: str | None) -> None:
-        authorizer = self.authorizer
-        if authorizer.is_superuser(role):
-            return
-        what = _SUPERUSER_CALLS.get(method)
-        if what is not None:
-            authorizer.check_superuser(role, what)
-            return
-        # Both requests name one resource only (tests/unit/test_admin_authorization.py).
-        if method == "ListTopics" and role is not None:
-            # Pulsar lets roles with a grant on the namespace list its topics too.
-            await authorizer.check_namespace(role, request.namespace)
-            return
-        if method == "CreateSubscription" and await authorizer.allowed(role, request.topic, (CONSUME,)):
-            return
-        tenants = tenants_named(method, request)
-        if not tenants:
-            raise AuthorizationError(
-                f"admin call {method} names no tenant, namespace or topic: only super-users may make it")
-        for tenant in sorted(tenants):
-            await authorizer.check_tenant_admin(role, tenant)
-        if method == "SetSubscriptionDeadLetterPolicy":
-            policy = _admin_dead_letter_policy(request)
-            if policy is not None:
-                await check_dead_letter_topics(authorizer, role, policy)
-        if method in _NAMESPACE_POLICY_CALLS:
-            self._check_partition_limit_raise(role, request)
-
-    def _check_partition_limit_raise(self, role: str | None, request: Any) -> None:
-        """A tenant admin (not a super-user) may set max_partitions_per_topic up to the broker's."""
-        policies = request.policies
-        if not request.HasField("policies") or not policies.HasField("max_partitions_per_topic"):
-            return
-        wanted = policies.max_partitions_per_topic
-        if wanted > self.max_partitions_per_topic:
-            raise AuthorizationError(
-                f"role {role!r} may not set namespace {request.namespace}'s max_partitions_per_topic to {wanted}, "
-                f"above the broker's max_partitions_per_topic of {self.max_partitions_per_topic}: only "
-                "super-users may (superuser_roles); a tenant admin may lower it")
+        await self.access.decide(admin_call(method, request), role)

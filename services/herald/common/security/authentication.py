@@ -18,7 +18,7 @@ import contextlib
 import contextvars
 import functools
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -65,6 +65,18 @@ def current_principal() -> Principal | None:
 def current_role() -> str | None:
     principal = _PRINCIPAL.get()
     return None if principal is None else principal.role
+
+
+@contextlib.contextmanager
+def acting_as(principal: Principal | None) -> Iterator[None]:
+    """Make `principal` the current one while a call that was not authenticated by the interceptor
+    runs (a front end that authenticates its own requests: the broker's REST API), so that the calls
+    it makes on the principal's behalf name it (`forwarded_principal`)."""
+    token = _PRINCIPAL.set(principal)
+    try:
+        yield
+    finally:
+        _PRINCIPAL.reset(token)
 
 
 def forwarded_principal() -> list[tuple[str, str]]:

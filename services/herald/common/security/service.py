@@ -50,6 +50,8 @@ class ServiceSecurity:
             raise InvalidArgumentError("tls_client_auth needs TLS with tls_require_client_cert: gRPC asks clients for "
                                        "a certificate only when it requires one")
         self.interceptors: list[Any] = []
+        # Who a call is from, for front ends that authenticate their own requests (the broker's REST API).
+        self.authenticator: Authenticator | None = None
         if settings.authentication_enabled:
             verifier = None
             if settings.token_secret_key_file or settings.token_public_key_file:
@@ -61,6 +63,7 @@ class ServiceSecurity:
                                           allowed_roles=allowed_roles, acting_roles=settings.dlq_worker_roles,
                                           acting_methods=DLQ_WORKER_ACTING_METHODS)
             self.interceptors.append(AuthenticationInterceptor(authenticator))
+            self.authenticator = authenticator
         self.token = AuthenticationToken.from_file(settings.auth_token_file) if settings.auth_token_file else None
         self.dialer = self._dialer(forward_principal=False)
         # For calls made on a client's behalf (proxy → lookup / brokers, broker → broker admin
