@@ -40,7 +40,7 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(PY))
 
 # The Spark jobs (spark-jobs/jobs) in local mode against a Herald at SERVICE_URL (`make run`'s proxy).
-SERVICE_URL ?= herald://127.0.0.1:6652
+SERVICE_URL ?= herald://127.0.0.1:6662
 TOPIC ?= events
 
 spark-events-per-minute: setup

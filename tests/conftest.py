@@ -104,6 +104,7 @@ class StandaloneProcess:
         self.proxy_port = free_port()
         self.metrics_port = free_port()
         self.pulsar_port = free_port()  # Pulsar's binary protocol on the broker, for the official clients
+        self.web_port = free_port()  # Pulsar's admin REST API (never the defaults 6650 / 8080: others may hold them)
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir.parent / f"{data_dir.name}-standalone.log"
         self.starts = 0
@@ -124,6 +125,10 @@ class StandaloneProcess:
         return f"http://127.0.0.1:{self.metrics_port}/metrics"
 
     @property
+    def web_url(self) -> str:
+        return f"http://127.0.0.1:{self.web_port}"
+
+    @property
     def pulsar_url(self) -> str:
         return f"pulsar://127.0.0.1:{self.pulsar_port}"
 
@@ -137,6 +142,7 @@ class StandaloneProcess:
              "--port", str(self.port), "--broker-port", str(self.broker_port),
              "--storage-port", str(self.storage_port), "--proxy-port", str(self.proxy_port),
              "--metrics-port", str(self.metrics_port), "--pulsar-port", str(self.pulsar_port),
+             "--web-port", str(self.web_port),
              *([] if self.dlq_worker else ["--no-dlq-worker"]),
              *self.extra_args],
             stdout=log, stderr=subprocess.STDOUT, env=self.env,

@@ -18,9 +18,9 @@ SECTION = "operator"
 
 @dataclass
 class OperatorSettings:
-    # Herald's admin API: a service URL (herald://lookup:6650, which names a live broker) or a
+    # Herald's admin API: a service URL (herald://lookup:6660, which names a live broker) or a
     # broker's host:port.
-    admin_url: str = "herald://127.0.0.1:6650"
+    admin_url: str = "herald://127.0.0.1:6660"
     # Every admin call's deadline.
     admin_timeout: float = 10.0
     # Security (docs/security.md): a file holding the operator's token (a super-user's, or an admin

@@ -38,22 +38,24 @@ log = logging.getLogger(__name__)
 class StandaloneSettings(MetricsEndpointSettings):
     data_dir: str = "data"
     host: str = "127.0.0.1"
-    port: int = 6650  # the service URL clients use (lookup)
-    broker_port: int = 6651
-    proxy_port: int = 6652  # -1: no proxy
+    # Herald's gRPC ports are 666x so that Pulsar's own ports stay free for Pulsar's clients and tools:
+    # an application written against Apache Pulsar's standalone runs unchanged (docs/pulsar.md).
+    port: int = 6660  # the service URL Herald's clients use (lookup)
+    broker_port: int = 6661
+    proxy_port: int = 6662  # -1: no proxy
     storage_port: int = 3181
     # Pulsar's binary protocol on the broker (pulsar://, pulsar+ssl:// with the TLS certificate), for the
-    # official Pulsar clients; -1: not served.
-    pulsar_port: int = -1
+    # official Pulsar clients, on Pulsar's standalone ports; -1: not served.
+    pulsar_port: int = 6650
     pulsar_tls_port: int = -1
     # /metrics, /healthz and /readyz of every service in the process; -1: none. A bearer token and
     # TLS on it: MetricsEndpointSettings. metrics_topic_level false: the broker's metrics carry no
     # topic or subscription labels (as HERALD_BROKER_METRICS_TOPIC_LEVEL=false does).
     metrics_port: int = 9180
     metrics_topic_level: bool = True
-    # Pulsar's admin REST API and HTTP lookup (the broker's web_port); -1: none. Off by default
-    # until the port plan is settled (Pulsar's standalone serves it on 8080).
-    web_port: int = -1
+    # Pulsar's admin REST API and HTTP lookup (the broker's web_port), on Pulsar's standalone port;
+    # -1: none.
+    web_port: int = 8080
     dlq_worker: bool = True  # move dead letters to their dead-letter topics
     entry_cache_max_bytes: int = 64 * 1024 * 1024
     # Security for every service at once (docs/security.md): TLS on every port with this certificate

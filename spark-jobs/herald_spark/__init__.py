@@ -2,7 +2,7 @@
 
     from herald_spark import register
     register(spark)
-    df = (spark.read.format("herald").option("service_url", "herald://herald-proxy:6650")
+    df = (spark.read.format("herald").option("service_url", "herald://herald-proxy:6660")
           .option("topic", "orders").load())
 
 It talks to Herald through herald.client only (the proxy from outside the cluster) and knows

@@ -4,7 +4,7 @@ message's event time, else its publish time, is used). A window is written once 
 (the latest event time seen minus --watermark) passes its end; the checkpoint makes the output
 exactly once across restarts.
 
-    spark-submit spark-jobs/jobs/events_per_minute.py --service-url herald://herald-proxy:6650 \\
+    spark-submit spark-jobs/jobs/events_per_minute.py --service-url herald://herald-proxy:6660 \\
         --topic events --output /data/events-per-minute --checkpoint /data/checkpoints/events-per-minute
 """
 

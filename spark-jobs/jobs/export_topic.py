@@ -3,7 +3,7 @@
 message ids per partition, see docs/spark.md); the count and the last message id read of each
 partition are printed.
 
-    spark-submit spark-jobs/jobs/export_topic.py --service-url herald://herald-proxy:6650 \\
+    spark-submit spark-jobs/jobs/export_topic.py --service-url herald://herald-proxy:6660 \\
         --topic orders --output /data/orders
 """
 

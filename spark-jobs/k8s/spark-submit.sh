@@ -9,7 +9,7 @@
 #   K8S_API          the API server (default: the current kubectl context's)
 #   NAMESPACE        where the driver and executors run (default herald)
 #   SPARK_IMAGE      the herald-spark image, with your registry (default herald-spark:latest)
-#   SERVICE_URL      Herald from inside the cluster (default herald://herald-proxy:6650)
+#   SERVICE_URL      Herald from inside the cluster (default herald://herald-proxy:6660)
 #   SERVICE_ACCOUNT  the driver's ServiceAccount (default herald-spark)
 #   EXECUTORS        executor count (default 2)
 #   DATA_CLAIM       a PVC mounted at /data on driver and executors (default herald-spark-data; empty: none)
@@ -26,7 +26,7 @@ esac
 K8S_API=${K8S_API:-$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}')}
 NAMESPACE=${NAMESPACE:-herald}
 SPARK_IMAGE=${SPARK_IMAGE:-herald-spark:latest}
-SERVICE_URL=${SERVICE_URL:-herald://herald-proxy:6650}
+SERVICE_URL=${SERVICE_URL:-herald://herald-proxy:6660}
 SERVICE_ACCOUNT=${SERVICE_ACCOUNT:-herald-spark}
 EXECUTORS=${EXECUTORS:-2}
 DATA_CLAIM=${DATA_CLAIM-herald-spark-data}

@@ -175,7 +175,7 @@ def test_the_settings_each_pod_gets_load(rendered: list[Manifest]) -> None:
         if section == "broker":
             assert settings.advertised_address == f"{FIELD_REFS['status.podIP']}:{settings.port}"
             assert settings.broker_id == FIELD_REFS["metadata.name"]
-            assert settings.lookup_address.endswith(":6650") and settings.storage_nodes
+            assert settings.lookup_address.endswith(":6660") and settings.storage_nodes
         if section in ("proxy", "broker", "lookup", "storage"):
             assert settings.host == "0.0.0.0", f"{name} must listen on the pod's address"
 

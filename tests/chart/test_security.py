@@ -59,7 +59,7 @@ OWN_SECRET_RENDER = (
 )
 SERVERS = ("lookup", "broker", "storage", "proxy")
 CLIENTS = ("dlq-worker", "operator")
-LOOKUP_URL = f"herald+ssl://{component_name('lookup')}.{NAMESPACE}.svc.cluster.local:6650"
+LOOKUP_URL = f"herald+ssl://{component_name('lookup')}.{NAMESPACE}.svc.cluster.local:6660"
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
-"""The guide's examples run: every ```python block of docs/client.md and README.md is run as a
-script of its own against a real `herald standalone` (its `herald://localhost:6650` replaced by the
-standalone's URL) and must exit 0. Fragments that are not whole programs are fenced ```py instead,
+"""The guide's examples run: every ```python block of docs/client.md, docs/pulsar.md and README.md
+is run as a script of its own against a real `herald standalone` (its `herald://localhost:6660` and
+`pulsar://localhost:6650` replaced by the standalone's URLs) and must exit 0. Fragments that are not whole programs are fenced ```py instead,
 so nothing a reader may copy and run goes untested."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import pytest
 
 from tests.conftest import ROOT, StandaloneProcess, service_env
 
-DOCUMENTED_URL = "herald://localhost:6650"
+DOCUMENTED_URL = "herald://localhost:6660"
+DOCUMENTED_PULSAR_URL = "pulsar://localhost:6650"
 _BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
 
 
@@ -28,7 +29,7 @@ def examples(path: Path) -> list[tuple[str, str]]:
     return found
 
 
-EXAMPLES = examples(ROOT / "docs" / "client.md") + examples(ROOT / "README.md")
+EXAMPLES = examples(ROOT / "docs" / "client.md") + examples(ROOT / "docs" / "pulsar.md") + examples(ROOT / "README.md")
 
 
 def test_the_guide_has_examples_for_both_apis() -> None:
@@ -40,7 +41,8 @@ def test_the_guide_has_examples_for_both_apis() -> None:
 @pytest.mark.parametrize(("where", "code"), EXAMPLES, ids=[where for where, _ in EXAMPLES])
 def test_example_runs(where: str, code: str, shared_standalone: StandaloneProcess, tmp_path: Path) -> None:
     script = tmp_path / "example.py"
-    script.write_text(code.replace(DOCUMENTED_URL, shared_standalone.service_url))
+    script.write_text(code.replace(DOCUMENTED_URL, shared_standalone.service_url)
+                      .replace(DOCUMENTED_PULSAR_URL, shared_standalone.pulsar_url))
     result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=90,
                             env=service_env(), cwd=tmp_path)
     assert result.returncode == 0, f"{where} failed:\n{result.stdout}\n{result.stderr}"

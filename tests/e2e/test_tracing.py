@@ -53,7 +53,7 @@ async def start_standalone(data_dir: Path) -> Standalone:
     """lookup, broker and storage in this process and this event loop, on free ports."""
     standalone = Standalone(StandaloneSettings(
         data_dir=str(data_dir), port=free_port(), broker_port=free_port(), storage_port=free_port(),
-        proxy_port=-1, metrics_port=-1, dlq_worker=False))
+        proxy_port=-1, metrics_port=-1, pulsar_port=-1, web_port=-1, dlq_worker=False))
     await standalone.start()
     return standalone
 

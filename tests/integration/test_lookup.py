@@ -35,7 +35,7 @@ def lookup(redis_db_url: str, herald_env: dict[str, str]) -> Iterator[lookup_pb2
 
 def register(stub: lookup_pb2_grpc.LookupServiceStub, broker_id: str) -> int:
     response = stub.RegisterBroker(lookup_pb2.RegisterBrokerRequest(
-        broker_id=broker_id, address=f"{broker_id}.local:6651", cluster="test"))
+        broker_id=broker_id, address=f"{broker_id}.local:6661", cluster="test"))
     assert response.heartbeat_interval_seconds == pytest.approx(HEARTBEAT)
     assert response.expiry_seconds == pytest.approx(3 * HEARTBEAT)
     return int(response.lease_id)
@@ -59,7 +59,7 @@ def test_registered_broker_is_listed_and_owns_looked_up_topics(lookup: lookup_pb
     info = lookup.GetClusterInfo(lookup_pb2.ClusterInfoRequest())
     assert [b.broker_id for b in info.brokers] == ["b1"]
     owner = lookup.LookupTopic(lookup_pb2.LookupTopicRequest(topic="my-topic"))
-    assert (owner.broker_id, owner.broker_address) == ("b1", "b1.local:6651")
+    assert (owner.broker_id, owner.broker_address) == ("b1", "b1.local:6661")
     # The same topic always resolves to the same owner.
     again = lookup.LookupTopic(lookup_pb2.LookupTopicRequest(topic="persistent://public/default/my-topic"))
     assert again.broker_id == "b1"

@@ -34,7 +34,7 @@ KEY = ownership_key(TOPIC)
 
 
 async def registered(cluster: Cluster, registry: BrokerRegistry, broker_id: str) -> BrokerOwnership:
-    record = await registry.register(broker_id, f"{broker_id}.local:6651", "test", {})
+    record = await registry.register(broker_id, f"{broker_id}.local:6661", "test", {})
     ownership = BrokerOwnership(cluster.store, broker_id, record.address, unload_exclusion_seconds=10.0)
     ownership.lease_id = record.lease_id
     return ownership
@@ -98,7 +98,7 @@ async def test_a_broker_releases_only_its_own_ownership(cluster: Cluster) -> Non
     a = await registered(cluster, registry, "a")
     b = await registered(cluster, registry, "b")
     assert await a.release(TOPIC) is False  # no owner: nothing to do
-    await cluster.store.put(KEY, Owner("b", "b.local:6651", b.lease_id).to_bytes(), lease_id=b.lease_id)
+    await cluster.store.put(KEY, Owner("b", "b.local:6661", b.lease_id).to_bytes(), lease_id=b.lease_id)
     with pytest.raises(NotOwnerError, match="owned by broker b"):
         await a.release(TOPIC)
     service = await cluster.broker(BrokerSettings(), ownership=a)
@@ -146,7 +146,7 @@ async def test_a_topic_whose_ownership_changed_is_closed_without_touching_the_re
         if change == "vanished":
             await cluster.store.delete(KEY)  # as when the owner's lease expires
         else:
-            await cluster.store.put(KEY, Owner("b", "b.local:6651", b.lease_id).to_bytes(), lease_id=b.lease_id)
+            await cluster.store.put(KEY, Owner("b", "b.local:6661", b.lease_id).to_bytes(), lease_id=b.lease_id)
         await eventually(lambda: _true(service.topic_names() == []), "the topic to be closed")
         assert consumer.closed
         assert await owner_of(cluster) == (None if change == "vanished" else "b")

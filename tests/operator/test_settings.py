@@ -13,13 +13,13 @@ from tests.conftest import VENV_BIN, service_env
 
 
 def test_admin_url_comes_from_herald_admin_url_unless_the_operator_variable_or_a_flag_says_otherwise() -> None:
-    env = {"HERALD_ADMIN_URL": "herald://lookup:6650", "HERALD_OPERATOR_RESYNC_INTERVAL": "5",
+    env = {"HERALD_ADMIN_URL": "herald://lookup:6660", "HERALD_OPERATOR_RESYNC_INTERVAL": "5",
            "HERALD_OPERATOR_NAMESPACES": "a,b"}
     settings = load_settings(environ=env)
-    assert (settings.admin_url, settings.resync_interval, settings.namespaces) == ("herald://lookup:6650", 5.0,
+    assert (settings.admin_url, settings.resync_interval, settings.namespaces) == ("herald://lookup:6660", 5.0,
                                                                                   ["a", "b"])
-    env["HERALD_OPERATOR_ADMIN_URL"] = "broker:6651"
-    assert load_settings(environ=env).admin_url == "broker:6651"
+    env["HERALD_OPERATOR_ADMIN_URL"] = "broker:6661"
+    assert load_settings(environ=env).admin_url == "broker:6661"
     assert load_settings(overrides={"admin_url": "flag:1"}, environ=env).admin_url == "flag:1"
 
 

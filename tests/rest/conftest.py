@@ -8,13 +8,12 @@ import json
 import ssl
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
-from tests.conftest import StandaloneProcess, free_port, service_env
+from tests.conftest import StandaloneProcess, service_env
 from tests.helpers import unique_name
 from tests.security.conftest import Keys, Pki, keys, pki, secure_args  # noqa: F401 - keys, pki: fixtures
 
@@ -83,23 +82,10 @@ async def new_namespace(rest: Rest, admin_roles: tuple[str, ...] = ()) -> str:
     return namespace
 
 
-class WebStandalone(StandaloneProcess):
-    """`herald standalone` with --web-port on a free port (after any other extra flags)."""
-
-    def __init__(self, data_dir: Path, env: dict[str, str]) -> None:
-        super().__init__(data_dir, env)
-        self.web_port = free_port()
-
-    def start(self, timeout: float = 60.0) -> None:
-        if "--web-port" not in self.extra_args:
-            self.extra_args = [*self.extra_args, "--web-port", str(self.web_port)]
-        super().start(timeout)
-
-
 @pytest.fixture(scope="module")
-def rest_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebStandalone]:
-    """`herald standalone` serving the REST API on a free port, no security."""
-    server = WebStandalone(tmp_path_factory.mktemp("rest") / "data", service_env())
+def rest_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneProcess]:
+    """`herald standalone` serving the REST API on a free port (as every test standalone does), no security."""
+    server = StandaloneProcess(tmp_path_factory.mktemp("rest") / "data", service_env())
     server.start()
     try:
         yield server
@@ -108,17 +94,17 @@ def rest_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebSta
 
 
 @pytest.fixture
-async def rest(rest_standalone: WebStandalone) -> AsyncIterator[Rest]:
+async def rest(rest_standalone: StandaloneProcess) -> AsyncIterator[Rest]:
     async with aiohttp.ClientSession() as session:
         yield Rest(f"http://127.0.0.1:{rest_standalone.web_port}", session)
 
 
 @pytest.fixture(scope="module")
 def secure_rest_standalone(tmp_path_factory: pytest.TempPathFactory, pki: Pki, keys: Keys,  # noqa: F811
-                           ) -> Iterator[WebStandalone]:
+                           ) -> Iterator[StandaloneProcess]:
     """`herald standalone` with TLS (HTTPS on the web port), token authentication and authorization
     with super-user `admin` (tests.security.conftest's secure flags)."""
-    server = WebStandalone(tmp_path_factory.mktemp("secure-rest") / "data", service_env())
+    server = StandaloneProcess(tmp_path_factory.mktemp("secure-rest") / "data", service_env())
     server.scheme = "herald+ssl"
     server.extra_args = secure_args(pki, keys)
     server.start()
@@ -129,7 +115,7 @@ def secure_rest_standalone(tmp_path_factory: pytest.TempPathFactory, pki: Pki, k
 
 
 @pytest.fixture
-async def secure_rest(secure_rest_standalone: WebStandalone, pki: Pki) -> AsyncIterator[Rest]:  # noqa: F811
+async def secure_rest(secure_rest_standalone: StandaloneProcess, pki: Pki) -> AsyncIterator[Rest]:  # noqa: F811
     """HTTPS trusting the test CA; no token (call .as_role(token) for one)."""
     context = ssl.create_default_context(cafile=str(pki.ca_cert))
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as session:

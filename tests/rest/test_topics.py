@@ -12,8 +12,9 @@ from herald.api.pulsar import PulsarApi_pb2 as pulsar
 from herald.client import AsyncClient
 from herald.common.errors import TopicTerminatedError
 
+from tests.conftest import StandaloneProcess
 from tests.helpers import unique_name
-from tests.rest.conftest import V2, Rest, WebStandalone
+from tests.rest.conftest import V2, Rest
 from tests.rest.conftest import new_namespace as _namespace
 
 
@@ -80,7 +81,7 @@ async def test_partition_counts_that_are_not_positive_integers_are_refused(rest:
 
 
 async def test_a_pulsar_tool_round_trip_stats_reset_peek_skip_and_delete(
-    rest: Rest, rest_standalone: WebStandalone,
+    rest: Rest, rest_standalone: StandaloneProcess,
 ) -> None:
     namespace = await _namespace(rest)
     name = f"persistent://{namespace}/{unique_name('orders')}"
@@ -165,7 +166,7 @@ async def test_subscription_calls_check_their_inputs(rest: Rest) -> None:
     assert (await rest.delete(f"{topic}/subscription/nobody")).status == 404
 
 
-async def test_stats_unload_and_terminate_of_a_plain_topic(rest: Rest, rest_standalone: WebStandalone) -> None:
+async def test_stats_unload_and_terminate_of_a_plain_topic(rest: Rest, rest_standalone: StandaloneProcess) -> None:
     namespace = await _namespace(rest)
     name = f"persistent://{namespace}/t"
     topic = f"{V2}/persistent/{namespace}/t"
@@ -187,7 +188,7 @@ async def test_stats_unload_and_terminate_of_a_plain_topic(rest: Rest, rest_stan
 
 
 async def test_http_lookup_and_namespace_topics_answer_as_the_pulsar_clients_ask(
-    rest: Rest, rest_standalone: WebStandalone,
+    rest: Rest, rest_standalone: StandaloneProcess,
 ) -> None:
     namespace = await _namespace(rest)
     assert (await rest.put(f"{V2}/persistent/{namespace}/parts/partitions", 2)).status == 204

@@ -84,7 +84,7 @@ async def test_a_client_without_a_certificate_cannot_connect(
 def test_a_certificate_needs_a_tls_url(pki: Pki) -> None:
     cert, key = pki.client("someone")
     with pytest.raises(InvalidArgumentError, match=r"herald\+ssl"):
-        AsyncClient("herald://127.0.0.1:6650", auth=AuthenticationTls(str(cert), str(key)))
+        AsyncClient("herald://127.0.0.1:6660", auth=AuthenticationTls(str(cert), str(key)))
 
 
 # ---- mutual TLS besides tokens: every internal client presents a certificate ----
@@ -232,20 +232,20 @@ async def test_the_operators_admin_client_presents_its_certificate(
 
 def test_a_client_certificate_beside_a_token_is_checked_where_it_is_given(pki: Pki, keys: Keys) -> None:
     cert, key = pki.client("someone")
-    url = "herald+ssl://127.0.0.1:6650"
+    url = "herald+ssl://127.0.0.1:6660"
     with pytest.raises(InvalidArgumentError, match="needs both tls_certificate_file_path and tls_private_key_file"):
         ClientConfig(url, tls_certificate_file_path=str(cert))
     with pytest.raises(InvalidArgumentError, match=r"tls_certificate_file_path needs a herald\+ssl://"):
-        ClientConfig("herald://127.0.0.1:6650", tls_certificate_file_path=str(cert), tls_private_key_file_path=str(key))
+        ClientConfig("herald://127.0.0.1:6660", tls_certificate_file_path=str(cert), tls_private_key_file_path=str(key))
     with pytest.raises(InvalidArgumentError, match="AuthenticationTls already names the client certificate"):
         ClientConfig(url, auth=AuthenticationTls(str(cert), str(key)), tls_certificate_file_path=str(cert),
                      tls_private_key_file_path=str(key))
     with pytest.raises(InvalidArgumentError, match="a client certificate needs TLS"):
-        AdminClient("127.0.0.1:6651", auth=AuthenticationToken(keys.token(ADMIN)),
+        AdminClient("127.0.0.1:6661", auth=AuthenticationToken(keys.token(ADMIN)),
                     tls_certificate_file_path=str(cert), tls_private_key_file_path=str(key))
     with pytest.raises(InvalidArgumentError, match="tls_cert_file and tls_key_file go together"):
         DlqWorkerSettings(service_url=url, tls_cert_file=str(cert))
     with pytest.raises(InvalidArgumentError, match=r"tls_cert_file needs a herald\+ssl:// service_url"):
-        DlqWorkerSettings(service_url="herald://127.0.0.1:6650", tls_cert_file=str(cert), tls_key_file=str(key))
+        DlqWorkerSettings(service_url="herald://127.0.0.1:6660", tls_cert_file=str(cert), tls_key_file=str(key))
     with pytest.raises(InvalidArgumentError, match="tls_cert_file and tls_key_file go together"):
         OperatorSettings(tls_key_file=str(key))

@@ -109,7 +109,7 @@ def test_the_applications_use_the_charts_proxy_service_account_and_volume(chart:
 
 def test_the_proxy_check_can_fail(chart: list[Manifest]) -> None:
     """The standalone's proxy port, which the manifests once named, is not the chart's."""
-    assert service_url(["--service-url=herald://herald-proxy:6652"]) != proxy_address(chart)
+    assert service_url(["--service-url=herald://herald-proxy:6662"]) != proxy_address(chart)
 
 
 def submit(*args: str, **env: str) -> subprocess.CompletedProcess[str]:

@@ -15,36 +15,36 @@ from herald.common.errors import InvalidArgumentError
 
 
 def test_client_defaults_follow_pulsar() -> None:
-    config = ClientConfig("herald://localhost:6650")
+    config = ClientConfig("herald://localhost:6660")
     assert (config.operation_timeout, config.connection_timeout, config.keep_alive) == (30.0, 10.0, 30.0)
     assert config.connections_per_broker == 1
-    assert config.url == ServiceUrl("herald", "localhost", 6650)
-    assert config.url.address == "localhost:6650"
+    assert config.url == ServiceUrl("herald", "localhost", 6660)
+    assert config.url.address == "localhost:6660"
     assert not config.url.tls
 
 
 def test_tls_url_is_accepted_and_remembered() -> None:
-    url = ClientConfig("herald+ssl://broker.example.com:6651").url
-    assert url.tls and url.address == "broker.example.com:6651"
-    assert str(url) == "herald+ssl://broker.example.com:6651"
+    url = ClientConfig("herald+ssl://broker.example.com:6661").url
+    assert url.tls and url.address == "broker.example.com:6661"
+    assert str(url) == "herald+ssl://broker.example.com:6661"
 
 
 def test_ipv6_host_is_bracketed_for_grpc() -> None:
-    assert ClientConfig("herald://[::1]:6650").url.address == "[::1]:6650"
+    assert ClientConfig("herald://[::1]:6660").url.address == "[::1]:6660"
 
 
 @pytest.mark.parametrize(
     ("url", "complaint"),
     [
         ("", "empty"),
-        ("localhost:6650", "scheme"),
-        ("pulsar://localhost:6650", "'pulsar'"),
-        ("http://localhost:6650", "'http'"),
-        ("herald://:6650", "no host"),
+        ("localhost:6660", "scheme"),
+        ("pulsar://localhost:6660", "'pulsar'"),
+        ("http://localhost:6660", "'http'"),
+        ("herald://:6660", "no host"),
         ("herald://localhost", "no port"),
         ("herald://localhost:notaport", "invalid"),
         ("herald://localhost:99999", "invalid"),
-        ("herald://localhost:6650/path", "extra parts"),
+        ("herald://localhost:6660/path", "extra parts"),
     ],
 )
 def test_bad_service_url_is_refused_clearly(url: str, complaint: str) -> None:
@@ -60,7 +60,7 @@ def test_bad_service_url_is_refused_clearly(url: str, complaint: str) -> None:
 )
 def test_bad_client_option_names_the_option(option: str, value: object) -> None:
     with pytest.raises(InvalidArgumentError, match=option):
-        ClientConfig("herald://localhost:6650", **{option: value})  # type: ignore[arg-type]
+        ClientConfig("herald://localhost:6660", **{option: value})  # type: ignore[arg-type]
 
 
 def test_producer_defaults_follow_pulsar() -> None:
@@ -122,9 +122,9 @@ def test_consumer_types_map_to_the_wire_enum() -> None:
 
 def test_clients_refuse_bad_urls_and_unknown_options_at_construction() -> None:
     with pytest.raises(InvalidArgumentError, match="scheme"):
-        Client("localhost:6650")
+        Client("localhost:6660")
     with pytest.raises(InvalidArgumentError, match="invalid client option"):
-        Client("herald://localhost:6650", no_such_option=1)
+        Client("herald://localhost:6660", no_such_option=1)
 
 
 async def test_async_client_refuses_unknown_producer_options_before_any_network_call() -> None:

@@ -20,7 +20,7 @@ class Clock:
 
 def limiter(max_connections: int, idle: float = 10.0) -> tuple[ConnectionLimiter, ProxyMetrics, Clock]:
     metrics, clock = ProxyMetrics(), Clock()
-    return ConnectionLimiter(max_connections, idle, metrics, "proxy:6650", clock), metrics, clock
+    return ConnectionLimiter(max_connections, idle, metrics, "proxy:6660", clock), metrics, clock
 
 
 def value(metrics: ProxyMetrics, name: str) -> float:
@@ -33,7 +33,7 @@ def test_a_new_peer_over_the_limit_is_refused_with_the_limit_named_and_known_pee
     limits, metrics, _ = limiter(2)
     limits.enter("ipv4:10.0.0.1:1000")
     limits.enter("ipv4:10.0.0.2:1000")
-    with pytest.raises(TooManyRequestsError, match=r"proxy proxy:6650 has reached its limit of 2 client connections"):
+    with pytest.raises(TooManyRequestsError, match=r"proxy proxy:6660 has reached its limit of 2 client connections"):
         limits.enter("ipv4:10.0.0.3:1000")
     limits.enter("ipv4:10.0.0.1:1000")  # another call on a connection already counted
     assert limits.connections == 2
@@ -73,11 +73,11 @@ def test_no_limit_counts_but_refuses_nothing() -> None:
 
 def test_proxy_settings_come_from_the_environment_and_are_checked() -> None:
     settings = load_settings(ProxySettings, "proxy", environ={
-        "HERALD_PROXY_LOOKUP_ADDRESS": "lookup:6650", "HERALD_PROXY_MAX_CONNECTIONS": "500",
+        "HERALD_PROXY_LOOKUP_ADDRESS": "lookup:6660", "HERALD_PROXY_MAX_CONNECTIONS": "500",
         "HERALD_PROXY_DRAIN_TIMEOUT": "5", "HERALD_PROXY_METRICS_PORT": "-1",
     })
     assert (settings.lookup_address, settings.max_connections, settings.drain_timeout, settings.metrics_port) == (
-        "lookup:6650", 500, 5.0, -1)
+        "lookup:6660", 500, 5.0, -1)
     with pytest.raises(InvalidArgumentError, match="max_connections must be 0"):
         ProxySettings(max_connections=-1)
     with pytest.raises(InvalidArgumentError, match="drain_timeout must be a positive number"):

@@ -10,7 +10,7 @@ import time
 
 from herald.cli.client_options import client_security, client_security_flags
 
-DEFAULT_SERVICE_URL = "herald://127.0.0.1:6650"
+DEFAULT_SERVICE_URL = "herald://127.0.0.1:6660"
 
 
 def cmd_produce(args: argparse.Namespace) -> None:

@@ -272,13 +272,14 @@ def add_service_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     sub = service("standalone", "run lookup, broker, storage, proxy and dlq-worker in one process with an "
                                 "embedded metadata store")
     sub.add_argument("--data-dir", help="where to keep data (default ./data)")
-    sub.add_argument("--broker-port", type=int, help="broker port (default 6651)")
+    sub.add_argument("--broker-port", type=int, help="broker port (default 6661)")
     sub.add_argument("--storage-port", type=int, help="storage port (default 3181)")
-    sub.add_argument("--proxy-port", type=int, help="proxy port (default 6652; -1: no proxy)")
-    pulsar_flags(sub, "-1: not served")
+    sub.add_argument("--proxy-port", type=int, help="proxy port (default 6662; -1: no proxy)")
+    pulsar_flags(sub, "default 6650, Pulsar's; -1: not served")
     sub.add_argument("--metrics-port", type=int, help="/metrics port of every service (default 9180; -1: none)")
     sub.add_argument("--web-port", type=int,
-                     help="Pulsar admin REST API and HTTP lookup port (default -1: none; 0 = any free port)")
+                     help="Pulsar admin REST API and HTTP lookup port (default 8080, Pulsar's; -1: none; "
+                          "0 = any free port)")
     metrics_endpoint_flags(sub, "standalone")
     sub.add_argument("--no-metrics-topic-level", dest="metrics_topic_level", action="store_const", const=False,
                      default=None, help="no topic or subscription labels on the broker's metrics: broker-wide sums")

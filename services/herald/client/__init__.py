@@ -4,7 +4,7 @@ one background thread.
 
     from herald.client import Client
 
-    with Client("herald://localhost:6650") as client:
+    with Client("herald://localhost:6660") as client:
         producer = client.create_producer("my-topic")
         producer.send(b"hello")
         consumer = client.subscribe("my-topic", "my-subscription")

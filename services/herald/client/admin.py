@@ -1,7 +1,7 @@
 """The admin API's client: one method per AdminService call (tenants, namespaces, policies, topics,
 subscriptions, brokers), asyncio first, with a blocking facade (SyncAdminClient).
 
-    async with AdminClient("herald://localhost:6650") as admin:
+    async with AdminClient("herald://localhost:6660") as admin:
         await admin.create_tenant("acme")
         await admin.create_namespace("acme/orders")
         await admin.create_topic("persistent://acme/orders/created", partitions=4)
@@ -41,7 +41,7 @@ from herald.common.transport.rpc import channel_options, error_from_rpc
 from herald.common.transport.tls import Dialer
 
 T = TypeVar("T")
-DEFAULT_ADMIN_URL = "herald://127.0.0.1:6650"
+DEFAULT_ADMIN_URL = "herald://127.0.0.1:6660"
 Position = tuple[int, int]  # (ledger id, entry id); a MessageId is one too
 
 
@@ -371,7 +371,7 @@ class SyncAdminClient:
     """AdminClient's blocking facade: each method runs the async one to completion on a private
     event loop (admin calls are few: one loop, no thread).
 
-        with SyncAdminClient("herald://localhost:6650") as admin:
+        with SyncAdminClient("herald://localhost:6660") as admin:
             print(admin.list_tenants())
     """
 

@@ -6,7 +6,7 @@ consumer the client has open, from their stats() (herald.client.stats), at each 
     from herald.client import Client
     from herald.client.metrics import ClientMetrics
 
-    client = Client("herald://localhost:6650")
+    client = Client("herald://localhost:6660")
     REGISTRY.register(ClientMetrics(client))
     start_http_server(8000)
 

@@ -20,7 +20,7 @@ SECTION = "dlq-worker"  # the TOML table; variables are HERALD_DLQ_WORKER_<FIELD
 class DlqWorkerSettings(MetricsEndpointSettings):
     # The cluster: a service URL naming lookup (herald://host:port, herald+ssl:// for TLS). Brokers
     # are found through it (GetClusterInfo) and reached at the addresses lookup gives.
-    service_url: str = "herald://127.0.0.1:6650"
+    service_url: str = "herald://127.0.0.1:6660"
     # Shown in logs (empty: host name and process id).
     worker_name: str = ""
     # /metrics over HTTP: port 0 takes a free port (printed at start), -1 serves none (a bearer

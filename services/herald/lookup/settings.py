@@ -15,7 +15,7 @@ MIB = 1024 * 1024
 class LookupSettings(SecuritySettings, MetricsEndpointSettings):
     metadata_url: str = "redis://127.0.0.1:6379/0"
     host: str = "127.0.0.1"
-    port: int = 6650
+    port: int = 6660
     cluster: str = "standalone"
     # Brokers heartbeat this often (RocketMQ: 30 s); one silent for expiry_heartbeats of them expires.
     heartbeat_interval: float = 5.0

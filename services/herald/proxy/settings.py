@@ -16,7 +16,7 @@ class ProxySettings(SecuritySettings, MetricsEndpointSettings):
     # Where the proxy listens, and the address it tells clients to dial for every topic (empty:
     # host:port as bound; set it behind a Service or when binding 0.0.0.0).
     host: str = "127.0.0.1"
-    port: int = 6650
+    port: int = 6660
     advertised_address: str = ""
     # host:port of the lookup service: where topics' owners, partitions and live brokers come from.
     lookup_address: str = ""

@@ -15,7 +15,7 @@ from herald.cli.client_options import client_security_flags
 from herald.client.admin import AdminClient
 from herald.client.config import InitialPosition
 
-DEFAULT_URL = "herald://127.0.0.1:6650"
+DEFAULT_URL = "herald://127.0.0.1:6660"
 URL_HELP = ("a service URL, herald://host:port (lookup names a broker), or a broker's host:port "
             f"(default: $HERALD_SERVICE_URL, else {DEFAULT_URL})")
 
