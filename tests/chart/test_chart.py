@@ -404,3 +404,27 @@ def test_values_yaml_and_the_schema_agree() -> None:
     schema = json.loads((CHART / "values.schema.json").read_text())
     assert schema["$schema"] == "http://json-schema.org/draft-07/schema#"
     assert set(values) == set(schema["properties"]) - {"global"}
+
+
+def _service_ports(manifests: list[Manifest], component: str) -> dict[str, int]:
+    service = named(manifests, "Service", component_name(component))
+    return {port["name"]: port["port"] for port in service["spec"]["ports"]}
+
+
+def test_brokers_serve_pulsar_s_ports_as_pulsar_s_chart_does(default_manifests: list[Manifest]) -> None:
+    ports = _service_ports(default_manifests, "broker")
+    assert (ports["pulsar"], ports["http"]) == (6650, 8080)
+    assert "pulsarssl" not in ports  # TLS is off
+    args = pod_spec(named(default_manifests, "Deployment", component_name("broker")))["containers"][0]["args"]
+    expected = {"--pulsar-port=6650", "--web-port=8080", "--pulsar-tls-port=-1", "--pulsar-advertised-host=$(POD_IP)"}
+    assert expected <= set(args)
+
+
+def test_with_tls_brokers_serve_pulsar_ssl_on_6651() -> None:
+    secure = render(PRODUCTION_VALUES, SECURE_VALUES)
+    assert _service_ports(secure, "broker")["pulsarssl"] == 6651
+
+
+def test_pulsar_s_ports_can_be_turned_off() -> None:
+    ports = _service_ports(render(sets=("broker.pulsarPort=-1", "broker.webPort=-1")), "broker")
+    assert "pulsar" not in ports and "http" not in ports
