@@ -8,8 +8,7 @@ from collections.abc import Iterable
 import pyarrow as pa  # type: ignore[import-untyped]
 from herald.api.v1 import broker_pb2
 from herald.client.config import DEFAULT_MAX_MESSAGE_SIZE
-from herald.common.codec.compression import decompress
-from herald.common.codec.entry import ENTRY_FRAMING_ALLOWANCE, decode_entry, iter_records, records_claimed
+from herald.common.codec.entry import ENTRY_FRAMING_ALLOWANCE, open_entry
 from herald.common.codec.message_id import MessageId
 from herald.common.errors import InvalidArgumentError
 from pyspark.sql.types import (
@@ -74,14 +73,14 @@ class Columns:
     def add_entry(self, entry: broker_pb2.DeliveredEntry, first: MessageId | None, end: MessageId | None) -> None:
         """Append the messages of one stored entry whose ids lie in [first, end): a bound inside
         this entry (same ledger and entry, batch index >= 0) cuts the batch; None: no bound."""
-        metadata, payload = decode_entry(entry.data)
+        opened = open_entry(entry.data)  # either format: Herald's, or Pulsar's as its producers send it
+        metadata = opened.metadata
         if metadata.num_chunks:
             raise InvalidArgumentError(
                 f"entry {entry.ledger_id}:{entry.entry_id} of {self.topic} is a chunk of a chunked message: "
                 "the herald Spark source reads whole messages only (produce with chunking off, or read it with "
                 "the client)")
-        if metadata.compression:
-            payload = memoryview(decompress(metadata.compression, payload, metadata.uncompressed_size, MAX_PAYLOAD))
+        payload = opened.restore(MAX_PAYLOAD)
         low = first.batch_index if first is not None and (first.ledger_id, first.entry_id) == (
             entry.ledger_id, entry.entry_id) else -1
         high = end.batch_index if end is not None and (end.ledger_id, end.entry_id) == (
@@ -93,7 +92,7 @@ class Columns:
         keys, values, ids, events, properties = self.keys, self.values, self.ids, self.event_times, self.properties
         count = 0
         # Never more records than the entry claims; all read before any is added.
-        records = list(iter_records(payload, records_claimed(metadata)))
+        records = list(opened.records(payload))
         for index, (value, key, event_time, _sequence_id, props) in enumerate(records):
             if index < low or index >= high:
                 continue

@@ -12,14 +12,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from herald.api.v1 import entry_pb2
 from herald.client.acks import AckTracker
 from herald.client.chunk_assembly import ChunkAssembler
 from herald.client.config import ConsumerConfig
 from herald.client.message import EntryInfo, Message
 from herald.client.unacked_tracker import UnackedTracker
-from herald.common.codec.compression import decompress
-from herald.common.codec.entry import ENTRY_FRAMING_ALLOWANCE, iter_records
+from herald.common.codec.entry import ENTRY_FRAMING_ALLOWANCE, OpenedEntry, restore_payload
 from herald.common.errors import InvalidArgumentError
 
 Position = tuple[int, int]
@@ -55,21 +53,20 @@ class ChunkedMessages:
         return self._assembler.dropped
 
     def unpack(
-        self, position: Position, redelivery_count: int, metadata: entry_pb2.EntryMetadata, payload: memoryview,
-        now: float,
+        self, position: Position, redelivery_count: int, opened: OpenedEntry, now: float,
     ) -> list[Message[Any]]:
         """One chunk: nothing to queue until its message's last chunk (each chunk's permit goes
         back at once, as in Pulsar), then the whole message. Raises for a chunk or a message that
         cannot be read, or is larger than max_chunked_message_size (the consumer drops the entry).
         `now` is the clock `expire` is called with."""
-        assembled = self._assembler.add(position, metadata, payload, now, int(time.time() * 1000))
+        metadata = opened.metadata
+        assembled = self._assembler.add(position, metadata, opened.payload, now, int(time.time() * 1000))
         self._settle()
         if assembled is None:
             return []
-        data = assembled.payload
-        if metadata.compression:
-            data = decompress(metadata.compression, data, metadata.uncompressed_size, self._max_size)
-        records = list(iter_records(data, 1))  # a chunked message is one record
+        # A chunked message is one record, whichever format its chunks are in (the last chunk's
+        # metadata reads it: a Pulsar message's key and properties are there).
+        records = list(opened.records(restore_payload(metadata, assembled.payload, self._max_size), 1))
         if len(records) != 1:
             raise InvalidArgumentError(f"chunked message {metadata.uuid} holds {len(records)} records, not one")
         value, key, event_time, sequence_id, properties = records[0]

@@ -24,15 +24,7 @@ from herald.client.message import EntryInfo, Message
 from herald.client.stream_protocol import reply_error
 from herald.client.unacked_tracker import UnackedTracker
 from herald.common import tracing
-from herald.common.codec.compression import decompress
-from herald.common.codec.entry import (
-    ENTRY_FRAMING_ALLOWANCE,
-    decode_entry,
-    entry_permits,
-    iter_records,
-    permits_of,
-    records_claimed,
-)
+from herald.common.codec.entry import ENTRY_FRAMING_ALLOWANCE, entry_permits, open_entry
 from herald.common.codec.message_id import MessageId
 from herald.common.codec.names import TopicName
 from herald.common.errors import ConnectionError_
@@ -303,17 +295,14 @@ class ConsumerProtocol(Generic[T]):
         and the permits to give back now: what the broker took for the entry less what is queued
         (each queued message gives its own back once taken). Everything is sized by the records
         the entry holds, never by the count its metadata claims. `data` is the entry's bytes."""
-        metadata, payload = decode_entry(data)
-        permits = permits_of(metadata, len(payload))
+        opened = open_entry(data)  # either format: Herald's, or Pulsar's as its producers send it
+        metadata = opened.metadata
+        permits = opened.permits
         if metadata.num_chunks:
-            whole = self.chunks.unpack((ledger_id, entry_id), delivered.redelivery_count, metadata, payload,
-                                       self._clock())
+            whole = self.chunks.unpack((ledger_id, entry_id), delivered.redelivery_count, opened, self._clock())
             return whole, permits - len(whole)
         # Decompressed bytes are read as they are; an uncompressed payload is a view of `data`.
-        records = list(iter_records(
-            decompress(metadata.compression, payload, metadata.uncompressed_size, self._max_payload)
-            if metadata.compression else payload,
-            records_claimed(metadata)))
+        records = list(opened.records(opened.restore(self._max_payload)))
         count = len(records)
         info = EntryInfo(self.topic, ledger_id, entry_id, self.partition, metadata.producer_name,
                          metadata.publish_time, delivered.redelivery_count, count, self._decode)

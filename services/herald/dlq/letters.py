@@ -11,8 +11,7 @@ import logging
 from herald.api.v1 import deadletter_pb2
 from herald.client.config import DEFAULT_MAX_MESSAGE_SIZE
 from herald.client.retry_letters import ORIGIN_MESSAGE_ID, REAL_TOPIC
-from herald.common.codec.compression import decompress
-from herald.common.codec.entry import ENTRY_FRAMING_ALLOWANCE, Record, decode_entry, iter_records, records_claimed
+from herald.common.codec.entry import ENTRY_FRAMING_ALLOWANCE, Record, open_entry
 from herald.common.codec.message_id import MessageId
 from herald.common.codec.names import TopicName
 from herald.common.errors import HeraldError
@@ -49,17 +48,18 @@ def letter_publication(letter: deadletter_pb2.DeadLetter, max_message_size: int 
     """The letter's messages with their origin properties; an entry whose messages cannot be
     unpacked (a chunk, an encrypted or malformed payload, one that would decompress past
     `max_message_size` and its framing or past what it declares) goes as it is (`opaque`)."""
-    metadata, payload = decode_entry(letter.data, verify=False)  # storage verified it on the way
+    opened = open_entry(letter.data, verify=False)  # storage verified it on the way; either format
+    metadata, payload = opened.metadata, opened.payload
+    opaque = Publication(opaque=(metadata, bytes(payload)),
+                         opaque_pulsar=bytes(letter.data) if opened.pulsar is not None else None)
     if metadata.num_chunks > 0 or metadata.encryption_keys:
-        return Publication(opaque=(metadata, bytes(payload)))
+        return opaque
     try:
-        records = list(iter_records(decompress(metadata.compression, payload, metadata.uncompressed_size,
-                                               max_message_size + ENTRY_FRAMING_ALLOWANCE),
-                                    records_claimed(metadata)))
+        records = list(opened.records(opened.restore(max_message_size + ENTRY_FRAMING_ALLOWANCE)))
     except HeraldError as exc:
         log.warning("dead letter %d:%d of %s %s: its messages cannot be unpacked (%s); it is moved as it is",
                     letter.position.ledger_id, letter.position.entry_id, letter.topic, letter.subscription, exc)
-        return Publication(opaque=(metadata, bytes(payload)))
+        return opaque
     partition = TopicName.parse(letter.topic).partition_index
     origin = {
         SUBSCRIPTION: letter.subscription,

@@ -10,8 +10,7 @@ from dataclasses import dataclass, field
 from herald.client import AsyncClient
 from herald.client.admin import AdminClient
 from herald.client.config import DEFAULT_MAX_MESSAGE_SIZE
-from herald.common.codec.compression import decompress
-from herald.common.codec.entry import ENTRY_FRAMING_ALLOWANCE, decode_entry, iter_records, records_claimed
+from herald.common.codec.entry import ENTRY_FRAMING_ALLOWANCE, unpack_entry
 from herald.common.codec.message_id import MessageId
 from herald.common.codec.names import TopicName
 from herald.common.errors import HeraldError
@@ -67,10 +66,7 @@ async def _peek_subscription(admin: AdminClient, topic: str, count: int, max_mes
     found: list[DeadMessage] = []
     for entry in await admin.peek_messages(topic, REPLAY_SUBSCRIPTION, count):
         try:
-            metadata, payload = decode_entry(bytes(entry.data))
-            records = list(iter_records(decompress(metadata.compression, payload, metadata.uncompressed_size,
-                                                   max_message_size + ENTRY_FRAMING_ALLOWANCE),
-                                        records_claimed(metadata)))
+            metadata, records = unpack_entry(bytes(entry.data), max_message_size + ENTRY_FRAMING_ALLOWANCE)
         except HeraldError as exc:
             # Not a batch of messages this can show (a chunk, an encrypted entry, a bomb).
             log.warning("dead letter entry %d:%d of %s is not shown: %s", entry.ledger_id, entry.entry_id, topic, exc)

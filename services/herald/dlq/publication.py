@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from herald.api.v1 import broker_pb2, entry_pb2
+from herald.common.codec import pulsar_entry
 from herald.common.codec.compression import compress
 from herald.common.codec.entry import (
     HEADER_SIZE,
@@ -42,6 +43,9 @@ class Publication:
     ordering_key: bytes = b""
     batched: bool = True
     opaque: tuple[entry_pb2.EntryMetadata, bytes] | None = field(default=None)
+    # An opaque Pulsar-format entry as stored: moved in its own format (its payload is framed as
+    # Pulsar's, which Herald's format cannot carry).
+    opaque_pulsar: bytes | None = field(default=None)
 
     def __len__(self) -> int:
         return 1 if self.opaque is not None else len(self.messages)
@@ -57,6 +61,11 @@ def entries_after(
         if last_sequence_id >= 0:
             return []
         metadata, payload = publication.opaque
+        if publication.opaque_pulsar is not None:
+            entry, highest = pulsar_entry.moved(publication.opaque_pulsar, producer_name, _now_ms())
+            return [broker_pb2.SendEntry(sequence_id=0, highest_sequence_id=highest,
+                                         num_messages=permits_of(metadata, len(payload), pulsar_format=True),
+                                         entry=entry)]
         moved = EntryMetadata()
         moved.CopyFrom(metadata)
         moved.producer_name = producer_name

@@ -32,6 +32,8 @@ class _CompressionTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Compr
     LZ4: _CompressionType.ValueType  # 1
     ZLIB: _CompressionType.ValueType  # 2
     ZSTD: _CompressionType.ValueType  # 3
+    SNAPPY: _CompressionType.ValueType  # 4
+    """raw snappy blocks, as Pulsar's clients write them (Pulsar's number too)"""
 
 class CompressionType(_CompressionType, metaclass=_CompressionTypeEnumTypeWrapper): ...
 
@@ -39,6 +41,8 @@ NONE: CompressionType.ValueType  # 0
 LZ4: CompressionType.ValueType  # 1
 ZLIB: CompressionType.ValueType  # 2
 ZSTD: CompressionType.ValueType  # 3
+SNAPPY: CompressionType.ValueType  # 4
+"""raw snappy blocks, as Pulsar's clients write them (Pulsar's number too)"""
 Global___CompressionType: _TypeAlias = CompressionType  # noqa: Y015
 
 @_typing.final

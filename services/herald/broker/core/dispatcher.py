@@ -35,7 +35,7 @@ from herald.broker.core.managed_ledger import ManagedLedger
 from herald.broker.core.replay import ReplaySet
 from herald.broker.settings import BrokerSettings
 from herald.common import tracing
-from herald.common.codec.entry import EntryMetadata, decode_entry, permits_of
+from herald.common.codec.entry import EntryMetadata, open_entry
 from herald.common.errors import HeraldError
 from herald.common.tasks import wait_event
 
@@ -67,36 +67,42 @@ def now_ms() -> int:
 
 
 class ReadEntry:
-    """An entry read for dispatch; its metadata is parsed once, when first needed."""
+    """An entry read for dispatch (either format: herald.common.codec.entry); its metadata is parsed
+    once, when first needed."""
 
-    __slots__ = ("_metadata", "_parsed", "_payload_size", "data", "position")
+    __slots__ = ("_metadata", "_parsed", "_permits", "data", "position")
 
     def __init__(self, position: Position, data: bytes) -> None:
         self.position = position
         self.data = data
         self._metadata: EntryMetadata | None = None
-        self._payload_size = 0
+        self._permits = 1
         self._parsed = False
+
+    def _parse(self) -> None:
+        self._parsed = True
+        try:
+            opened = open_entry(self.data, verify=False)
+        except HeraldError:
+            return  # no metadata: one message, no key, no delay
+        self._metadata = opened.metadata
+        self._permits = opened.permits
 
     @property
     def metadata(self) -> EntryMetadata | None:
         """None when the metadata cannot be read (such an entry counts one message, has no key
         and no delay)."""
         if not self._parsed:
-            self._parsed = True
-            try:
-                self._metadata, payload = decode_entry(self.data, verify=False)
-                self._payload_size = len(payload)
-            except HeraldError:
-                self._metadata = None
+            self._parse()
         return self._metadata
 
     @property
     def num_messages(self) -> int:
-        """The permits it takes: its num_messages within what it can hold (permits_of), so that a
-        stored entry whose metadata lies cannot drive a consumer's permits far negative."""
-        metadata = self.metadata
-        return permits_of(metadata, self._payload_size) if metadata is not None else 1
+        """The permits it takes: its num_messages within what its format can hold (permits_of), so
+        that a stored entry whose metadata lies cannot drive a consumer's permits far negative."""
+        if not self._parsed:
+            self._parse()
+        return self._permits
 
     @property
     def deliver_at(self) -> int:

@@ -1,5 +1,7 @@
 """The broker's side of a producer: its name, its topic, whether it is closed, its counters, and the
-checks every entry it sends must pass before the topic deduplicates and stores it."""
+checks every entry it sends must pass before the topic deduplicates and stores it. An entry is
+either format (herald.common.codec.entry reads both): Herald's producers send Herald's, Pulsar's
+producers Pulsar's, each checked by its own layout and stored unchanged."""
 
 from __future__ import annotations
 
@@ -11,10 +13,11 @@ from herald.broker.core.publication import Publication
 from herald.common.codec.entry import (
     ENTRY_FRAMING_ALLOWANCE,
     MIN_RECORD_SIZE,
+    PULSAR_MIN_MESSAGE_SIZE,
     EntryMetadata,
-    decode_entry,
+    OpenedEntry,
     entry_checksum_ok,
-    records_capacity,
+    open_entry,
 )
 from herald.common.errors import (
     ChecksumError,
@@ -57,12 +60,14 @@ class Producer:
         self, entry: bytes, num_messages: int, *, encryption_required: bool, max_message_size: int,
     ) -> EntryMetadata:
         """The publish checks, in Pulsar's order, then those of the entry's metadata that
-        consumers rely on; returns the metadata (parsed once). Each failure says what to do."""
+        consumers rely on; returns the metadata (parsed once; a Pulsar entry's read as Herald's).
+        Each failure says what to do."""
         if self.closed:
             raise PersistenceError("Producer is closed")
-        if not entry_checksum_ok(entry):
+        if not entry_checksum_ok(entry):  # each format's own layout
             raise ChecksumError("Checksum failed on the broker")
-        metadata, payload = decode_entry(entry, verify=False)  # just verified
+        opened = open_entry(entry, verify=False)  # just verified
+        metadata = opened.metadata
         if encryption_required and not metadata.encryption_keys:
             raise MetadataError("Messages must be encrypted")
         if len(entry) > max_message_size + ENTRY_FRAMING_ALLOWANCE:
@@ -70,15 +75,15 @@ class Producer:
                 f"entry of {len(entry)} bytes is larger than the maximum message size of "
                 f"{max_message_size} bytes: send smaller messages or smaller batches"
             )
-        self._check_metadata(metadata, len(payload), num_messages, max_message_size)
+        self._check_metadata(opened, num_messages, max_message_size)
         return metadata
 
-    def _check_metadata(
-        self, metadata: EntryMetadata, payload_size: int, num_messages: int, max_message_size: int,
-    ) -> None:
+    def _check_metadata(self, opened: OpenedEntry, num_messages: int, max_message_size: int) -> None:
         """What consumers size their work by must be true: the producer's name, how many messages
-        the entry holds, what its payload decompresses to (consumers bound decompression by it).
-        The broker does not decompress: a count is checked against what the declared size can hold."""
+        the entry holds, what its payload decompresses to (consumers bound decompression by it), a
+        chunk's place in its message. The broker does not decompress: a count is checked against
+        what the declared size can hold."""
+        metadata, payload_size = opened.metadata, len(opened.payload)
         if metadata.producer_name != self.name:
             raise InvalidArgumentError(
                 f"entry metadata names producer {metadata.producer_name!r}, but it was sent by producer "
@@ -92,21 +97,36 @@ class Producer:
                 f"the send says num_messages={num_messages}, but the entry's metadata says {claimed}: "
                 "they must agree")
         if metadata.num_chunks > 0:
-            if claimed != 1:
-                raise InvalidArgumentError(
-                    f"entry metadata says num_messages={claimed} for a chunk: a chunk is part of one message")
+            self._check_chunk(metadata, claimed, payload_size)
         elif metadata.compression and metadata.uncompressed_size > max_message_size + ENTRY_FRAMING_ALLOWANCE:
             raise MessageTooLargeError(
                 f"entry metadata says its payload decompresses to {metadata.uncompressed_size} bytes, more than "
                 f"the maximum message size of {max_message_size} bytes: send smaller messages or smaller batches")
-        capacity = records_capacity(metadata, payload_size)
+        capacity = opened.capacity
         if claimed > capacity:
             what, size = (("uncompressed_size", metadata.uncompressed_size) if metadata.compression
                           else ("total_chunk_size", metadata.total_chunk_size) if metadata.num_chunks > 0
                           else ("payload", payload_size))
+            minimum = PULSAR_MIN_MESSAGE_SIZE if opened.pulsar is not None else MIN_RECORD_SIZE
             raise InvalidArgumentError(
                 f"entry metadata says num_messages={claimed}, but its {what} of {size} bytes holds at most "
-                f"{capacity} (a message takes {MIN_RECORD_SIZE} bytes at least)")
+                f"{capacity} (a message takes {minimum} bytes at least)")
+
+    @staticmethod
+    def _check_chunk(metadata: EntryMetadata, claimed: int, payload_size: int) -> None:
+        """A chunk is a slice of one message (Pulsar's num_chunks_from_msg, chunk_id and
+        total_chunk_msg_size, read as Herald's num_chunks, chunk_id and total_chunk_size)."""
+        if claimed != 1:
+            raise InvalidArgumentError(
+                f"entry metadata says num_messages={claimed} for a chunk: a chunk is part of one message")
+        if not 0 <= metadata.chunk_id < metadata.num_chunks:
+            raise InvalidArgumentError(
+                f"entry metadata says chunk {metadata.chunk_id} of a message of {metadata.num_chunks} chunks: "
+                f"chunks are numbered 0 to {metadata.num_chunks - 1}")
+        if payload_size > metadata.total_chunk_size:
+            raise InvalidArgumentError(
+                f"the chunk's {payload_size} bytes are more than the {metadata.total_chunk_size} bytes its metadata "
+                "says the whole message has (total_chunk_size): a chunk is a slice of its message")
 
     def record(self, num_messages: int, size: int) -> None:
         self.msg_in_counter += num_messages

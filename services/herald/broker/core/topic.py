@@ -169,12 +169,15 @@ class PersistentTopic(Topic[Subscription]):
         received = time.perf_counter()
         try:
             self._check_not_terminated()
-            producer.check(entry, num_messages, encryption_required=self.encryption_required,
-                           max_message_size=self.max_message_size)
+            metadata = producer.check(entry, num_messages, encryption_required=self.encryption_required,
+                                      max_message_size=self.max_message_size)
             admitted = self.backlog_quota.admit(len(entry))
         except HeraldError as exc:
             publication.fail(exc)
             return
+        # The entry numbers its messages up to its highest sequence id; a Pulsar producer's SEND
+        # may not say it (its batch's messages follow its sequence_id), its metadata does.
+        highest_sequence_id = max(highest_sequence_id, metadata.highest_sequence_id)
         if admitted:
             self._append(producer, sequence_id, highest_sequence_id, num_messages, entry, publication, received)
         else:  # producer_request_hold: stored in order once the backlog is back under quota

@@ -14,7 +14,8 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from herald.api.v1 import admin_pb2, common_pb2
-from herald.common.codec.entry import decode_entry, iter_records, records_claimed
+from herald.client.config import DEFAULT_MAX_MESSAGE_SIZE
+from herald.common.codec.entry import ENTRY_FRAMING_ALLOWANCE, unpack_entry
 from herald.common.errors import HeraldError
 
 
@@ -225,8 +226,9 @@ def decoded_entries(entries: Sequence[Any]) -> list[dict[str, Any]]:
     out = []
     for entry in entries:
         try:
-            metadata, payload = decode_entry(bytes(entry.data))
-            records = list(iter_records(payload, records_claimed(metadata)))
+            # Either format, decompressed within the default max message size (a bomb is shown as
+            # undecodable, never inflated).
+            metadata, records = unpack_entry(bytes(entry.data), DEFAULT_MAX_MESSAGE_SIZE + ENTRY_FRAMING_ALLOWANCE)
         except HeraldError as error:  # shown as it is stored: never hide an entry
             out.append({"ledger_id": entry.ledger_id, "entry_id": entry.entry_id,
                         "redelivery_count": entry.redelivery_count, "producer_name": None, "sequence_id": None,
@@ -242,6 +244,7 @@ def decoded_entries(entries: Sequence[Any]) -> list[dict[str, Any]]:
                 text = None
             messages.append({
                 "batch_index": index, "key": record.key, "properties": dict(record.properties or {}),
+                "sequence_id": metadata.sequence_id + index if record.sequence_id is None else record.sequence_id,
                 "event_time": record.event_time, "value": text, "value_base64": base64.b64encode(value).decode(),
             })
         out.append({

@@ -2,7 +2,12 @@
 header, metadata, packed records), message ids and positions, topic names, checksums, compression,
 properties. Must not know: gRPC, any service, the event loop.
 
-The entry (`entry`): one producer batch, and the unit broker and storage handle.
+The entry: one producer batch, and the unit broker and storage handle. It comes in two formats,
+told apart by their magic: Herald's own (`herald_entry`, 0x0e0c, below) and Pulsar's (`pulsar_entry`,
+0x0e01, what an official Pulsar producer sends, stored as it came). `entry` is the one reader of
+both: everyone (the broker core, Herald's client, the dlq-worker, the peeks, the Spark source)
+reads entries through it (`open_entry`, `read_metadata`, `unpack_entry`, `entry_checksum_ok`,
+`permits_of`) and sees Herald's EntryMetadata and Records either way. Herald's format:
 
     entry   = magic:u16 | crc32c:u32 | metadata_length:u32 | EntryMetadata (protobuf) | payload
     payload = record*   (after decompression); a record is packed with struct: value length,
@@ -27,11 +32,16 @@ claim: `iter_records(payload, records_claimed(metadata))`. 5 MiB of zeros (20 KB
 be a million empty records; the consumer, the dlq-worker, `herald admin dlq peek` and
 `herald admin topics peek` refuse them under num_messages=1 rather than make a million messages.
 
-Decompression (`compression`, used by the consumer, the dlq-worker, `dlq peek`, the Spark source
+A Pulsar batch's messages take 6 bytes at least (their size and a SingleMessageMetadata), an
+unbatched Pulsar entry is one message: `records_capacity(..., pulsar_format=True)`.
+
+Decompression (`compression`: LZ4, ZLIB, ZSTD and SNAPPY, raw blocks as Pulsar writes them, via
+cramjam; numbered as Pulsar numbers them; used by the consumer, the dlq-worker, `dlq peek`, the Spark source
 and the Pulsar codec) is bounded by the declared size and by the caller's limit: a larger claim is
 refused before any work, and no codec produces more than the claim plus one byte (zlib through
 decompressobj with max_length, ZSTD read as a stream with a window no larger than the limit needs,
-LZ4 blocks into a buffer of the claim). The producer compresses a closed batch's payload once.
+LZ4 blocks into a buffer of the claim, a SNAPPY block only when its own size header is the
+claim). The producer compresses a closed batch's payload once.
 
 The rest:
 - message_id: MessageId (ledger id, entry id, partition, batch index), ordered, to and from bytes
@@ -44,6 +54,6 @@ The rest:
 - checksum: CRC32C (google-crc32c). properties: the limits on producer and consumer properties,
   which the broker keeps in memory (`check_properties`, run by the broker's admission and by the
   client's config).
-- pulsar_entry: Pulsar's entry format, read as Herald's metadata and records and made from a Herald
-  entry, for the Pulsar front end to come.
+- pulsar_entry: Pulsar's entry format, read as Herald's metadata and records (through `entry`) and
+  made from a Herald entry for a Pulsar consumer.
 """

@@ -1,6 +1,9 @@
 """Batch payload codecs: the producer compresses a closed batch's payload once, the consumer
 decompresses an entry's payload once; EntryMetadata says which codec and the uncompressed size.
-LZ4 (raw blocks, as Pulsar writes them), ZLIB and ZSTD come from their well-kept libraries.
+LZ4 (raw blocks, as Pulsar writes them), ZLIB, ZSTD and SNAPPY (the raw block format, as Pulsar's
+clients write it: snappy::Compress) come from their well-kept libraries (cramjam for SNAPPY). The
+codec numbers are Herald's entry.proto CompressionType and Pulsar's alike (tests/unit/test_compression.py
+keeps them equal), so this module needs neither contract.
 
 Whoever decompresses may be handed a bomb: a few kilobytes that inflate to gigabytes, under
 metadata (or a ZSTD frame header) that claims anything. So every codec is bounded: a declared size
@@ -13,11 +16,15 @@ import functools
 import zlib
 from collections.abc import Callable
 
+import cramjam
 import lz4.block
 import zstandard
 
-from herald.api.v1 import entry_pb2
 from herald.common.errors import InvalidArgumentError, MessageTooLargeError
+
+# The codecs, numbered as entry.proto's CompressionType and Pulsar's MessageMetadata.compression.
+NONE, LZ4, ZLIB, ZSTD, SNAPPY = 0, 1, 2, 3, 4
+CODEC_NAMES = {NONE: "NONE", LZ4: "LZ4", ZLIB: "ZLIB", ZSTD: "ZSTD", SNAPPY: "SNAPPY"}
 
 # codec -> (compress(payload) -> bytes, decompress(data, uncompressed_size) -> bytes); a decompress
 # returns at most uncompressed_size + 1 bytes, whatever the data holds.
@@ -64,16 +71,31 @@ def _zstd_decompress(data: bytes, size: int) -> bytes:
     return bytes(reader.read(size + 1))
 
 
+def _snappy_compress(payload: bytes) -> bytes:
+    return bytes(cramjam.snappy.compress_raw(payload))
+
+
+def _snappy_decompress(data: bytes, size: int) -> bytes:
+    # A raw block starts with its own claim of the restored size (a varint), which the library
+    # would allocate: it must be the declared size (checked against the limit), else it is refused
+    # before any work.
+    claimed = cramjam.snappy.decompress_raw_len(data)
+    if claimed != size:
+        raise InvalidArgumentError(f"the SNAPPY block says it restores to {claimed} bytes, not {size}")
+    return bytes(cramjam.snappy.decompress_raw(data))
+
+
 _CODECS: dict[int, tuple[_Compress, _Decompress]] = {
-    entry_pb2.LZ4: (_lz4_compress, _lz4_decompress),
-    entry_pb2.ZLIB: (zlib.compress, _zlib_decompress),
-    entry_pb2.ZSTD: (_zstd_compressor.compress, _zstd_decompress),
+    LZ4: (_lz4_compress, _lz4_decompress),
+    ZLIB: (zlib.compress, _zlib_decompress),
+    ZSTD: (_zstd_compressor.compress, _zstd_decompress),
+    SNAPPY: (_snappy_compress, _snappy_decompress),
 }
 
 
 def compress(codec: int, payload: bytes | bytearray) -> bytes:
-    """The payload compressed with `codec` (a entry_pb2.CompressionType); NONE returns it as is."""
-    if codec == entry_pb2.NONE:
+    """The payload compressed with `codec` (a CompressionType number); NONE returns it as is."""
+    if codec == NONE:
         return bytes(payload)
     return _CODECS[codec][0](bytes(payload))
 
@@ -84,13 +106,13 @@ def decompress(codec: int, data: bytes | memoryview, uncompressed_size: int, lim
     unknown codec or data that is corrupt or restores to another size than declared (never more
     than the declared size is produced). The consumer drops such an entry with an error rather
     than handing out garbage."""
-    if codec == entry_pb2.NONE:
+    if codec == NONE:
         return bytes(data)
     try:
         decompress_with = _CODECS[codec][1]
     except KeyError:
         raise InvalidArgumentError(f"entry compressed with unknown codec {codec}") from None
-    name = entry_pb2.CompressionType.Name(codec)  # type: ignore[arg-type]
+    name = CODEC_NAMES[codec]
     if uncompressed_size < 0:
         raise InvalidArgumentError(f"entry metadata says its {name} payload restores to {uncompressed_size} bytes")
     if uncompressed_size > limit:

@@ -1,241 +1,179 @@
-"""The entry codec: one entry is one producer batch, written by the producer, stored and forwarded
-unchanged by broker and storage, and unpacked by the consumer.
+"""The one reader of both entry formats, told apart by their magic: Herald's own
+(herald.common.codec.herald_entry, 0x0e0c: records packed with struct under an EntryMetadata) and
+Pulsar's (herald.common.codec.pulsar_entry, 0x0e01: what an official Pulsar producer sends, stored
+as it came). Whoever reads an entry reads it here, and sees Herald's EntryMetadata either way (a
+Pulsar entry's MessageMetadata read as one: pulsar_entry.to_entry_metadata), so the broker core
+(publish checks, dedup recovery, permits, Key_Shared keys, delays, expiry, seek by time) and the
+consumers (Herald's client, the dlq-worker, `herald admin` peek, the Spark source) treat both alike.
 
-    entry   = magic:u16 | crc32c:u32 | metadata_length:u32 | EntryMetadata (protobuf) | payload
-    payload = record*             (after decompression, when compression is set)
-    record  = value_length:u32 | flags:u8 | [key_length:u16 key] | [event_time:i64]
-              | [sequence_id:i64] | [property_count:u16 (key_length:u16 key value_length:u32 value)*]
-              | value
+    open_entry(entry) -> OpenedEntry   metadata (Herald's view), payload, and the format's rules:
+                                       what it can hold, its permits, its records once restored
+    read_metadata / decode_entry       the metadata (and payload) alone
+    entry_checksum_ok / entry_permits  for an entry as stored
+    unpack_entry(entry, limit)         metadata and every message, decompressed within `limit`
 
-The checksum covers everything after itself. Records are packed with struct, never one protobuf
-object per message: this is the client's hot path.
-
-A record takes MIN_RECORD_SIZE bytes at least, which bounds how many messages an entry can hold
-(`records_capacity`): the broker refuses an entry whose num_messages says more, and both broker and
-consumer count an entry's flow permits with `permits_of`, so that a stored entry whose metadata lies
-cannot drive a subscription's permits far negative.
+What a format can hold bounds what its metadata may claim (`records_capacity`): a Herald record
+takes MIN_RECORD_SIZE (5) bytes at least, a message of a Pulsar batch PULSAR_MIN_MESSAGE_SIZE (6:
+its size and a SingleMessageMetadata with its payload_size), and an unbatched Pulsar entry is one
+message whatever its size. Herald's own format (encode_entry, pack_record, Record, iter_records and
+the constants) is re-exported from here for the producer side.
 """
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterator
-from typing import NamedTuple
+from dataclasses import dataclass
 
-from google.protobuf.message import DecodeError
+from herald.common.codec import herald_entry, pulsar_entry
+from herald.common.codec.compression import decompress
+from herald.common.codec.herald_entry import ENTRY_FRAMING_ALLOWANCE as ENTRY_FRAMING_ALLOWANCE
+from herald.common.codec.herald_entry import FLAG_EVENT_TIME as FLAG_EVENT_TIME
+from herald.common.codec.herald_entry import FLAG_KEY as FLAG_KEY
+from herald.common.codec.herald_entry import FLAG_PROPERTIES as FLAG_PROPERTIES
+from herald.common.codec.herald_entry import FLAG_SEQUENCE_ID as FLAG_SEQUENCE_ID
+from herald.common.codec.herald_entry import HEADER_SIZE as HEADER_SIZE
+from herald.common.codec.herald_entry import MAGIC as MAGIC
+from herald.common.codec.herald_entry import MIN_RECORD_SIZE as MIN_RECORD_SIZE
+from herald.common.codec.herald_entry import RECORD_HEADER as RECORD_HEADER
+from herald.common.codec.herald_entry import EntryMetadata as EntryMetadata
+from herald.common.codec.herald_entry import Record as Record
+from herald.common.codec.herald_entry import encode_entry as encode_entry
+from herald.common.codec.herald_entry import iter_records as iter_records
+from herald.common.codec.herald_entry import pack_record as pack_record
+from herald.common.codec.herald_entry import records_claimed as records_claimed
+from herald.common.errors import HeraldError, InvalidArgumentError
 
-from herald.api.v1 import entry_pb2
-from herald.common.codec.checksum import crc32c
-from herald.common.errors import ChecksumError, HeraldError, InvalidArgumentError
-
-MAGIC = 0x0E0C
-_HEADER = struct.Struct(">HII")
-HEADER_SIZE = _HEADER.size
-_MAGIC_CRC = struct.Struct(">HI")
-_META_LENGTH = struct.Struct(">I")
-_CRC_START = _MAGIC_CRC.size  # the checksum covers everything after magic and crc
-
-RECORD_HEADER = struct.Struct("<IB")
-FLAG_KEY = 1
-FLAG_EVENT_TIME = 2
-FLAG_SEQUENCE_ID = 4
-FLAG_PROPERTIES = 8
-_U16 = struct.Struct("<H")
-_U32 = struct.Struct("<I")
-_I64 = struct.Struct("<q")
-MIN_RECORD_SIZE = RECORD_HEADER.size  # a record with an empty value and no flags
-# The max message size limits the message; its entry adds a header, metadata and record framing
-# (keys, properties) on top, and so may its uncompressed payload.
-ENTRY_FRAMING_ALLOWANCE = 10 * 1024
-
-EntryMetadata = entry_pb2.EntryMetadata
+PULSAR_MAGIC = pulsar_entry.PULSAR_MAGIC
+PULSAR_MIN_MESSAGE_SIZE = pulsar_entry.MIN_BATCHED_MESSAGE_SIZE
 
 
-def encode_entry(metadata: entry_pb2.EntryMetadata, payload: bytes | bytearray) -> bytes:
-    meta = metadata.SerializeToString()
-    body = _META_LENGTH.pack(len(meta)) + meta + payload  # what the checksum covers
-    return _MAGIC_CRC.pack(MAGIC, crc32c(body)) + body
+def is_pulsar_entry(entry: bytes | memoryview) -> bool:
+    """Whether the entry is in Pulsar's format (by its magic)."""
+    return pulsar_entry.is_pulsar_entry(entry)
 
 
-def read_metadata(entry: bytes, verify: bool = True) -> entry_pb2.EntryMetadata:
-    """Parse an entry's metadata, checking the header and (by default) the checksum."""
-    return _split(entry, verify)[0]
+@dataclass(frozen=True, slots=True)
+class OpenedEntry:
+    """An entry's metadata (Herald's view, whatever the format) and payload (as stored: compressed
+    when the metadata says so), with what its format implies."""
+
+    metadata: EntryMetadata
+    payload: memoryview
+    pulsar: pulsar_entry.PulsarMetadata | None = None  # a Pulsar entry's own metadata
+
+    @property
+    def capacity(self) -> int:
+        """The most messages the entry can hold (records_capacity)."""
+        return records_capacity(self.metadata, len(self.payload), pulsar_format=self.pulsar is not None)
+
+    @property
+    def permits(self) -> int:
+        """The flow permits it takes (permits_of)."""
+        return permits_of(self.metadata, len(self.payload), pulsar_format=self.pulsar is not None)
+
+    def restore(self, limit: int) -> bytes | memoryview:
+        """The payload decompressed (as it is when not compressed), within `limit` bytes:
+        compression.decompress's errors otherwise. A chunk's payload is only a slice of its
+        message's: put the slices together first (restore_payload)."""
+        return restore_payload(self.metadata, self.payload, limit)
+
+    def records(self, restored: bytes | memoryview, max_records: int | None = None) -> Iterator[Record]:
+        """The messages of the restored payload (a chunked message's, put back together,
+        included) as Herald Records: key, event time, sequence id (None: the entry's first plus
+        the index) and properties. InvalidArgumentError when the payload holds more than
+        `max_records` (default: what the metadata claims) or its framing lies."""
+        claimed = records_claimed(self.metadata) if max_records is None else max_records
+        if self.pulsar is None:
+            return iter_records(restored, claimed)
+        if not pulsar_entry.is_batched(self.pulsar):
+            return pulsar_entry.records_of(self.pulsar, restored)
+        return pulsar_entry.iter_pulsar_records(self.pulsar, restored, claimed)
 
 
-def decode_entry(entry: bytes, verify: bool = True) -> tuple[entry_pb2.EntryMetadata, memoryview]:
-    """Split an entry into its metadata and payload; a corrupt entry raises ChecksumError, metadata
-    that does not parse InvalidArgumentError."""
-    return _split(entry, verify)
+def open_entry(entry: bytes | memoryview, verify: bool = True) -> OpenedEntry:
+    """Read an entry of either format: ChecksumError when it is corrupt (verify) or of neither
+    format, InvalidArgumentError when its metadata does not parse or holds what Herald cannot."""
+    if pulsar_entry.is_pulsar_entry(entry):
+        metadata, payload = pulsar_entry.split(entry, verify)
+        return OpenedEntry(pulsar_entry.to_entry_metadata(metadata), payload, metadata)
+    herald_metadata, payload = herald_entry.split(entry, verify)
+    return OpenedEntry(herald_metadata, payload)
 
 
-def _split(entry: bytes, verify: bool) -> tuple[entry_pb2.EntryMetadata, memoryview]:
-    if len(entry) < HEADER_SIZE:
-        raise ChecksumError(f"entry of {len(entry)} bytes is shorter than its {HEADER_SIZE}-byte header")
-    magic, crc, meta_length = _HEADER.unpack_from(entry)
-    if magic != MAGIC:
-        raise ChecksumError(f"entry has bad magic {magic:#06x}")
-    if verify and crc32c(memoryview(entry)[_CRC_START:]) != crc:
-        raise ChecksumError("Checksum failed: the entry is corrupt")
-    end = HEADER_SIZE + meta_length
-    if end > len(entry):
-        raise ChecksumError("entry metadata runs past the end of the entry")
-    metadata = entry_pb2.EntryMetadata()
-    try:
-        metadata.ParseFromString(memoryview(entry)[HEADER_SIZE:end])  # type: ignore[arg-type]  # upb takes buffers
-    except DecodeError as exc:
-        raise InvalidArgumentError(f"entry metadata does not parse: {exc}") from None
-    return metadata, memoryview(entry)[end:]
+def decode_entry(entry: bytes | memoryview, verify: bool = True) -> tuple[EntryMetadata, memoryview]:
+    """An entry's metadata (Herald's view) and payload, either format (open_entry)."""
+    opened = open_entry(entry, verify)
+    return opened.metadata, opened.payload
 
 
-def records_capacity(metadata: entry_pb2.EntryMetadata, payload_size: int) -> int:
-    """The most records the entry's payload can hold, MIN_RECORD_SIZE bytes each at least: its
-    uncompressed size says how large it is when compressed, total_chunk_size for a chunk (whose
-    payload is a slice of its message's), else its `payload_size`."""
+def read_metadata(entry: bytes | memoryview, verify: bool = True) -> EntryMetadata:
+    """An entry's metadata as Herald's EntryMetadata, either format, checking the header and (by
+    default) the checksum."""
+    return open_entry(entry, verify).metadata
+
+
+def entry_checksum_ok(entry: bytes | memoryview) -> bool:
+    """Whether the entry is of a known format and its checksum holds (each format's layout: the
+    checksum covers what follows it)."""
+    if pulsar_entry.is_pulsar_entry(entry):
+        return pulsar_entry.checksum_ok(entry)
+    return herald_entry.checksum_ok(entry)
+
+
+def records_capacity(metadata: EntryMetadata, payload_size: int, *, pulsar_format: bool = False) -> int:
+    """The most messages the entry's payload can hold. Herald's: MIN_RECORD_SIZE bytes each at
+    least, of its uncompressed size when it is compressed, of total_chunk_size for a chunk (whose
+    payload is a slice of its message's), else of `payload_size`. Pulsar's: an unbatched entry (a
+    chunk included) is one message; a batch's messages take PULSAR_MIN_MESSAGE_SIZE bytes each."""
+    if pulsar_format:
+        if not metadata.batched or metadata.num_chunks > 0:
+            return 1
+        minimum = PULSAR_MIN_MESSAGE_SIZE
+    else:
+        minimum = MIN_RECORD_SIZE
     if metadata.compression:
         size = metadata.uncompressed_size
     elif metadata.num_chunks > 0:
         size = metadata.total_chunk_size
     else:
         size = payload_size
-    return max(0, size) // MIN_RECORD_SIZE
+    return max(0, size) // minimum
 
 
-def records_claimed(metadata: entry_pb2.EntryMetadata) -> int:
-    """How many records an entry's (restored) payload may hold, for iter_records' max_records:
-    its num_messages (the broker checks it at publish), 1 for a chunked message's payload."""
-    return 1 if metadata.num_chunks > 0 else max(1, metadata.num_messages)
-
-
-def permits_of(metadata: entry_pb2.EntryMetadata, payload_size: int) -> int:
+def permits_of(metadata: EntryMetadata, payload_size: int, *, pulsar_format: bool = False) -> int:
     """The flow permits an entry takes, reckoned alike by the broker that delivers it and the
     consumer that gives back what it did not queue: its num_messages, but at least 1 and at most
     what its payload can hold; a chunk takes 1."""
     if metadata.num_chunks > 0:
         return 1
-    return max(1, min(metadata.num_messages, records_capacity(metadata, payload_size)))
+    return max(1, min(metadata.num_messages, records_capacity(metadata, payload_size, pulsar_format=pulsar_format)))
 
 
-def entry_permits(entry: bytes) -> int:
+def entry_permits(entry: bytes | memoryview) -> int:
     """permits_of an entry as stored (its checksum unchecked); 1 when its metadata cannot be read."""
     try:
-        metadata, payload = _split(entry, False)
+        return open_entry(entry, False).permits
     except HeraldError:
         return 1
-    return permits_of(metadata, len(payload))
 
 
-def entry_checksum_ok(entry: bytes) -> bool:
-    if len(entry) < HEADER_SIZE:
-        return False
-    magic, crc, _ = _HEADER.unpack_from(entry)
-    return bool(magic == MAGIC and crc32c(memoryview(entry)[_CRC_START:]) == crc)
+def restore_payload(metadata: EntryMetadata, payload: bytes | memoryview, limit: int) -> bytes | memoryview:
+    """A payload decompressed as its metadata says, within `limit` bytes (as it is when not
+    compressed)."""
+    if not metadata.compression:
+        return payload
+    return decompress(metadata.compression, payload, metadata.uncompressed_size, limit)
 
 
-def pack_record(
-    buffer: bytearray,
-    value: bytes,
-    key: str | None = None,
-    event_time: int = 0,
-    sequence_id: int | None = None,
-    properties: dict[str, str] | None = None,
-) -> None:
-    """Append one message to a batch payload. The plain case (value only) is one struct call."""
-    if key is None and not event_time and sequence_id is None and not properties:
-        buffer += RECORD_HEADER.pack(len(value), 0)
-        buffer += value
-        return
-    flags = 0
-    extra = bytearray()
-    if key is not None:
-        flags |= FLAG_KEY
-        raw = key.encode()
-        extra += _U16.pack(len(raw))
-        extra += raw
-    if event_time:
-        flags |= FLAG_EVENT_TIME
-        extra += _I64.pack(event_time)
-    if sequence_id is not None:
-        flags |= FLAG_SEQUENCE_ID
-        extra += _I64.pack(sequence_id)
-    if properties:
-        flags |= FLAG_PROPERTIES
-        extra += _U16.pack(len(properties))
-        for name, text in properties.items():
-            raw_name, raw_value = name.encode(), text.encode()
-            extra += _U16.pack(len(raw_name))
-            extra += raw_name
-            extra += _U32.pack(len(raw_value))
-            extra += raw_value
-    buffer += RECORD_HEADER.pack(len(value), flags)
-    buffer += extra
-    buffer += value
-
-
-class Record(NamedTuple):
-    value: bytes
-    key: str | None
-    event_time: int
-    sequence_id: int | None
-    properties: dict[str, str]
-
-
-_NO_PROPERTIES: dict[str, str] = {}
-
-
-def iter_records(payload: bytes | memoryview, max_records: int | None = None) -> Iterator[Record]:
-    """The messages of a batch payload, in order; a malformed payload raises InvalidArgumentError,
-    and so does one holding more than `max_records` (the count its metadata claims: a consumer
-    makes an object of each record, and 5 MiB of zeros, a few KB compressed, are a million empty
-    records under metadata claiming one)."""
-    data = bytes(payload)
-    end = len(data)
-    offset = 0
-    unpack_header = RECORD_HEADER.unpack_from
-    left = end if max_records is None else max_records  # a record takes MIN_RECORD_SIZE bytes at least
-    try:
-        while offset < end:
-            if left <= 0:
-                raise InvalidArgumentError(
-                    f"the entry holds more than the {max_records} message(s) its metadata says (num_messages)")
-            left -= 1
-            length, flags = unpack_header(data, offset)
-            offset += 5
-            if not flags:
-                stop = offset + length
-                if stop > end:
-                    raise InvalidArgumentError("batch record runs past the end of the entry")
-                yield Record(data[offset:stop], None, 0, None, _NO_PROPERTIES)
-                offset = stop
-                continue
-            key = None
-            event_time = 0
-            sequence_id = None
-            properties = _NO_PROPERTIES
-            if flags & FLAG_KEY:
-                (n,) = _U16.unpack_from(data, offset)
-                key = data[offset + 2 : offset + 2 + n].decode()
-                offset += 2 + n
-            if flags & FLAG_EVENT_TIME:
-                (event_time,) = _I64.unpack_from(data, offset)
-                offset += 8
-            if flags & FLAG_SEQUENCE_ID:
-                (sequence_id,) = _I64.unpack_from(data, offset)
-                offset += 8
-            if flags & FLAG_PROPERTIES:
-                (count,) = _U16.unpack_from(data, offset)
-                offset += 2
-                properties = {}
-                for _ in range(count):
-                    (n,) = _U16.unpack_from(data, offset)
-                    name = data[offset + 2 : offset + 2 + n].decode()
-                    offset += 2 + n
-                    (n,) = _U32.unpack_from(data, offset)
-                    properties[name] = data[offset + 4 : offset + 4 + n].decode()
-                    offset += 4 + n
-            stop = offset + length
-            if stop > end:
-                raise InvalidArgumentError("batch record runs past the end of the entry")
-            yield Record(data[offset:stop], key, event_time, sequence_id, properties)
-            offset = stop
-    except (struct.error, UnicodeDecodeError) as exc:
-        raise InvalidArgumentError(f"malformed batch payload: {exc}") from exc
+def unpack_entry(entry: bytes | memoryview, limit: int, verify: bool = True) -> tuple[EntryMetadata, list[Record]]:
+    """An entry's metadata (Herald's view) and all its messages, either format, its payload
+    decompressed within `limit` bytes and never more records made than the metadata claims.
+    ChecksumError / InvalidArgumentError / MessageTooLargeError when it cannot be read so; a chunk
+    of a chunked message is refused (InvalidArgumentError): only a consumer puts chunks together."""
+    opened = open_entry(entry, verify)
+    metadata = opened.metadata
+    if metadata.num_chunks > 0:
+        raise InvalidArgumentError(
+            f"the entry is chunk {metadata.chunk_id} of {metadata.num_chunks} of chunked message {metadata.uuid!r}: "
+            "its message is read whole by a consumer only")
+    return metadata, list(opened.records(opened.restore(limit)))

@@ -8,21 +8,23 @@ what Herald stores for it unchanged.
 The checksum covers metadata_size, the metadata and the payload. Reading one as Herald's
 EntryMetadata (`to_entry_metadata`) lets the broker core treat both families alike; its messages
 come out as Herald Records (`iter_pulsar_records`); `from_herald_entry` builds a Pulsar entry from
-a Herald one for a Pulsar consumer (herald.common.codec.entry is Herald's own format)."""
+a Herald one for a Pulsar consumer. herald.common.codec.herald_entry is Herald's own format, and
+herald.common.codec.entry the one reader of both that everyone else uses."""
 
 from __future__ import annotations
 
 import base64
+import binascii
 import struct
 from collections.abc import Iterator
 
 from google.protobuf.message import DecodeError
 
 from herald.api.pulsar import PulsarApi_pb2 as pulsar
-from herald.api.v1 import entry_pb2
+from herald.common.codec import herald_entry
 from herald.common.codec.checksum import crc32c
 from herald.common.codec.compression import decompress
-from herald.common.codec.entry import Record, decode_entry, iter_records, records_claimed
+from herald.common.codec.herald_entry import EntryMetadata, Record, iter_records, records_claimed
 from herald.common.errors import ChecksumError, InvalidArgumentError
 
 PULSAR_MAGIC = 0x0E01
@@ -34,11 +36,12 @@ _CRC_START = 6  # the checksum covers everything after magic and crc
 # its data: what bounds the messages a payload can hold.
 MIN_BATCHED_MESSAGE_SIZE = 4 + 2
 
-# Codecs: Pulsar's numbers are Herald's for the four both know; SNAPPY (4) is Pulsar's alone.
-_COMPRESSION_TO_HERALD = {
-    pulsar.NONE: entry_pb2.NONE, pulsar.LZ4: entry_pb2.LZ4, pulsar.ZLIB: entry_pb2.ZLIB, pulsar.ZSTD: entry_pb2.ZSTD,
-}
+# Codecs: Pulsar's numbers are Herald's (herald.common.codec.compression), SNAPPY included.
 SNAPPY = pulsar.SNAPPY
+PulsarMetadata = pulsar.MessageMetadata
+# Pulsar's uint64 ids and times, read into Herald's int64 fields, and its uint32 sizes into int32.
+_MAX_INT64 = (1 << 63) - 1
+_MAX_INT32 = (1 << 31) - 1
 _NO_PROPERTIES: dict[str, str] = {}
 
 
@@ -84,28 +87,56 @@ def encode(metadata: pulsar.MessageMetadata, payload: bytes | bytearray | memory
     return struct.pack(">HI", PULSAR_MAGIC, crc32c(body)) + body
 
 
+def moved(entry: bytes | memoryview, producer_name: str, publish_time: int) -> tuple[bytes, int]:
+    """A Pulsar entry as another producer publishes it again, payload untouched (a dead letter that
+    cannot be unpacked: a chunk, an encrypted batch): `producer_name`, sequence ids from 0, published
+    at `publish_time`, delivered at once. Returns (the entry, its highest sequence id)."""
+    metadata, payload = split(entry, verify=False)
+    count = metadata.num_messages_in_batch if is_batched(metadata) else 1
+    metadata.producer_name = producer_name
+    metadata.sequence_id = 0
+    metadata.highest_sequence_id = max(0, count - 1)
+    metadata.publish_time = publish_time
+    metadata.ClearField("deliver_at_time")
+    return encode(metadata, payload), metadata.highest_sequence_id
+
+
 def is_batched(metadata: pulsar.MessageMetadata) -> bool:
     """Whether the payload holds SingleMessageMetadata-framed messages (Pulsar's producers set
     num_messages_in_batch exactly on batches, a batch of one included)."""
     return metadata.HasField("num_messages_in_batch")
 
 
-def to_entry_metadata(metadata: pulsar.MessageMetadata) -> entry_pb2.EntryMetadata:
+def to_entry_metadata(metadata: pulsar.MessageMetadata) -> EntryMetadata:
     """The same facts as Herald's EntryMetadata, for the broker core (dedup, dispatch, delays,
-    expiry, permits, publish checks); a codec only Pulsar knows (SNAPPY) keeps its number."""
+    expiry, permits, publish checks) and the consumers. Pulsar's producers (the C++ client) send no
+    highest_sequence_id on a batch: its messages are numbered from sequence_id on, so the highest
+    is sequence_id + count - 1. InvalidArgumentError for a value Herald's fields cannot hold (a
+    uint64 sequence id or time past 2^63-1, a size past 2^31-1)."""
     count = metadata.num_messages_in_batch if is_batched(metadata) else 1
     highest = metadata.highest_sequence_id
     if highest < metadata.sequence_id:
         highest = metadata.sequence_id + max(count, 1) - 1
-    converted = entry_pb2.EntryMetadata(
+    for name, value, most in (("sequence_id", highest, _MAX_INT64), ("publish_time", metadata.publish_time, _MAX_INT64),
+                              ("uncompressed_size", metadata.uncompressed_size, _MAX_INT32)):
+        if value > most:
+            raise InvalidArgumentError(
+                f"the message's {name} is {value}, past the {most} Herald stores: send ids and sizes below it")
+    converted = EntryMetadata(
         producer_name=metadata.producer_name, sequence_id=metadata.sequence_id, highest_sequence_id=highest,
-        num_messages=count, publish_time=metadata.publish_time,
-        compression=_COMPRESSION_TO_HERALD.get(metadata.compression, metadata.compression),  # type: ignore[arg-type]
+        num_messages=count, publish_time=metadata.publish_time, compression=metadata.compression,  # type: ignore[arg-type]
         uncompressed_size=metadata.uncompressed_size, batched=is_batched(metadata),
         encryption_keys=[key.key for key in metadata.encryption_keys],
         deliver_at_time=metadata.deliver_at_time, partition_key=metadata.partition_key,
         ordering_key=metadata.ordering_key,
     )
+    if metadata.partition_key_b64_encoded and not metadata.HasField("ordering_key"):
+        # A bytes key travels base64-encoded; Pulsar's broker dispatches Key_Shared by its bytes,
+        # and so does Herald's (the ordering key goes first): the same consumer gets it.
+        try:
+            converted.ordering_key = base64.b64decode(metadata.partition_key, validate=True)
+        except binascii.Error:
+            pass  # not base64 after all: the text is the key
     if metadata.HasField("num_chunks_from_msg") and metadata.num_chunks_from_msg > 1:
         converted.uuid = metadata.uuid
         converted.chunk_id = metadata.chunk_id
@@ -114,9 +145,16 @@ def to_entry_metadata(metadata: pulsar.MessageMetadata) -> entry_pb2.EntryMetada
     return converted
 
 
+def records_of(metadata: pulsar.MessageMetadata, payload: bytes | memoryview) -> Iterator[Record]:
+    """The messages of a (restored) payload, whatever it is: a batch's, or one plain message's (a
+    chunked message's payload put back together included): iter_pulsar_records within the count
+    the metadata claims."""
+    return iter_pulsar_records(metadata, payload, metadata.num_messages_in_batch if is_batched(metadata) else 1)
+
+
 def _key(partition_key: str, b64: bool) -> str:
     # A bytes key travels base64-encoded with the flag set: Herald's keys are text, so it stays so.
-    return partition_key if not b64 else base64.b64encode(base64.b64decode(partition_key)).decode()
+    return partition_key
 
 
 def iter_pulsar_records(
@@ -164,7 +202,7 @@ def from_herald_entry(entry: bytes, max_size: int) -> bytes:
     the same producer, sequence ids, publish time, keys, properties and event times, one batched
     message per record (batch index for batch index), or one plain message for an unbatched entry.
     InvalidArgumentError for an entry that cannot be read within `max_size` (decompressed)."""
-    metadata, payload = decode_entry(entry)
+    metadata, payload = herald_entry.split(entry)
     data = decompress(metadata.compression, payload, metadata.uncompressed_size, max_size) \
         if metadata.compression else payload
     records = list(iter_records(data, records_claimed(metadata)))
