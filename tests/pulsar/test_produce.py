@@ -66,7 +66,7 @@ def test_what_a_pulsar_producer_sends_herald_s_client_receives(
     client: pulsar.Client, herald: Client, batched: bool, codec: pulsar.CompressionType,
 ) -> None:
     topic = unique_topic("pulsar-to-herald")
-    consumer = herald.subscribe(topic, "s", initial_position=InitialPosition.EARLIEST)
+    consumer = herald.subscribe(topic, "s", initial_position=InitialPosition.Earliest)
     producer = client.create_producer(topic, compression_type=codec, batching_enabled=batched)
     values = send_all(producer, 10, batched=batched)
     received = [consumer.receive(timeout=10) for _ in values]

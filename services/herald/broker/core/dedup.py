@@ -22,7 +22,7 @@ import time
 from typing import Protocol
 
 from herald.broker.core.ledger_list import BEFORE_FIRST, Position
-from herald.common.codec.entry import read_metadata
+from herald.common.codec.entry import is_leading_pulsar_chunk, read_metadata
 from herald.common.errors import BadVersionError, HeraldError
 from herald.metadata.store import NOT_EXISTS, MetadataStore
 
@@ -178,6 +178,8 @@ class MessageDeduplication:
                 except HeraldError as exc:
                     log.warning("dedup %s: entry %s has unreadable metadata (%s): skipped", self.key, position, exc)
                     continue
+                if is_leading_pulsar_chunk(data, metadata):
+                    continue  # its message is persisted with its last chunk
                 highest = max(metadata.sequence_id, metadata.highest_sequence_id)
                 if highest > self._persisted.get(metadata.producer_name, -1):
                     self._persisted[metadata.producer_name] = highest

@@ -38,7 +38,7 @@ from herald.broker.core.subscription import Subscription, SubscriptionType
 from herald.broker.core.topic_base import PRODUCER_NAME_COUNTER as PRODUCER_NAME_COUNTER  # re-exported
 from herald.broker.core.topic_base import PersistentOps, Topic
 from herald.broker.settings import BrokerSettings
-from herald.common.codec.entry import read_metadata
+from herald.common.codec.entry import is_leading_pulsar_chunk, read_metadata
 from herald.common.codec.message_id import check_position
 from herald.common.codec.names import validate_subscription_name
 from herald.common.errors import (
@@ -178,16 +178,20 @@ class PersistentTopic(Topic[Subscription]):
         # The entry numbers its messages up to its highest sequence id; a Pulsar producer's SEND
         # may not say it (its batch's messages follow its sequence_id), its metadata does.
         highest_sequence_id = max(highest_sequence_id, metadata.highest_sequence_id)
+        # Pulsar's clients send every chunk of a message under the message's sequence id: only its
+        # last chunk is deduplicated (and marks the message persisted), as Pulsar's broker does.
+        deduplicated = not is_leading_pulsar_chunk(entry, metadata)
         if admitted:
-            self._append(producer, sequence_id, highest_sequence_id, num_messages, entry, publication, received)
+            self._append(producer, sequence_id, highest_sequence_id, num_messages, entry, publication, received,
+                         deduplicated)
         else:  # producer_request_hold: stored in order once the backlog is back under quota
             self.backlog_quota.hold(len(entry), functools.partial(
                 self._append, producer, sequence_id, highest_sequence_id, num_messages, entry, publication,
-                received), publication.fail)
+                received, deduplicated), publication.fail)
 
     def _append(
         self, producer: Producer, sequence_id: int, highest_sequence_id: int, num_messages: int, entry: bytes,
-        publication: Publication, received: float,
+        publication: Publication, received: float, deduplicated: bool = True,
     ) -> None:
         """Deduplicate and queue the add (the second half of submit; later for a held send)."""
         if publication.done:
@@ -196,6 +200,10 @@ class PersistentTopic(Topic[Subscription]):
             publication.fail(PersistenceError("Producer is closed"))
             return
         highest = max(sequence_id, highest_sequence_id)
+        if not deduplicated:  # a chunk before its message's last: stored, and marks nothing
+            callback = functools.partial(self._added, producer, -1, max(1, num_messages), publication, received)
+            self.ledger.add_entry_nowait(entry, callback)
+            return
         status = self.dedup.check(producer.name, sequence_id, highest)
         if status is DedupStatus.DUP:
             publication.succeed(-1, -1)

@@ -177,3 +177,10 @@ def unpack_entry(entry: bytes | memoryview, limit: int, verify: bool = True) -> 
             f"the entry is chunk {metadata.chunk_id} of {metadata.num_chunks} of chunked message {metadata.uuid!r}: "
             "its message is read whole by a consumer only")
     return metadata, list(opened.records(opened.restore(limit)))
+
+
+def is_leading_pulsar_chunk(entry: bytes | memoryview, metadata: EntryMetadata) -> bool:
+    """A chunk of a Pulsar client's chunked message other than its last. Pulsar's clients send
+    every chunk under the message's one sequence id, so only the last is deduplicated (and marks
+    the message persisted), as Pulsar's broker does; Herald's chunks each have their own."""
+    return metadata.num_chunks > 1 and metadata.chunk_id < metadata.num_chunks - 1 and is_pulsar_entry(entry)
