@@ -75,9 +75,10 @@ class ClusterProcess:
     """One process of the cluster: started, stopped, killed, paused and resumed by name."""
 
     def __init__(self, name: str, args: list[str], log_dir: Path, ready_text: str, port: int,
-                 env: dict[str, str], metrics_port: int | None = None) -> None:
+                 env: dict[str, str], metrics_port: int | None = None, pulsar_port: int | None = None) -> None:
         self.name = name
         self.metrics_port = metrics_port  # where it serves /metrics, when it does
+        self.pulsar_port = pulsar_port  # where it serves Pulsar's binary protocol, when it does
         self.args = args
         self.log_path = log_dir / f"{name}.log"
         self.ready_text = ready_text
@@ -89,6 +90,12 @@ class ClusterProcess:
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def pulsar_url(self) -> str:
+        if self.pulsar_port is None:
+            raise InvalidArgumentError(f"{self.name} serves no Pulsar protocol")
+        return f"pulsar://127.0.0.1:{self.pulsar_port}"
 
     @property
     def running(self) -> bool:
@@ -198,20 +205,22 @@ class LocalCluster:
         nodes = ",".join(node.address for node in self.storage)
         self.brokers = []
         for i in range(settings.brokers):
-            port, metrics_port = free_port(), free_port()
+            port, metrics_port, pulsar_port = free_port(), free_port(), free_port()
             self.brokers.append(ClusterProcess(
                 f"broker-{i}", [*herald, "broker", "--metadata-url", self.metadata_url, "--lookup-address",
                                 self.lookup.address, "--storage-nodes", nodes, "--port", str(port),
-                                "--broker-id", f"broker-{i}", "--metrics-port", str(metrics_port)],
+                                "--broker-id", f"broker-{i}", "--metrics-port", str(metrics_port),
+                                "--pulsar-port", str(pulsar_port)],
                 self.logs, "broker listening on", port, broker_env, metrics_port=metrics_port,
+                pulsar_port=pulsar_port,
             ))
         self.proxies = []
         for i in range(settings.proxies):
-            port, metrics_port = free_port(), free_port()
+            port, metrics_port, pulsar_port = free_port(), free_port(), free_port()
             self.proxies.append(ClusterProcess(
                 f"proxy-{i}", [*herald, "proxy", "--lookup-address", self.lookup.address, "--port", str(port),
-                               "--metrics-port", str(metrics_port)],
-                self.logs, "proxy listening on", port, env, metrics_port=metrics_port,
+                               "--metrics-port", str(metrics_port), "--pulsar-port", str(pulsar_port)],
+                self.logs, "proxy listening on", port, env, metrics_port=metrics_port, pulsar_port=pulsar_port,
             ))
 
     @property
@@ -224,6 +233,13 @@ class LocalCluster:
         if not self.proxies:
             raise InvalidArgumentError("this cluster runs no proxy: start it with proxies >= 1")
         return f"herald://{self.proxies[0].address}"
+
+    @property
+    def proxy_pulsar_url(self) -> str:
+        """The first proxy's pulsar:// URL: an official Pulsar client given only this reaches every broker."""
+        if not self.proxies:
+            raise InvalidArgumentError("this cluster runs no proxy: start it with proxies >= 1")
+        return self.proxies[0].pulsar_url
 
     @property
     def processes(self) -> list[ClusterProcess]:
@@ -259,6 +275,7 @@ class LocalCluster:
             rows.append(("proxy URL", self.proxy_url))
         rows.append(("metadata", self.metadata_url))
         rows += [(p.name, p.address) for p in self.processes if p is not self.redis]
+        rows += [(f"{p.name} pulsar", p.pulsar_url) for p in self.processes if p.pulsar_port is not None]
         rows += [(f"{p.name} metrics", f"http://127.0.0.1:{p.metrics_port}/metrics")
                  for p in self.processes if p.metrics_port is not None]
         rows.append(("logs", str(self.logs)))

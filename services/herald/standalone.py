@@ -43,6 +43,7 @@ class StandaloneSettings(MetricsEndpointSettings):
     port: int = 6660  # the service URL Herald's clients use (lookup)
     broker_port: int = 6661
     proxy_port: int = 6662  # -1: no proxy
+    proxy_pulsar_port: int = -1  # Pulsar's binary protocol on the proxy too; -1: not served
     storage_port: int = 3181
     # Pulsar's binary protocol on the broker (pulsar://, pulsar+ssl:// with the TLS certificate), for the
     # official Pulsar clients, on Pulsar's standalone ports; -1: not served.
@@ -144,7 +145,7 @@ class Standalone:
         if self.settings.proxy_port >= 0:
             proxy_settings = load_settings(ProxySettings, "proxy", overrides=dict(
                 host=self.settings.host, port=self.settings.proxy_port, lookup_address=self.lookup.address,
-                metrics_port=-1, **self.security))
+                pulsar_port=self.settings.proxy_pulsar_port, metrics_port=-1, **self.security))
             self.proxy = ProxyServer(proxy_settings, registry=self.registry)
             self._watch(self.proxy.health)
             await self.proxy.start()
@@ -172,6 +173,7 @@ class Standalone:
             "pulsar": ", ".join(url for url in (self.broker.urls.pulsar, self.broker.urls.pulsar_tls) if url) or "-"
             if self.broker else "-",
             "proxy": f"{self.scheme}://{self.proxy.address}" if self.proxy else "-",
+            "proxy pulsar": self.proxy.pulsar.url if self.proxy and self.proxy.pulsar else "-",
             "storage": self.storage.address,
             "dlq-worker": "running" if self.dlq else "-",
             "metrics": f"{self.http.url}/metrics" if self.http else "-",

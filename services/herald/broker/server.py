@@ -30,13 +30,13 @@ from herald.broker.grpc.authorization import BrokerAuthorization
 from herald.broker.grpc.broker_servicer import BULK_METHODS, BrokerServicer
 from herald.broker.grpc.dead_letter_servicer import DeadLetterServicer
 from herald.broker.grpc.registration import LookupRegistration
-from herald.broker.pulsar.auth import ConnectAuthenticator
 from herald.broker.pulsar.frontend import FrontEnd
 from herald.broker.pulsar.server import PulsarServer
 from herald.broker.rest.app import RestContext
 from herald.broker.rest.server import RestServer, server_ssl_context
 from herald.broker.settings import BrokerSettings
 from herald.common.http.endpoint import HttpEndpoint, serve_endpoint
+from herald.common.pulsar.auth import ConnectAuthenticator
 from herald.common.security.authentication import AuthorizationInterceptor
 from herald.common.security.service import ServiceSecurity
 from herald.common.transport.connections import connection_limits

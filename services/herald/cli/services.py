@@ -59,8 +59,8 @@ def cmd_standalone(args: argparse.Namespace) -> None:
     settings = load_settings(
         StandaloneSettings, "standalone", config_file=args.config,
         overrides=_flags(args, "data_dir", "host", "port", "broker_port", "storage_port", "proxy_port",
-                         "pulsar_port", "pulsar_tls_port", "metrics_port", "metrics_topic_level", "dlq_worker",
-                         "web_port", *STANDALONE_SECURITY_FLAGS,
+                         "proxy_pulsar_port", "pulsar_port", "pulsar_tls_port", "metrics_port", "metrics_topic_level",
+                         "dlq_worker", "web_port", *STANDALONE_SECURITY_FLAGS,
                          *METRICS_ENDPOINT_FLAGS),
     )
 
@@ -170,7 +170,7 @@ def cmd_proxy(args: argparse.Namespace) -> None:
     settings = load_settings(
         ProxySettings, "proxy", config_file=args.config,
         overrides=_flags(args, "host", "port", "lookup_address", "advertised_address", "max_connections",
-                         "drain_timeout", "metrics_host", "metrics_port", *METRICS_ENDPOINT_FLAGS,
+                         "pulsar_port", "drain_timeout", "metrics_host", "metrics_port", *METRICS_ENDPOINT_FLAGS,
                          *SERVICE_SECURITY_FLAGS),
     )
     log.info("proxy settings:\n%s", describe(settings))
@@ -182,6 +182,8 @@ def cmd_proxy(args: argparse.Namespace) -> None:
         if proxy.http_endpoint is not None:
             print(f"proxy metrics on {proxy.http_endpoint.url}/metrics (health: /healthz, /readyz)",
                   flush=True)
+        if proxy.pulsar is not None:
+            print(f"proxy serves the Pulsar protocol on {proxy.pulsar.url}", flush=True)
         print(f"proxy listening on {proxy.address} (lookup {settings.lookup_address})", flush=True)
 
     asyncio.run(_serve(make, announce))
@@ -275,6 +277,8 @@ def add_service_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     sub.add_argument("--broker-port", type=int, help="broker port (default 6661)")
     sub.add_argument("--storage-port", type=int, help="storage port (default 3181)")
     sub.add_argument("--proxy-port", type=int, help="proxy port (default 6662; -1: no proxy)")
+    sub.add_argument("--proxy-pulsar-port", type=int, help="the proxy's pulsar:// port (-1: none, the default; "
+                                                           "0 = any free port)")
     pulsar_flags(sub, "default 6650, Pulsar's; -1: not served")
     sub.add_argument("--metrics-port", type=int, help="/metrics port of every service (default 9180; -1: none)")
     sub.add_argument("--web-port", type=int,
@@ -322,6 +326,8 @@ def add_service_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     sub.add_argument("--lookup-address", help="host:port of the lookup service (env HERALD_PROXY_LOOKUP_ADDRESS)")
     sub.add_argument("--advertised-address", help="host:port clients are told to dial (default: host:port)")
     sub.add_argument("--max-connections", type=int, help="client connections allowed (default 0 = no limit)")
+    sub.add_argument("--pulsar-port", type=int, help="port of Pulsar's binary protocol, for the official Pulsar "
+                                                     "clients (pulsar://; -1: not served, the default; 0: any free)")
     sub.add_argument("--drain-timeout", type=float, help="seconds streams get to finish on SIGTERM (default 20)")
     sub.add_argument("--metrics-host", help="address /metrics binds (default 127.0.0.1)")
     sub.add_argument("--metrics-port", type=int, help="/metrics port (default 9104; 0 = any free port, -1 = none)")

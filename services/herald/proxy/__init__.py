@@ -35,6 +35,12 @@ since its answers are rewritten. Users' guide: docs/proxy.md.
   one is replaced, and closed after a grace period so that the other calls on it can finish.
 - limits: `ConnectionLimiter`, herald.common.transport.connections' tracker with the proxy's
   metrics, for max_connections in all and max_connections_per_address.
+- pulsar_front, pulsar_relay: Pulsar's binary protocol on pulsar_port (docs/proxy.md, Pulsar
+  clients). `PulsarFront` listens and counts connections in the same ConnectionLimiter;
+  `Relay` is one client connection: its CONNECT authenticated here (herald.common.pulsar.auth),
+  then a connection to a broker CONNECTed as the proxy for the client's role; a lookup connection
+  relays lookups and rewrites LOOKUP_RESPONSE to go through the proxy, a connection naming a broker
+  (proxy_to_broker_url, checked against lookup's live brokers) is spliced as bytes.
 - drain: `Drain`, the draining flag and the open streams. metrics: the herald_proxy_* metrics.
   settings: `ProxySettings`; the receive limit is 8 MiB and Produce the one method past 1 MiB per
   request, as on the broker.

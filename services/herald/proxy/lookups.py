@@ -34,6 +34,8 @@ class Lookups:
         self._owners: OrderedDict[str, tuple[str, str]] = OrderedDict()  # topic -> (address, broker id)
         self._brokers: list[str] = []
         self._brokers_until = 0.0
+        self._pulsar: list[str] = []  # host:port of every live broker's pulsar:// listener
+        self._pulsar_until = 0.0
         self._turn = itertools.count()
 
     def stub(self) -> lookup_pb2_grpc.LookupServiceAsyncStub:
@@ -152,3 +154,36 @@ class Lookups:
         if not self._brokers:
             raise ServiceNotReadyError(f"lookup at {self.address} knows no live broker: retry later")
         return self._brokers[next(self._turn) % len(self._brokers)]
+
+    # ---- brokers' Pulsar listeners (the proxy's Pulsar front end) ----
+
+    async def pulsar_brokers(self, timeout: float, fresh: bool = False) -> list[str]:  # noqa: ASYNC109
+        """host:port of every live broker's pulsar:// listener, as lookup lists them (for
+        BROKER_LIST_SECONDS; `fresh` asks again unless the list is under a second old, so clients
+        naming unknown addresses cannot make the proxy hammer lookup)."""
+        loop = asyncio.get_running_loop()
+        age = loop.time() - (self._pulsar_until - BROKER_LIST_SECONDS)
+        if loop.time() >= self._pulsar_until or (fresh and age >= 1.0):
+            try:
+                info = await self.stub().GetClusterInfo(lookup_pb2.ClusterInfoRequest(), timeout=timeout)
+            except grpc.aio.AioRpcError as exc:
+                raise self.failed(exc, "listing live brokers") from None
+            self._pulsar = sorted(host_port(broker.urls.pulsar) for broker in info.brokers if broker.urls.pulsar)
+            self._pulsar_until = loop.time() + BROKER_LIST_SECONDS
+        return self._pulsar
+
+    async def any_pulsar_broker(self, timeout: float) -> str:  # noqa: ASYNC109
+        """host:port of a live broker's pulsar:// listener, in turn over those lookup knows."""
+        brokers = await self.pulsar_brokers(timeout)
+        if not brokers:
+            brokers = await self.pulsar_brokers(timeout, fresh=True)
+        if not brokers:
+            raise ServiceNotReadyError(
+                f"lookup at {self.address} knows no live broker serving Pulsar's protocol (brokers need "
+                "pulsar_port): retry later")
+        return brokers[next(self._turn) % len(brokers)]
+
+
+def host_port(url: str) -> str:
+    """"pulsar://Host:6650" (or "host:6650", as a CONNECT's proxy_to_broker_url names it) -> "host:6650"."""
+    return url.split("://", 1)[-1].rstrip("/").lower()

@@ -33,6 +33,7 @@ from herald.proxy.limits import ConnectionLimiter
 from herald.proxy.lookups import Lookups
 from herald.proxy.metrics import ProxyMetrics
 from herald.proxy.passthrough import CallForwarder
+from herald.proxy.pulsar_front import PulsarFront
 from herald.proxy.settings import ProxySettings
 
 log = logging.getLogger(__name__)
@@ -250,6 +251,7 @@ class ProxyServer:
         self.health.add_check("lookup", self._lookup_answers)
         self.limiter: ConnectionLimiter | None = None
         self.pool: BrokerPool | None = None
+        self.pulsar: PulsarFront | None = None  # the Pulsar listener, when pulsar_port is not -1
         self.port = 0
         self._server: grpc.aio.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
@@ -291,11 +293,15 @@ class ProxyServer:
                                               access=settings)
             self.http_endpoint.watch(self.health)
             self.http_endpoint.start()
+        if settings.pulsar_port >= 0:
+            self.pulsar = PulsarFront(settings, lookups, self.limiter, self.drain, self.security.token)
+            await self.pulsar.start()
         await server.start()
         self._server = server
         self._sweeper = asyncio.get_running_loop().create_task(self._expire_idle_connections())
         await self.health.start()
-        log.info("proxy listening on %s (lookup %s)", self.address, settings.lookup_address)
+        log.info("proxy listening on %s (lookup %s%s)", self.address, settings.lookup_address,
+                 f"; Pulsar protocol on {self.pulsar.url}" if self.pulsar is not None else "")
 
     async def _lookup_answers(self) -> str | None:
         if self.pool is None:
@@ -327,6 +333,9 @@ class ProxyServer:
             log.info("proxy %s drained: every stream ended", self.address)
         else:
             log.warning("proxy %s: streams still open after the drain timeout are cancelled", self.address)
+        if self.pulsar is not None:
+            await self.pulsar.stop()  # its clients reconnect (new connections were refused while draining)
+            self.pulsar = None
         await server.stop(max(0.5, deadline - loop.time()))
         await cancel_and_wait(self._sweeper)
         self._sweeper = None

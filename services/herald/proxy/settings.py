@@ -20,6 +20,12 @@ class ProxySettings(SecuritySettings, MetricsEndpointSettings):
     advertised_address: str = ""
     # host:port of the lookup service: where topics' owners, partitions and live brokers come from.
     lookup_address: str = ""
+    # Pulsar's binary protocol (pulsar://) on this port, for the official Pulsar clients (-1: not
+    # served; 0: a free port): lookups are answered through a broker, then each client connection
+    # to a broker is spliced to the broker it names (herald.proxy.pulsar). A connection that sends
+    # no CONNECT within pulsar_connect_timeout seconds is closed.
+    pulsar_port: int = -1
+    pulsar_connect_timeout: float = 10.0
 
     # Client connections: a connection is one client peer (one TCP connection). Over
     # max_connections (0: no limit) a new connection's calls are refused with RESOURCE_EXHAUSTED.
@@ -69,6 +75,10 @@ class ProxySettings(SecuritySettings, MetricsEndpointSettings):
         if self.metrics_port < -1:
             raise InvalidArgumentError(
                 f"metrics_port must be a port, 0 (a free one) or -1 (no metrics server), got {self.metrics_port}")
-        for name in ("connection_idle_timeout", "drain_timeout", "operation_timeout", "broker_keepalive"):
+        if self.pulsar_port < -1:
+            raise InvalidArgumentError(
+                f"pulsar_port must be a port, 0 (a free one) or -1 (no Pulsar listener), got {self.pulsar_port}")
+        for name in ("connection_idle_timeout", "pulsar_connect_timeout", "drain_timeout", "operation_timeout",
+                     "broker_keepalive"):
             if not getattr(self, name) > 0:
                 raise InvalidArgumentError(f"{name} must be a positive number of seconds, got {getattr(self, name)!r}")

@@ -16,11 +16,11 @@ from typing import Any
 
 from herald.api.pulsar import PulsarApi_pb2 as pulsar
 from herald.broker.pulsar import lookups
-from herald.broker.pulsar.auth import Identity, peer_certificate
 from herald.broker.pulsar.consumers import ConsumerEndpoint
 from herald.broker.pulsar.frontend import PROTOCOL_VERSION, SERVER_VERSION, FrontEnd
 from herald.broker.pulsar.producers import ProducerEndpoint
 from herald.common.errors import AuthenticationError, HeraldError, TooManyRequestsError
+from herald.common.pulsar.auth import Identity, peer_certificate
 from herald.common.pulsar.errors import server_error
 from herald.common.pulsar.frames import FrameDecoder, FrameError, encode_command, encode_with_payload
 from herald.common.tasks import cancel_and_wait

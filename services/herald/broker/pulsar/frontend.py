@@ -14,9 +14,9 @@ from herald.api.pulsar import PulsarApi_pb2 as pulsar
 from herald.broker.core.admission import Admission
 from herald.broker.core.ports import BrokerUrls, TopicOwners
 from herald.broker.core.service import BrokerService
-from herald.broker.pulsar.auth import ConnectAuthenticator, Identity
 from herald.broker.settings import BrokerSettings
 from herald.common.errors import HeraldError
+from herald.common.pulsar.auth import ConnectAuthenticator, Identity
 from herald.common.pulsar.frames import FRAME_PADDING
 
 SERVER_VERSION = f"Herald-{__version__}"

@@ -64,7 +64,7 @@ class ConnectAuthenticator:
     def _credentials(self, method: str, data: bytes, peer_certificate: dict[str, object] | None) -> Identity:
         if method == TOKEN_METHOD and data:
             if self._verifier is None:
-                raise AuthenticationError("this broker takes no tokens: authenticate with a client certificate")
+                raise AuthenticationError("this server takes no tokens: authenticate with a client certificate")
             token = data.decode("utf-8", "replace").strip()
             role = self._verifier.role(token)
             return Identity(role, self._verifier.expiry(token), token=True)
