@@ -89,7 +89,8 @@ class Standalone:
         herald = shutil.which("herald", path=str(Path(sys.executable).parent)) or "herald"
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
-                [herald, "standalone", "--pulsar-port", "-1", "--web-port", "-1", "--data-dir", str(self.directory / "data"), "--port", str(self.port),
+                [herald, "standalone", "--pulsar-port", "-1", "--web-port", "-1",
+                 "--data-dir", str(self.directory / "data"), "--port", str(self.port),
                  "--broker-port", str(self.broker_port), "--storage-port", str(free_port()),
                  "--proxy-port", str(free_port()), "--metrics-port", str(free_port()), "--no-dlq-worker"],
                 stdout=log, stderr=subprocess.STDOUT, env=self.env)

@@ -83,7 +83,8 @@ def main() -> None:
         base = Path(tmp)
         port = free_port()
         url = f"herald://127.0.0.1:{port}"
-        standalone = start(["standalone", "--pulsar-port", "-1", "--web-port", "-1", "--data-dir", str(base / "data"), "--port", str(port),
+        standalone = start(["standalone", "--pulsar-port", "-1", "--web-port", "-1",
+                            "--data-dir", str(base / "data"), "--port", str(port),
                             "--broker-port", str(free_port()), "--storage-port", str(free_port()),
                             "--proxy-port", str(free_port()), "--metrics-port", str(free_port()), "--no-dlq-worker"],
                            base / "standalone.log", "press Ctrl-C to stop")

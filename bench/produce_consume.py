@@ -29,7 +29,8 @@ def start_standalone(data_dir: str) -> tuple[subprocess.Popen[bytes], str]:
     log = open(Path(data_dir) / "standalone.log", "wb")  # noqa: SIM115 - owned by the child
     herald = Path(sys.executable).parent / "herald"
     proc = subprocess.Popen(
-        [str(herald), "standalone", "--pulsar-port", "-1", "--web-port", "-1", "--data-dir", f"{data_dir}/data", "--port", str(ports[0]),
+        [str(herald), "standalone", "--pulsar-port", "-1", "--web-port", "-1",
+         "--data-dir", f"{data_dir}/data", "--port", str(ports[0]),
          "--broker-port", str(ports[1]), "--storage-port", str(ports[2]), "--proxy-port", str(free_port()),
          "--metrics-port", str(free_port())],
         stdout=log, stderr=subprocess.STDOUT,

@@ -37,7 +37,8 @@ def start_standalone(base: Path, port: int, proxy_port: int) -> subprocess.Popen
     log = base / "standalone.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [str(BIN / "herald"), "standalone", "--pulsar-port", "-1", "--web-port", "-1", "--data-dir", str(base / "data"), "--port", str(port),
+            [str(BIN / "herald"), "standalone", "--pulsar-port", "-1", "--web-port", "-1",
+             "--data-dir", str(base / "data"), "--port", str(port),
              "--broker-port", str(free_port()), "--storage-port", str(free_port()), "--proxy-port", str(proxy_port),
              "--metrics-port", str(free_port()), "--no-dlq-worker"],
             stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
