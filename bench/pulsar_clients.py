@@ -1,0 +1,202 @@
+"""The official Pulsar client (PyPI `pulsar-client`, the C++ client) next to Herald's own client,
+against one `herald standalone` in one run: produce N messages of S bytes (batched, asynchronous,
+every acknowledgement after fdatasync), then consume and acknowledge them, per client, rounds
+interleaved. The machine's limits (fdatasync rate, sequential write) are measured in the same run.
+Appends to bench/results/pulsar_clients.jsonl; prints the medians.
+
+    .venv/bin/python bench/pulsar_clients.py --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pulsar
+from herald.client import AsyncClient, ConsumerType, InitialPosition
+from herald.local_cluster import free_port
+
+RESULTS = Path(__file__).resolve().parent / "results" / "pulsar_clients.jsonl"
+Run = Callable[[str, int, int], tuple[float, float]]
+
+
+# ---- the machine ----
+
+def fdatasync_rate(directory: str, seconds: float = 2.0) -> float:
+    """4 KiB writes each followed by fdatasync, per second."""
+    path = Path(directory) / "fsync-probe"
+    block = b"\0" * 4096
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        count, started = 0, time.perf_counter()
+        while time.perf_counter() - started < seconds:
+            os.write(fd, block)
+            os.fdatasync(fd)
+            count += 1
+        return count / (time.perf_counter() - started)
+    finally:
+        os.close(fd)
+        path.unlink()
+
+
+def sequential_write_mb_s(directory: str, megabytes: int = 256) -> float:
+    """1 MiB writes then one fdatasync, MB/s."""
+    path = Path(directory) / "write-probe"
+    chunk = os.urandom(1 << 20)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        started = time.perf_counter()
+        for _ in range(megabytes):
+            os.write(fd, chunk)
+        os.fdatasync(fd)
+        return megabytes * (1 << 20) / (time.perf_counter() - started) / 1e6
+    finally:
+        os.close(fd)
+        path.unlink()
+
+
+# ---- the server ----
+
+def start_standalone(directory: str) -> tuple[subprocess.Popen[bytes], str, str]:
+    port, pulsar_port = free_port(), free_port()
+    log_path = Path(directory) / "standalone.log"
+    log = open(log_path, "wb")  # noqa: SIM115 - owned by the child
+    herald = Path(sys.executable).parent / "herald"
+    proc = subprocess.Popen(
+        [str(herald), "standalone", "--data-dir", f"{directory}/data", "--port", str(port),
+         "--broker-port", str(free_port()), "--storage-port", str(free_port()), "--proxy-port", "-1",
+         "--metrics-port", "-1", "--web-port", "-1", "--pulsar-port", str(pulsar_port), "--no-dlq-worker"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 60
+    while "press Ctrl-C" not in log_path.read_text(errors="replace"):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(log_path.read_text())
+        time.sleep(0.05)
+    return proc, f"herald://127.0.0.1:{port}", f"pulsar://127.0.0.1:{pulsar_port}"
+
+
+# ---- the clients ----
+
+def herald_run(url: str, messages: int, size: int) -> tuple[float, float]:
+    """(produce msg/s, consume msg/s) with Herald's asyncio client."""
+    async def run() -> tuple[float, float]:
+        topic = f"bench-herald-{size}-{time.monotonic_ns()}"
+        payload = b"x" * size
+        async with AsyncClient(url) as client:
+            consumer = await client.subscribe(topic, "bench", consumer_type=ConsumerType.Exclusive,
+                                              initial_position=InitialPosition.Earliest)
+            producer = await client.create_producer(topic, max_pending_messages=1000, block_if_queue_full=True)
+            started = time.perf_counter()
+            for _ in range(messages):
+                await producer.send_async(payload)
+            await producer.flush()
+            produce = messages / (time.perf_counter() - started)
+            started = time.perf_counter()
+            for received in range(messages):
+                message = await consumer.receive(timeout=30)
+                if message is None:
+                    raise RuntimeError(f"the consumer stalled after {received} of {messages} messages")
+                consumer.acknowledge(message)
+            consume = messages / (time.perf_counter() - started)
+            await producer.close()
+            await consumer.close()
+        return produce, consume
+    return asyncio.run(run())
+
+
+def pulsar_run(url: str, messages: int, size: int) -> tuple[float, float]:
+    """(produce msg/s, consume msg/s) with the official client, as its documentation shows it:
+    send_async with batching, receive and acknowledge one by one."""
+    topic = f"persistent://public/default/bench-pulsar-{size}-{time.monotonic_ns()}"
+    payload = b"x" * size
+    client = pulsar.Client(url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    try:
+        consumer = client.subscribe(topic, "bench", receiver_queue_size=1000)
+        producer = client.create_producer(topic, batching_enabled=True, batching_max_publish_delay_ms=1,
+                                          max_pending_messages=1000, block_if_queue_full=True)
+        done = threading.Semaphore(0)
+        failures: list[pulsar.Result] = []
+
+        def sent(result: pulsar.Result, _message_id: object) -> None:
+            if result != pulsar.Result.Ok:
+                failures.append(result)
+            done.release()
+
+        started = time.perf_counter()
+        for _ in range(messages):
+            producer.send_async(payload, sent)
+        producer.flush()
+        for _ in range(messages):
+            done.acquire()
+        produce = messages / (time.perf_counter() - started)
+        if failures:
+            raise RuntimeError(f"{len(failures)} sends failed: {failures[:3]}")
+        started = time.perf_counter()
+        for _ in range(messages):
+            consumer.acknowledge(consumer.receive(timeout_millis=30_000))
+        consume = messages / (time.perf_counter() - started)
+        producer.close()
+        consumer.close()
+        return produce, consume
+    finally:
+        client.close()
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--messages-100", type=int, default=100_000, help="messages per run at 100 B")
+    parser.add_argument("--messages-1k", type=int, default=50_000, help="messages per run at 1 KB")
+    args = parser.parse_args()
+    clients: dict[str, Run] = {"herald": herald_run, "pulsar-client": pulsar_run}
+    figures: dict[tuple[str, int], list[tuple[float, float]]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        limits = {"fdatasync_per_s": fdatasync_rate(tmp), "sequential_write_mb_s": sequential_write_mb_s(tmp)}
+        proc, herald_url, pulsar_url = start_standalone(tmp)
+        urls = {"herald": herald_url, "pulsar-client": pulsar_url}
+        try:
+            for _ in range(args.rounds):
+                for size, messages in ((100, args.messages_100), (1024, args.messages_1k)):
+                    for name, run in clients.items():
+                        figures.setdefault((name, size), []).append(run(urls[name], messages, size))
+            server_rss = peak_rss_mb(proc.pid)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+    print(f"machine: fdatasync {limits['fdatasync_per_s']:,.0f}/s, sequential write "
+          f"{limits['sequential_write_mb_s']:,.0f} MB/s; server peak RSS {server_rss:.0f} MB; "
+          f"medians of {args.rounds} interleaved rounds")
+    rows = []
+    for (name, size), runs in sorted(figures.items(), key=lambda item: (item[0][1], item[0][0])):
+        produce = statistics.median(run[0] for run in runs)
+        consume = statistics.median(run[1] for run in runs)
+        rows.append({"client": name, "size": size, "produce_msg_s": produce, "consume_msg_s": consume,
+                     "produce_mb_s": produce * size / 1e6, "rounds": len(runs)})
+        print(f"  {name:14} {size:5} B: produce {produce:9,.0f} msg/s ({produce * size / 1e6:5.1f} MB/s), "
+              f"consume {consume:9,.0f} msg/s")
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    with RESULTS.open("a") as handle:
+        handle.write(json.dumps({"at": time.strftime("%Y-%m-%dT%H:%M:%S"), **limits,
+                                 "server_peak_rss_mb": server_rss, "results": rows}) + "\n")
+
+
+if __name__ == "__main__":
+    main()
