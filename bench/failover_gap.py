@@ -85,7 +85,9 @@ def main() -> None:
             topic = "failover-gap"
             stop = threading.Event()
             ack_times: list[float] = []
-            pulsar_url = cluster.brokers[0].pulsar_url
+            # Every broker in the service URL, as a Pulsar client is given a cluster's: lookups go to
+            # whichever answers.
+            pulsar_url = "pulsar://" + ",".join(b.pulsar_url.removeprefix("pulsar://") for b in cluster.brokers)
             thread = threading.Thread(target=(
                 (lambda: produce_pulsar(pulsar_url, topic, stop, ack_times, acked)) if args.client == "pulsar"
                 else (lambda: asyncio.run(produce(cluster.service_url, topic, stop, ack_times)))))
