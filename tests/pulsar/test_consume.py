@@ -227,6 +227,8 @@ def test_a_partitioned_topic_is_consumed_across_its_partitions(
     received = receive_all(consumer, len(values))
     assert sorted(m.data() for m in received) == sorted(values)
     assert {m.topic_name() for m in received} == {f"{topic}-partition-{i}" for i in range(3)}
+    assert {(m.topic_name(), m.message_id().partition()) for m in received} == {
+        (f"{topic}-partition-{i}", i) for i in range(3)}  # ids name their partition
     assert client.get_topic_partitions(topic) == [f"{topic}-partition-{i}" for i in range(3)]
 
 

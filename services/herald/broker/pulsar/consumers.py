@@ -21,6 +21,7 @@ from herald.broker.core.ledger_list import Position
 from herald.broker.pulsar.frontend import Connection
 from herald.common.codec import pulsar_entry
 from herald.common.codec.entry import ENTRY_FRAMING_ALLOWANCE
+from herald.common.codec.names import TopicName
 from herald.common.errors import ConsumerClosedError, HeraldError, InvalidArgumentError, NotAllowedError
 from herald.common.pulsar.errors import server_error
 from herald.common.pulsar.ids import message_id, position
@@ -41,6 +42,7 @@ class ConsumerEndpoint:
         self._closed = False
         self._connected_since = time.time()
         self._sub_type = 0
+        self._partition = -1
         self._max_translated = frontend.max_message_size + ENTRY_FRAMING_ALLOWANCE
         # Reached-end-of-topic: Pulsar's Java client knows the command; the C++ 4.x client (and the
         # clients built on it) closes the connection on it, so only Java clients are told.
@@ -59,6 +61,9 @@ class ConsumerEndpoint:
             return False
         self._subscribed_request = request.request_id
         self._sub_type = request.subType
+        # Message ids name their partition, as Pulsar's broker sends them (a partitioned-topic
+        # consumer's ids then say which partition each message came from).
+        self._partition = TopicName.parse(request.topic).partition_index
         connection.success(request.request_id)
         self._tasks = [
             connection.spawn(self._deliver(), f"deliveries of consumer {self.consumer_id}"),
@@ -210,8 +215,8 @@ class ConsumerEndpoint:
                     payload = self._payload(delivery)
                     if payload is None:
                         continue
-                    command = pulsar.CommandMessage(consumer_id=self.consumer_id,
-                                                    message_id=message_id(delivery.ledger_id, delivery.entry_id))
+                    command = pulsar.CommandMessage(consumer_id=self.consumer_id, message_id=message_id(
+                        delivery.ledger_id, delivery.entry_id, self._partition))
                     if delivery.redelivery_count:
                         command.redelivery_count = delivery.redelivery_count
                     connection.write_with_payload(Command(type=Command.MESSAGE, message=command), payload)
