@@ -6,6 +6,7 @@ and a fresh produce and consume, and its log holds no traceback."""
 from __future__ import annotations
 
 import re
+import socket
 import threading
 import time
 
@@ -147,3 +148,22 @@ class FuzzTarget:
         found = TRACEBACK.search(new)
         assert found is None, (
             f"the standalone logged an unhandled exception:\n{new[max(0, found.start() - 2000):][:8000]}")
+
+
+READ_TIMEOUT = 0.3  # a server waiting for the rest of a frame is left after this long
+
+
+def send_raw(port: int, data: bytes, read_reply: bool) -> None:
+    """Write `data` on a fresh connection, maybe read what the server answers (until it closes,
+    goes quiet or has sent 64 KiB: it may keep pinging), close."""
+    with socket.create_connection(("127.0.0.1", port), timeout=READ_TIMEOUT) as sock:
+        try:
+            sock.sendall(data)
+            received = 0
+            while read_reply and received < 65536:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                received += len(chunk)
+        except (TimeoutError, ConnectionError):
+            pass  # a server that closes on garbage, or waits for more: both fine

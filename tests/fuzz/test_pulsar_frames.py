@@ -7,7 +7,6 @@ target's checks run (tests/fuzz/conftest.py) and the official client produces an
 
 from __future__ import annotations
 
-import socket
 import struct
 
 import pulsar
@@ -17,10 +16,9 @@ from herald.common.pulsar.frames import encode_command, encode_with_payload
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.fuzz.target import FuzzTarget
+from tests.fuzz.target import FuzzTarget, send_raw
 from tests.pulsar.raw import Command, RawConnection
 
-READ_TIMEOUT = 0.3
 TOPIC = "persistent://public/default/pulsar-fuzz"
 CONNECT = encode_command(Command(type=Command.CONNECT, connect=PulsarApi_pb2.CommandConnect(
     client_version="fuzz", protocol_version=20)))
@@ -117,20 +115,6 @@ def streams(draw: st.DrawFn) -> bytes:
         whole = CONNECT + PRODUCER
         return whole[:draw(st.integers(1, len(whole) - 1))]
     return draw(sends())
-
-
-def send_raw(port: int, data: bytes, read_reply: bool) -> None:
-    with socket.create_connection(("127.0.0.1", port), timeout=READ_TIMEOUT) as sock:
-        try:
-            sock.sendall(data)
-            received = 0
-            while read_reply and received < 65536:
-                chunk = sock.recv(65536)
-                if not chunk:
-                    break
-                received += len(chunk)
-        except (TimeoutError, ConnectionError):
-            pass  # closed on garbage, or waiting for more: both fine
 
 
 @given(data=streams(), read_reply=st.booleans())

@@ -6,17 +6,15 @@ property with a health check, a fresh producer and consumer and the checking tra
 
 from __future__ import annotations
 
-import socket
 import struct
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.fuzz.target import FuzzTarget
+from tests.fuzz.target import FuzzTarget, send_raw
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 SERVERS = ("lookup", "broker", "proxy", "storage")
-READ_TIMEOUT = 0.3  # a server waiting for the rest of a frame is left after this long
 
 
 def frame(kind: int, flags: int, stream: int, payload: bytes, length: int | None = None) -> bytes:
@@ -54,22 +52,6 @@ def payloads(draw: st.DrawFn) -> bytes:
         whole = PREFACE + EMPTY_SETTINGS + draw(frames())
         return whole[:draw(st.integers(1, len(whole) - 1))]
     return PREFACE + EMPTY_SETTINGS + draw(headers_with_garbage())
-
-
-def send_raw(port: int, data: bytes, read_reply: bool) -> None:
-    """Write `data`, maybe read what the server answers (until it closes, goes quiet or has sent
-    64 KiB: it may keep pinging), close."""
-    with socket.create_connection(("127.0.0.1", port), timeout=READ_TIMEOUT) as sock:
-        try:
-            sock.sendall(data)
-            received = 0
-            while read_reply and received < 65536:
-                chunk = sock.recv(65536)
-                if not chunk:
-                    break
-                received += len(chunk)
-        except (TimeoutError, ConnectionError):
-            pass  # a server that closes on garbage, or waits for more: both fine
 
 
 @given(server=st.sampled_from(SERVERS), data=payloads(), read_reply=st.booleans())

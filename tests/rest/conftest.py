@@ -13,9 +13,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.conftest import StandaloneProcess, service_env
+from tests.conftest import StandaloneProcess, running_standalone
 from tests.helpers import unique_name
-from tests.security.conftest import Keys, Pki, keys, pki, secure_args  # noqa: F401 - keys, pki: fixtures
+from tests.security.conftest import Keys, Pki, keys, pki, running_secure_standalone  # noqa: F401 - keys, pki: fixtures
 
 V2 = "/admin/v2"
 
@@ -85,12 +85,8 @@ async def new_namespace(rest: Rest, admin_roles: tuple[str, ...] = ()) -> str:
 @pytest.fixture(scope="module")
 def rest_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneProcess]:
     """`herald standalone` serving the REST API on a free port (as every test standalone does), no security."""
-    server = StandaloneProcess(tmp_path_factory.mktemp("rest") / "data", service_env())
-    server.start()
-    try:
+    with running_standalone(tmp_path_factory.mktemp("rest") / "data") as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
@@ -104,14 +100,8 @@ def secure_rest_standalone(tmp_path_factory: pytest.TempPathFactory, pki: Pki, k
                            ) -> Iterator[StandaloneProcess]:
     """`herald standalone` with TLS (HTTPS on the web port), token authentication and authorization
     with super-user `admin` (tests.security.conftest's secure flags)."""
-    server = StandaloneProcess(tmp_path_factory.mktemp("secure-rest") / "data", service_env())
-    server.scheme = "herald+ssl"
-    server.extra_args = secure_args(pki, keys)
-    server.start()
-    try:
+    with running_secure_standalone(tmp_path_factory.mktemp("secure-rest") / "data", pki, keys) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
