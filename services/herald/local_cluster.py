@@ -75,10 +75,12 @@ class ClusterProcess:
     """One process of the cluster: started, stopped, killed, paused and resumed by name."""
 
     def __init__(self, name: str, args: list[str], log_dir: Path, ready_text: str, port: int,
-                 env: dict[str, str], metrics_port: int | None = None, pulsar_port: int | None = None) -> None:
+                 env: dict[str, str], metrics_port: int | None = None, pulsar_port: int | None = None,
+                 web_port: int | None = None) -> None:
         self.name = name
         self.metrics_port = metrics_port  # where it serves /metrics, when it does
         self.pulsar_port = pulsar_port  # where it serves Pulsar's binary protocol, when it does
+        self.web_port = web_port  # where it serves Pulsar's admin REST API, when it does
         self.args = args
         self.log_path = log_dir / f"{name}.log"
         self.ready_text = ready_text
@@ -96,6 +98,12 @@ class ClusterProcess:
         if self.pulsar_port is None:
             raise InvalidArgumentError(f"{self.name} serves no Pulsar protocol")
         return f"pulsar://127.0.0.1:{self.pulsar_port}"
+
+    @property
+    def web_url(self) -> str:
+        if self.web_port is None:
+            raise InvalidArgumentError(f"{self.name} serves no REST API")
+        return f"http://127.0.0.1:{self.web_port}"
 
     @property
     def running(self) -> bool:
@@ -205,14 +213,14 @@ class LocalCluster:
         nodes = ",".join(node.address for node in self.storage)
         self.brokers = []
         for i in range(settings.brokers):
-            port, metrics_port, pulsar_port = free_port(), free_port(), free_port()
+            port, metrics_port, pulsar_port, web_port = free_port(), free_port(), free_port(), free_port()
             self.brokers.append(ClusterProcess(
                 f"broker-{i}", [*herald, "broker", "--metadata-url", self.metadata_url, "--lookup-address",
                                 self.lookup.address, "--storage-nodes", nodes, "--port", str(port),
                                 "--broker-id", f"broker-{i}", "--metrics-port", str(metrics_port),
-                                "--pulsar-port", str(pulsar_port)],
+                                "--pulsar-port", str(pulsar_port), "--web-port", str(web_port)],
                 self.logs, "broker listening on", port, broker_env, metrics_port=metrics_port,
-                pulsar_port=pulsar_port,
+                pulsar_port=pulsar_port, web_port=web_port,
             ))
         self.proxies = []
         for i in range(settings.proxies):
@@ -276,6 +284,7 @@ class LocalCluster:
         rows.append(("metadata", self.metadata_url))
         rows += [(p.name, p.address) for p in self.processes if p is not self.redis]
         rows += [(f"{p.name} pulsar", p.pulsar_url) for p in self.processes if p.pulsar_port is not None]
+        rows += [(f"{p.name} web", p.web_url) for p in self.processes if p.web_port is not None]
         rows += [(f"{p.name} metrics", f"http://127.0.0.1:{p.metrics_port}/metrics")
                  for p in self.processes if p.metrics_port is not None]
         rows.append(("logs", str(self.logs)))

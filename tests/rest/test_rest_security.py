@@ -62,7 +62,7 @@ async def test_a_consume_grant_lets_a_role_look_up_and_subscribe_but_not_adminis
     reader = secure_rest.as_role(keys.token(role))
     found = await reader.get(f"/lookup/v2/topic/persistent/{namespace}/t")
     assert found.status == 200
-    assert found.body["brokerUrlTls"].startswith("herald+ssl://") and found.body["httpUrlTls"].startswith("https://")
+    assert found.body["brokerUrl"].startswith("pulsar://") and found.body["httpUrlTls"].startswith("https://")
     assert (await reader.put(f"{topic}/subscription/mine")).status == 204  # Pulsar's SUBSCRIBE operation
     assert (await reader.get(f"{V2}/persistent/{namespace}")).status == 200  # a grant on the namespace lists it
     assert (await reader.delete(f"{topic}/subscription/mine")).status == 403

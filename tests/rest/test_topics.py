@@ -195,7 +195,7 @@ async def test_http_lookup_and_namespace_topics_answer_as_the_pulsar_clients_ask
     assert (await rest.put(f"{V2}/persistent/{namespace}/plain")).status == 204
     found = await rest.get(f"/lookup/v2/topic/persistent/{namespace}/plain")
     assert found.status == 200
-    assert found.body["brokerUrl"] == f"herald://127.0.0.1:{rest_standalone.broker_port}"
+    assert found.body["brokerUrl"] == rest_standalone.pulsar_url  # the owner's, as it registered it
     assert found.body["httpUrl"] == rest.base_url and found.body["brokerUrlTls"] == ""
     # The C++ client's HTTP lookup: partitioned metadata with checkAllowAutoCreation, then each partition.
     meta = await rest.get(f"{V2}/persistent/{namespace}/parts/partitions", params={"checkAllowAutoCreation": "true"})

@@ -131,7 +131,7 @@ class BrokerServer:
         await server.start()
         self._server = server
         await self._start_pulsar(service, admission)
-        await self._serve_web(service, self.admin)
+        await self._serve_web(service)
         self.registration = LookupRegistration(
             self.settings.lookup_address, ownership, self.settings.cluster,
             load=self._load, owned_topics=service.topic_names, on_lease_lost=service.close_all,
@@ -139,6 +139,8 @@ class BrokerServer:
         )
         if self.pulsar is not None:
             self.pulsar.frontend.owners = self.registration  # who serves a topic, for LOOKUP
+        if self.web is not None:
+            self.web.context.owners = self.registration
         await self.registration.start()
         self.monitor = OwnershipMonitor(self.store, ownership, service.served_topics, service.ownership_lost)
         self.monitor.start()
@@ -154,14 +156,13 @@ class BrokerServer:
         self.pulsar = PulsarServer(frontend, settings.host, settings.pulsar_port, settings.pulsar_tls_port,
                                    settings.pulsar_keepalive_seconds)
         await self.pulsar.start()
-        host = settings.pulsar_advertised_host or (settings.advertised_address.rsplit(":", 1)[0]
-                                                   if settings.advertised_address else settings.host)
+        host = self._advertised_host()
         self.urls = BrokerUrls(
             pulsar=f"pulsar://{host}:{self.pulsar.port}" if self.pulsar.port >= 0 else "",
             pulsar_tls=f"pulsar+ssl://{host}:{self.pulsar.tls_port}" if self.pulsar.tls_port >= 0 else "",
             web=self.urls.web, web_tls=self.urls.web_tls)
         frontend.urls = self.urls
-    async def _serve_web(self, service: BrokerService, admin: AdminServicer) -> None:
+    async def _serve_web(self, service: BrokerService) -> None:
         """Pulsar's admin REST API and HTTP lookup on the web port, with the gRPC admin's
         authentication and authorization decisions (herald.broker.rest)."""
         settings = self.settings
@@ -170,26 +171,28 @@ class BrokerServer:
         tls = bool(settings.tls_cert_file)
         context = RestContext(
             service, self.authorization.access if self.authorization else None, self.security.authenticator,
-            owner_of=admin.forwarder.owner_of, own_address=self.address, cluster=settings.cluster,
-            broker_scheme="herald+ssl" if tls else "herald", http_url="", tls=tls)
+            cluster=settings.cluster, tls=tls)
         web = RestServer(context, settings.host, settings.web_port,
                          server_ssl_context(settings.tls_cert_file, settings.tls_key_file))
         await web.start()
-        context.http_url = self.web_url_of(web)
         self.web = web
-        web_url = context.http_url
+        web_url = f"{'https' if tls else 'http'}://{self._advertised_host()}:{web.port}"
         self.urls = BrokerUrls(self.urls.pulsar, self.urls.pulsar_tls, "" if tls else web_url, web_url if tls else "")
+        context.urls = self.urls
         if self.pulsar is not None:
             self.pulsar.frontend.urls = self.urls
-        log.info("broker web service (Pulsar admin REST API) on %s", context.http_url)
+        log.info("broker web service (Pulsar admin REST API) on %s", web_url)
 
-    def web_url_of(self, web: RestServer) -> str:
-        return f"{'https' if self.settings.tls_cert_file else 'http'}://{self.settings.host}:{web.port}"
+    def _advertised_host(self) -> str:
+        """The host the URLs of the protocols beside gRPC name (registered with lookup)."""
+        settings = self.settings
+        return settings.pulsar_advertised_host or (settings.advertised_address.rsplit(":", 1)[0]
+                                                   if settings.advertised_address else settings.host)
 
     @property
     def web_url(self) -> str:
         """Where the REST API answers ("" when it is off)."""
-        return self.web_url_of(self.web) if self.web is not None else ""
+        return self.urls.web_tls or self.urls.web
 
     def _authorizing(self) -> list[Any]:
         """The interceptors that authorize each call, when authorization is on: innermost, after

@@ -13,5 +13,6 @@ Resources and Permissions).
 - shapes: Herald's stats and policies as Pulsar's JSON.
 
 A topic call reaching a broker that does not own the topic asks lookup for its owner (which assigns
-one when there is none): when that is this broker the call is made here, else it answers 503 naming
-the owner (Pulsar would redirect: see docs/pulsar.md). Partitions are visited one by one."""
+one when there is none): when that is this broker the call is made here, else the request is
+redirected (307) to the owner's web service as it registered it, as Pulsar's brokers do.
+Partitions are visited one by one."""

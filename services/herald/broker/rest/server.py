@@ -23,6 +23,7 @@ class RestServer:
     """The web port: the application on `host:port` (0: any free port), HTTPS with `ssl_context`."""
 
     def __init__(self, context: RestContext, host: str, port: int, ssl_context: ssl.SSLContext | None) -> None:
+        self.context = context
         self.app = make_app(context)
         self.host = host
         self.port = port
