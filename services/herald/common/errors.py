@@ -120,6 +120,19 @@ class ServiceNotReadyError(HeraldError):
     retryable = True
 
 
+class AddressInUseError(ServiceNotReadyError):
+    """A server cannot listen where it was told: another process holds the address."""
+
+    retryable = False
+
+    @classmethod
+    def of(cls, what: str, host: str, port: int, flag: str, *, optional: bool = True) -> AddressInUseError:
+        """`optional`: the listener can be turned off (-1)."""
+        return cls(f"cannot serve {what} on {host}:{port}: the address is in use (another process listens "
+                   f"there): choose another port with {flag}, 0 for any free one"
+                   + (", or -1 to serve none" if optional else ""))
+
+
 class HeraldTimeoutError(HeraldError, TimeoutError):
     code = ErrorCode.TIMEOUT
     retryable = True

@@ -10,7 +10,7 @@ import contextlib
 import logging
 import socket
 
-from herald.common.errors import HeraldError
+from herald.common.errors import AddressInUseError, HeraldError
 from herald.common.pulsar.auth import ConnectAuthenticator
 from herald.common.security.credentials import AuthenticationToken
 from herald.proxy.drain import Drain
@@ -50,7 +50,11 @@ class PulsarFront:
         return len(self._relays)
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, self.settings.host, self.settings.pulsar_port)
+        try:
+            self._server = await asyncio.start_server(self._serve, self.settings.host, self.settings.pulsar_port)
+        except OSError as exc:
+            raise AddressInUseError.of("Pulsar's protocol", self.settings.host, self.settings.pulsar_port,
+                                       "--pulsar-port") from exc
         self.port = self._server.sockets[0].getsockname()[1]
         log.info("proxy serves the Pulsar protocol on %s", self.url)
 

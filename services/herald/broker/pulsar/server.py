@@ -14,7 +14,7 @@ from collections import Counter
 
 from herald.broker.pulsar.connection import PulsarConnection
 from herald.broker.pulsar.frontend import FrontEnd
-from herald.common.errors import HeraldError, TooManyRequestsError
+from herald.common.errors import AddressInUseError, HeraldError, TooManyRequestsError
 from herald.common.security.settings import SecuritySettings
 
 log = logging.getLogger(__name__)
@@ -50,13 +50,20 @@ class PulsarServer:
     async def start(self) -> None:
         port, tls_port = self._requested
         if port >= 0:
-            server = await asyncio.start_server(self._serve, self.host, port)
+            try:
+                server = await asyncio.start_server(self._serve, self.host, port)
+            except OSError as exc:
+                raise AddressInUseError.of("Pulsar's protocol", self.host, port, "--pulsar-port") from exc
             self._servers.append(server)
             self.port = server.sockets[0].getsockname()[1]
             log.info("broker serves the Pulsar protocol on pulsar://%s:%d", self.host, self.port)
         if tls_port >= 0:
             context = server_ssl_context(self.frontend.settings)
-            server = await asyncio.start_server(self._serve, self.host, tls_port, ssl=context)
+            try:
+                server = await asyncio.start_server(self._serve, self.host, tls_port, ssl=context)
+            except OSError as exc:
+                raise AddressInUseError.of("Pulsar's protocol over TLS", self.host, tls_port,
+                                           "--pulsar-tls-port") from exc
             self._servers.append(server)
             self.tls_port = server.sockets[0].getsockname()[1]
             log.info("broker serves the Pulsar protocol on pulsar+ssl://%s:%d", self.host, self.tls_port)

@@ -8,6 +8,7 @@ from aiohttp import web
 
 from herald.broker.rest import lookup, tenants, topics
 from herald.broker.rest.app import CONTEXT, RestContext, middleware
+from herald.common.errors import AddressInUseError
 
 
 def make_app(context: RestContext) -> web.Application:
@@ -34,7 +35,12 @@ class RestServer:
         runner = web.AppRunner(self.app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, self.host, self.port, ssl_context=self.ssl_context)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            raise AddressInUseError.of("the web service (Pulsar's admin REST API)", self.host, self.port,
+                                       "--web-port") from exc
         self._runner = runner
         # The bound port, when 0 asked for any free one.
         sockets = getattr(site._server, "sockets", None) or ()

@@ -12,7 +12,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from herald.common.errors import InvalidArgumentError
+from herald.common.errors import AddressInUseError, InvalidArgumentError
 
 ChannelOptions = Sequence[tuple[str, Any]]
 
@@ -47,9 +47,14 @@ def server_credentials(cert_file: str, key_file: str, ca_file: str = "",
 def add_port(server: grpc.aio.Server, target: str, credentials: grpc.ServerCredentials | None) -> int:
     """Listen on `target` (host:port; port 0 picks one) with TLS when credentials are given; the
     port bound."""
-    if credentials is None:
-        return server.add_insecure_port(target)
-    return server.add_secure_port(target, credentials)
+    try:
+        if credentials is None:
+            return server.add_insecure_port(target)
+        return server.add_secure_port(target, credentials)
+    except RuntimeError as exc:  # grpc's "Failed to bind": the address is taken (or not ours)
+        host, _, port = target.rpartition(":")
+        raise AddressInUseError.of("gRPC", host, int(port), "--port (or the service's other port flags)",
+                                   optional=False) from exc
 
 
 class Dialer:
