@@ -84,3 +84,28 @@ async def test_sticky_consumers_get_the_keys_of_their_ranges_and_conflicts_are_r
     got_high = await receive(high, len(keys) - len(mine_low))
     assert [read_metadata(d.data).partition_key for d in got_low] == mine_low
     assert [read_metadata(d.data).partition_key for d in got_high] == [k for k in keys if k not in mine_low]
+
+
+async def test_allow_out_of_order_delivery_lets_a_joining_consumer_take_its_keys_at_once(cluster: Cluster) -> None:
+    # Without it, a consumer joining while entries are outstanding gets none newer than its join
+    # until those are acknowledged (per-key order); with it (Pulsar's allowOutOfOrderDelivery) it
+    # gets its keys' new entries straight away.
+    service = await cluster.broker()
+    relaxed = KeySharedMeta(allow_out_of_order_delivery=True)
+    first = await service.subscribe(TOPIC, "s", KEY_SHARED, EARLIEST, key_shared=relaxed)
+    producer, _ = await service.create_producer(TOPIC, "p")
+    keys = [f"key-{i}" for i in range(30)]
+    for seq, key in enumerate(keys):
+        await producer.topic.publish(producer, seq, seq, 1, keyed(seq, key))
+    first.flow(1000)
+    await receive(first, len(keys))  # outstanding: not acknowledged
+    with pytest.raises(ConsumerBusyError, match="key order kept"):
+        await service.subscribe(TOPIC, "s", KEY_SHARED)  # the subscription allows out of order
+    second = await service.subscribe(TOPIC, "s", KEY_SHARED, key_shared=relaxed)
+    second.flow(1000)
+    (start, end), = first.subscription.hash_ranges_of(second)
+    theirs = [k for k in keys if start <= key_hash(k.encode()) <= end]
+    for seq, key in enumerate(keys, start=len(keys)):
+        await producer.topic.publish(producer, seq, seq, 1, keyed(seq, key))
+    got = await receive(second, len(theirs))
+    assert [read_metadata(d.data).partition_key for d in got] == theirs
