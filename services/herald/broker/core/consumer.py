@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from herald.broker.core import tracing as broker_tracing
+from herald.broker.core.hash_ranges import KeySharedMeta
 from herald.broker.core.ledger_list import Position
 from herald.common import tracing
 from herald.common.errors import ConsumerClosedError, InvalidArgumentError
@@ -31,6 +32,9 @@ class Delivery:
     data: bytes
     redelivery_count: int
     span: Any = None  # its deliver span, when traced (herald.broker.core.tracing): ended once written
+    # A batch some of whose messages were acknowledged by batch index: the bitmask of those still
+    # to deliver (bit i: message i; a Pulsar front end sends it as MESSAGE.ack_set); None: all.
+    ack_set: int | None = None
 
     @property
     def traceparent(self) -> str:
@@ -65,7 +69,8 @@ class ConsumerHost(Protocol):
     def notify(self) -> None:
         """Permits or buffer room arrived."""
 
-    def ack(self, consumer: Consumer, positions: list[Position], cumulative: bool) -> None: ...
+    def ack(self, consumer: Consumer, positions: list[Position], cumulative: bool,
+            ack_sets: dict[Position, int] | None = None) -> None: ...
     def redeliver(self, consumer: Consumer, positions: list[Position] | None) -> None: ...
     def negative_ack(self, consumer: Consumer, positions: list[Position], delay_ms: int) -> None: ...
     def remove_consumer(self, consumer: Consumer) -> None: ...
@@ -94,6 +99,7 @@ class Consumer:
         self._events: deque[ConsumerEvent] = deque()  # for the client, beside deliveries
         self._event_ready = asyncio.Event()
         self._active = True  # False only for a Failover consumer that is not the active one
+        self.key_shared: KeySharedMeta | None = None  # what a Key_Shared consumer asked for
 
     # ---- the adapter's side ----
 
@@ -137,11 +143,15 @@ class Consumer:
             await self._event_ready.wait()
         return self._events.popleft()
 
-    def ack(self, positions: Iterable[tuple[int, int]], cumulative: bool = False) -> None:
+    def ack(self, positions: Iterable[tuple[int, int]], cumulative: bool = False,
+            ack_sets: dict[tuple[int, int], int] | None = None) -> None:
         """Acknowledge entries; cumulative: everything up to the (single) position given.
+        `ack_sets`: for a position, a bitmask of its batch's messages still unacknowledged (Pulsar's
+        ack_set): only the others are (a cumulative ack: every entry before it, and those).
         NotAllowedError for a cumulative ack on a Shared or Key_Shared subscription."""
         self._check_open()
-        self.subscription.ack(self, [Position(*p) for p in positions], cumulative)
+        indexes = None if not ack_sets else {Position(*p): mask for p, mask in ack_sets.items()}
+        self.subscription.ack(self, [Position(*p) for p in positions], cumulative, indexes)
 
     def redeliver(self, positions: Iterable[tuple[int, int]] | None = None) -> None:
         """Send again entries this consumer has not acknowledged (None: all of them)."""
@@ -210,8 +220,9 @@ class Consumer:
         return self.permits > 0 and len(self._buffer) < self._max_buffered and not self.closed
 
     def push(self, position: Position, data: bytes, num_messages: int, redelivery_count: int,
-             span: Any = None) -> None:
-        self._buffer.append(Delivery(position.ledger_id, position.entry_id, data, redelivery_count, span))
+             span: Any = None, ack_set: int | None = None) -> None:
+        self._buffer.append(Delivery(position.ledger_id, position.entry_id, data, redelivery_count, span,
+                                     ack_set))
         self.pending[position] = num_messages
         self.permits -= num_messages
         self.msg_out_counter += num_messages

@@ -18,13 +18,14 @@ topic the dead-letter policy in force is the admin's, else this subscriber's (Br
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from herald.broker.core import tracing as broker_tracing
 from herald.broker.core.admission import Admission
 from herald.broker.core.consumer import Consumer, ConsumerEvent, Delivery
 from herald.broker.core.cursor import InitialPosition, ResetTarget
+from herald.broker.core.hash_ranges import KeySharedMeta
 from herald.broker.core.ledger_list import Position
 from herald.broker.core.outcome import as_herald_error
 from herald.broker.core.service import BrokerService
@@ -50,6 +51,12 @@ class SubscribeRequest:
     max_redeliver_count: int = 0  # the subscriber's dead-letter policy (0: none)
     dead_letter_topic: str = ""
     retry_letter_topic: str = ""
+    # Key_Shared only (ignored for the other types, as Pulsar does): AUTO_SPLIT (0, the default) or
+    # STICKY (1) with the consumer's own inclusive hash ranges within 0..65535, and whether the
+    # subscription may deliver a key out of order when consumers change.
+    key_shared_mode: int = 0
+    hash_ranges: Sequence[tuple[int, int]] = ()
+    allow_out_of_order_delivery: bool = False
 
 
 class ConsumerSession:
@@ -67,13 +74,17 @@ class ConsumerSession:
             dead_letter_policy = self._admission.dead_letter_policy(
                 self._role, request.topic, request.subscription, request.max_redeliver_count,
                 request.dead_letter_topic, request.retry_letter_topic)
+            sub_type = SubscriptionType.parse(request.sub_type)
+            key_shared = KeySharedMeta.parse(request.key_shared_mode, request.hash_ranges,
+                                             request.allow_out_of_order_delivery) \
+                if sub_type is SubscriptionType.KEY_SHARED else None
             await self._admission.admit_consumer(self._role, request.topic, request.properties, dead_letter_policy)
             consumer = await self._service.subscribe(
-                request.topic, request.subscription, SubscriptionType.parse(request.sub_type),
+                request.topic, request.subscription, sub_type,
                 InitialPosition.parse(request.initial_position), request.consumer_name or None,
                 request.priority_level, non_durable=request.non_durable, start_position=request.start_position,
                 start_inclusive=request.start_inclusive, properties=dict(request.properties),
-                dead_letter_policy=dead_letter_policy)
+                dead_letter_policy=dead_letter_policy, key_shared=key_shared)
         except Exception as exc:
             raise as_herald_error(exc, "subscribing") from exc
         self.consumer = consumer
@@ -90,9 +101,12 @@ class ConsumerSession:
         """The client can take `permits` more messages."""
         self._subscribed().flow(permits)
 
-    def ack(self, positions: Iterable[tuple[int, int]], cumulative: bool = False) -> None:
-        """Acknowledge entries (cumulative: everything up to the one position given)."""
-        self._subscribed().ack(positions, cumulative)
+    def ack(self, positions: Iterable[tuple[int, int]], cumulative: bool = False,
+            ack_sets: dict[tuple[int, int], int] | None = None) -> None:
+        """Acknowledge entries (cumulative: everything up to the one position given). `ack_sets`:
+        of a position, the bitmask of its batch's messages still unacknowledged, so only the others
+        are (Pulsar's batch-index acks; the entry is acknowledged once all its messages are)."""
+        self._subscribed().ack(positions, cumulative, ack_sets)
 
     def redeliver(self, positions: Iterable[tuple[int, int]] | None = None) -> None:
         """Deliver again entries this consumer did not acknowledge (None: all of them)."""

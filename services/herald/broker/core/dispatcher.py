@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from herald.broker.core import tracing as broker_tracing
+from herald.broker.core.batch_acks import BatchAcks
 from herald.broker.core.consumer import Consumer
 from herald.broker.core.cursor import ManagedCursor
 from herald.broker.core.dead_letters import DeadLetterPolicy, DeadLetterQueue
@@ -51,6 +52,7 @@ class DispatchSource(Protocol):
     cursor: ManagedCursor
     ledger: ManagedLedger
     redelivery_counts: dict[Position, int]
+    batch_acks: BatchAcks  # messages of batches acknowledged by index: redelivered without them
     redelivered_counter: int
     dead_letter_policy: DeadLetterPolicy | None
     dead_letters: DeadLetterQueue | None
@@ -372,7 +374,9 @@ class Dispatcher(abc.ABC):
             if metadata is not None and metadata.traceparent:
                 span = broker_tracing.start_deliver(self._sub.topic_name, self._sub.name, consumer.name, position,
                                                     metadata.traceparent, messages, redelivery_count)
-        consumer.push(position, entry.data, messages, redelivery_count, span)
+        batch_acks = self._sub.batch_acks
+        consumer.push(position, entry.data, messages, redelivery_count, span,
+                      batch_acks.unacked(position) if batch_acks else None)
 
     def _add_replay(self, positions: Iterable[Position]) -> None:
         is_acked = self._cursor.is_acked

@@ -1,11 +1,13 @@
 """Key_Shared dispatch: each entry goes to the consumer owning its key's slice of the hash range
-(broker.core.hash_ranges), so one key's entries go to one consumer, in order, while it stays connected.
+(broker.core.hash_ranges: auto-split by default, or each consumer's own STICKY ranges), so one key's
+entries go to one consumer, in order, while it stays connected.
 """
 
 from __future__ import annotations
 
 from herald.broker.core.consumer import Consumer
 from herald.broker.core.dispatcher import DispatchSource, Entries, ReadEntry
+from herald.broker.core.hash_ranges import AUTO_SPLIT, KeySharedMeta, KeySharedMode, StickyHashRanges
 from herald.broker.core.hash_ranges import HASH_RANGE_SIZE as HASH_RANGE_SIZE  # re-exported
 from herald.broker.core.hash_ranges import HashRange as HashRange
 from herald.broker.core.hash_ranges import HashRanges as HashRanges
@@ -14,6 +16,7 @@ from herald.broker.core.hash_ranges import sticky_key as sticky_key
 from herald.broker.core.ledger_list import Position
 from herald.broker.core.shared import SharedDispatcher
 from herald.broker.settings import BrokerSettings
+from herald.common.errors import ConsumerBusyError
 
 
 class KeySharedDispatcher(SharedDispatcher):
@@ -27,14 +30,20 @@ class KeySharedDispatcher(SharedDispatcher):
     until no older entry is outstanding, so it never overtakes entries of its new keys still held
     by their previous consumer. Replayed entries are taken only for consumers that can take them
     now, and new entries are read for the others meanwhile (up to MAX_REPLAY_FOR_READ_AHEAD
-    waiting), so one slow consumer neither stalls the rest nor makes the dispatcher spin."""
+    waiting), so one slow consumer neither stalls the rest nor makes the dispatcher spin.
+
+    The first consumer sets the subscription's mode (AUTO_SPLIT, STICKY) and whether it allows
+    out-of-order delivery (then a joining consumer is not held to older entries: Pulsar's
+    allowOutOfOrderDelivery); a consumer asking otherwise is refused while others are connected.
+    STICKY consumers own the ranges they bring: an entry whose hash nobody owns waits for an owner."""
 
     type_name = "Key_Shared"
     MAX_REPLAY_FOR_READ_AHEAD = 10_000
 
     def __init__(self, subscription: DispatchSource, settings: BrokerSettings) -> None:
         super().__init__(subscription, settings)
-        self._ranges: HashRanges[Consumer] = HashRanges()
+        self.meta = AUTO_SPLIT  # the mode and ordering rule, set by the first consumer
+        self._ranges: HashRanges[Consumer] | StickyHashRanges[Consumer] = HashRanges()
         # Consumers that joined while entries were outstanding -> the read position at their join.
         self._recently_joined: dict[Consumer, Position] = {}
         # Where _first_outstanding's last scan stopped: everything before it was acknowledged or held.
@@ -43,9 +52,22 @@ class KeySharedDispatcher(SharedDispatcher):
     # ---- consumers ----
 
     def add_consumer(self, consumer: Consumer) -> None:
-        self._ranges.add(consumer)
+        meta = consumer.key_shared or AUTO_SPLIT
+        if not self.consumers:
+            if (meta.mode, meta.allow_out_of_order_delivery) != (self.meta.mode, self.meta.allow_out_of_order_delivery):
+                self._ranges = StickyHashRanges() if meta.mode is KeySharedMode.STICKY else HashRanges()
+            self.meta = meta
+        elif (meta.mode, meta.allow_out_of_order_delivery) != (self.meta.mode, self.meta.allow_out_of_order_delivery):
+            raise ConsumerBusyError(
+                f"Key_Shared subscription {self._sub.name} has consumers in {_describe(self.meta)}; this consumer "
+                f"asks for {_describe(meta)}: subscribe alike, or once they are gone")
+        if isinstance(self._ranges, StickyHashRanges):
+            self._ranges.add(consumer, meta.ranges)  # ConsumerBusyError on a range conflict
+        else:
+            self._ranges.add(consumer)
         self.consumers.append(consumer)
-        if len(self.consumers) > 1 and self._entries_outstanding():
+        if (len(self.consumers) > 1 and not self.meta.allow_out_of_order_delivery
+                and self._entries_outstanding()):
             self._recently_joined[consumer] = self._cursor.read_position
         self.notify()
 
@@ -134,8 +156,8 @@ class KeySharedDispatcher(SharedDispatcher):
                 continue
             if hash_value in waiting_keys:
                 continue
-            owner = self._ranges.owner_of(hash_value)
-            if room.get(owner, 0) > 0 and self._may_receive(owner, position):
+            owner = self._ranges.owner_of(hash_value)  # None: STICKY, and nobody owns it
+            if owner is not None and room.get(owner, 0) > 0 and self._may_receive(owner, position):
                 room[owner] -= 1
                 taken.append(position)
             else:
@@ -165,7 +187,7 @@ class KeySharedDispatcher(SharedDispatcher):
             if not ((first_unknown is not None and first_unknown < position)
                     or first_by_hash.get(hash_value, position) < position):
                 consumer = self._ranges.owner_of(hash_value)
-                if consumer.can_receive and self._may_receive(consumer, position):
+                if consumer is not None and consumer.can_receive and self._may_receive(consumer, position):
                     self._deliver(consumer, entry)
                     continue
             leftovers.append(entry)
@@ -175,3 +197,8 @@ class KeySharedDispatcher(SharedDispatcher):
     def _requeue(self, entries: Entries) -> None:
         for entry in entries:
             self._replay.add(entry.position, self._hash(entry))
+
+
+def _describe(meta: KeySharedMeta) -> str:
+    ordering = "out-of-order delivery allowed" if meta.allow_out_of_order_delivery else "key order kept"
+    return f"{meta.mode.name} mode ({ordering})"

@@ -26,7 +26,15 @@ from herald.broker.core.consumer import (
     Delivery,
 )
 from herald.broker.core.cursor import InitialPosition
-from herald.broker.core.hash_ranges import HashRanges, key_hash, sticky_key
+from herald.broker.core.hash_ranges import (
+    AUTO_SPLIT,
+    HashRanges,
+    KeySharedMeta,
+    KeySharedMode,
+    StickyHashRanges,
+    key_hash,
+    sticky_key,
+)
 from herald.broker.core.ledger_list import Position
 from herald.broker.core.producer import Producer
 from herald.broker.core.publication import Publication
@@ -37,7 +45,7 @@ from herald.broker.core.topic_base import Topic
 from herald.broker.settings import BrokerSettings
 from herald.common.codec.entry import EntryMetadata
 from herald.common.codec.names import TopicName
-from herald.common.errors import BadVersionError, HeraldError, ServiceNotReadyError
+from herald.common.errors import BadVersionError, ConsumerBusyError, HeraldError, ServiceNotReadyError
 from herald.metadata.store import NOT_EXISTS, MetadataStore
 
 log = logging.getLogger(__name__)
@@ -93,8 +101,8 @@ class NonPersistentConsumer(Consumer):
         self._topic_pending = pending
 
     def push(self, position: Position, data: bytes, num_messages: int, redelivery_count: int,
-             span: Any = None) -> None:
-        super().push(position, data, num_messages, redelivery_count, span)
+             span: Any = None, ack_set: int | None = None) -> None:
+        super().push(position, data, num_messages, redelivery_count, span, ack_set)
         del self.pending[position]
 
     async def next_deliveries(
@@ -132,11 +140,13 @@ class NonPersistentSubscription:
         self._consumer_ids = itertools.count(1)
         self._round_robin = RoundRobin()  # Shared
         self._election = ActiveElection(topic.partition_index)  # Failover
-        self.hash_ranges: HashRanges[Consumer] = HashRanges()  # Key_Shared
+        self.hash_ranges: HashRanges[Consumer] | StickyHashRanges[Consumer] = HashRanges()  # Key_Shared
+        self.key_shared = AUTO_SPLIT  # the mode, set by the first Key_Shared consumer
 
     # ---- consumers ----
 
-    def add_consumer(self, sub_type: SubscriptionType, consumer_name: str | None, priority_level: int) -> Consumer:
+    def add_consumer(self, sub_type: SubscriptionType, consumer_name: str | None, priority_level: int,
+                     key_shared: KeySharedMeta | None = None) -> Consumer:
         if self.closed:
             raise ServiceNotReadyError(f"subscription {self.name} on {self.topic_name} is closed: subscribe again")
         check_can_join(self.name, self.type, bool(self.consumers), sub_type)
@@ -146,11 +156,26 @@ class NonPersistentSubscription:
             self, next(self._consumer_ids), consumer_name or secrets.token_hex(5), priority_level,
             settings.consumer_max_buffered_entries, self.topic.pending)
         if sub_type is SubscriptionType.KEY_SHARED:
-            self.hash_ranges.add(consumer)
+            self._join_ranges(consumer, key_shared or AUTO_SPLIT)
         self.consumers.append(consumer)
         if sub_type is SubscriptionType.FAILOVER:
             self._election.elect(self.consumers, joined=consumer)
         return consumer
+
+    def _join_ranges(self, consumer: Consumer, meta: KeySharedMeta) -> None:
+        """As a stored Key_Shared subscription: the first consumer sets the mode; STICKY consumers
+        bring their ranges (a hash nobody owns is dropped here: nothing is kept to wait)."""
+        if not self.consumers:
+            self.key_shared = meta
+            self.hash_ranges = StickyHashRanges() if meta.mode is KeySharedMode.STICKY else HashRanges()
+        elif meta.mode is not self.key_shared.mode:
+            raise ConsumerBusyError(
+                f"Key_Shared subscription {self.name} has consumers in {self.key_shared.mode.name} mode; this "
+                f"consumer asks for {meta.mode.name}: subscribe alike, or once they are gone")
+        if isinstance(self.hash_ranges, StickyHashRanges):
+            self.hash_ranges.add(consumer, meta.ranges)
+        else:
+            self.hash_ranges.add(consumer)
 
     def remove_consumer(self, consumer: Consumer) -> None:
         mine = next((c for c in self.consumers if c is consumer), None)
@@ -173,7 +198,8 @@ class NonPersistentSubscription:
     def notify(self) -> None:
         """Permits or buffer room arrived: nothing waits for them (nothing is kept to send later)."""
 
-    def ack(self, consumer: Consumer, positions: list[Position], cumulative: bool) -> None:
+    def ack(self, consumer: Consumer, positions: list[Position], cumulative: bool,
+            ack_sets: dict[Position, int] | None = None) -> None:
         """Accepted and ignored: nothing is kept to acknowledge."""
 
     def redeliver(self, consumer: Consumer, positions: list[Position] | None) -> None:
@@ -280,6 +306,7 @@ class NonPersistentTopic(Topic[NonPersistentSubscription]):
         non_durable: bool = False,
         start_position: Position | None = None,
         start_inclusive: bool = False,
+        key_shared: KeySharedMeta | None = None,
     ) -> Consumer:
         """Attach a consumer; the subscription is made on first use and lives while it has consumers.
         Where it starts is moot: it gets what is published from now on."""
@@ -290,7 +317,7 @@ class NonPersistentTopic(Topic[NonPersistentSubscription]):
         if sub is None:
             sub = self.subscriptions[subscription] = NonPersistentSubscription(self, subscription, sub_type)
         try:
-            return sub.add_consumer(sub_type, consumer_name, priority_level)
+            return sub.add_consumer(sub_type, consumer_name, priority_level, key_shared)
         except BaseException:
             if created:
                 del self.subscriptions[subscription]

@@ -17,6 +17,7 @@ from herald.broker.core.consumer import Consumer
 from herald.broker.core.cursor import InitialPosition
 from herald.broker.core.dead_letters import DeadLetterPolicy, DeadLetterQueue
 from herald.broker.core.entry_cache import EntryCacheManager
+from herald.broker.core.hash_ranges import KeySharedMeta
 from herald.broker.core.managed_ledger import LedgerStorage, Position
 from herald.broker.core.policies import PolicyResolver
 from herald.broker.core.ports import BrokerObserver
@@ -111,15 +112,17 @@ class BrokerService(TopicAdmin):
         start_inclusive: bool = False,
         properties: dict[str, str] | None = None,
         dead_letter_policy: DeadLetterPolicy | None = None,
+        key_shared: KeySharedMeta | None = None,
     ) -> Consumer:
         """Attach a consumer (see Topic.subscribe; non_durable makes a reader's subscription
-        starting at start_position; `properties` are the application's, shown in the topic's stats).
-        On a stored topic the subscription's dead-letter policy is then the one an admin set, else
-        `dead_letter_policy` (the subscriber's: clients send theirs on every subscribe)."""
+        starting at start_position; `properties` are the application's, shown in the topic's stats;
+        `key_shared` is a Key_Shared consumer's mode and ranges). On a stored topic the subscription's dead-letter
+        policy is then the one an admin set, else `dead_letter_policy` (the subscriber's: clients
+        send theirs on every subscribe)."""
         loaded = await self.topics.get_topic(topic)
         consumer = await loaded.subscribe(subscription, sub_type, initial_position, consumer_name, priority_level,
                                           non_durable=non_durable, start_position=start_position,
-                                          start_inclusive=start_inclusive)
+                                          start_inclusive=start_inclusive, key_shared=key_shared)
         consumer.properties = dict(properties or {})
         if loaded.persistent:  # only a stored topic redelivers, so only it has dead letters
             try:

@@ -9,10 +9,12 @@ import itertools
 import secrets
 from collections.abc import Callable
 
+from herald.broker.core.batch_acks import BatchAcks
 from herald.broker.core.consumer import Consumer, EndOfTopic
 from herald.broker.core.cursor import InitialPosition, ManagedCursor
 from herald.broker.core.dead_letters import DeadLetterPolicy, DeadLetterQueue
 from herald.broker.core.dispatcher import Dispatcher
+from herald.broker.core.hash_ranges import KeySharedMeta
 from herald.broker.core.key_shared import KeySharedDispatcher
 from herald.broker.core.managed_ledger import ManagedLedger, Position
 from herald.broker.core.shared import SharedDispatcher
@@ -47,6 +49,7 @@ class Subscription:
         self.type = SubscriptionType.EXCLUSIVE
         self.dispatcher: Dispatcher | None = None
         self.redelivery_counts: dict[Position, int] = {}
+        self.batch_acks = BatchAcks()  # messages of batches acknowledged by index (in memory only)
         self.redelivered_counter = 0  # entries put back for delivery again (each counts once per time)
         self.msg_out_counter = 0
         self.bytes_out_counter = 0
@@ -84,6 +87,7 @@ class Subscription:
 
     async def add_consumer(
         self, sub_type: SubscriptionType, consumer_name: str | None, priority_level: int = 0,
+        key_shared: KeySharedMeta | None = None,
     ) -> Consumer:
         if self.closed:
             raise NotAllowedError(f"subscription {self.name} on {self.topic_name} is closed")
@@ -101,6 +105,7 @@ class Subscription:
             self.dispatcher.start()
         consumer = Consumer(self, next(self._consumer_ids), consumer_name or secrets.token_hex(5),
                             priority_level, self._settings.consumer_max_buffered_entries)
+        consumer.key_shared = key_shared
         assert self.dispatcher is not None
         self.dispatcher.add_consumer(consumer)
         if self.ledger.terminated:
@@ -117,7 +122,12 @@ class Subscription:
         if self.dispatcher is not None:
             self.dispatcher.notify()
 
-    def ack(self, consumer: Consumer, positions: list[Position], cumulative: bool) -> None:
+    def ack(self, consumer: Consumer, positions: list[Position], cumulative: bool,
+            ack_sets: dict[Position, int] | None = None) -> None:
+        """Acknowledge entries, or (ack_sets: position -> the bitmask of its batch's messages still
+        unacknowledged, Pulsar's ack_set) some messages of their batches: an entry is acknowledged
+        once all its messages are (broker.core.batch_acks). A cumulative ack with an ack set
+        acknowledges every entry before its position and the messages the set leaves out."""
         if not positions:
             return
         counts = self.redelivery_counts
@@ -126,7 +136,12 @@ class Subscription:
             if self.type in _NO_CUMULATIVE:
                 raise NotAllowedError(f"Cumulative ack is not allowed on a {self.type.label} subscription")
             position = max(positions)
+            unacked = ack_sets.get(position) if ack_sets else None
+            if unacked is not None and not self._acks_whole_batch(pending, position, unacked):
+                # Up to a message inside a batch: the entries before it whole, that batch in part.
+                position = Position(position.ledger_id, position.entry_id - 1)
             self.cursor.ack_cumulative(position)
+            self.batch_acks.forget_up_to(position)
             # Pending is in dispatch order, which is position order on these subscription types.
             while pending:
                 first = next(iter(pending))
@@ -137,7 +152,11 @@ class Subscription:
                 for done in [p for p in counts if p <= position]:
                     del counts[done]
         else:
+            if ack_sets:
+                positions = [p for p in dict.fromkeys(positions)
+                             if p not in ack_sets or self._acks_whole_batch(pending, p, ack_sets[p])]
             self.cursor.ack(positions)
+            self.batch_acks.forget(positions)
             for position in positions:
                 pending.pop(position, None)
                 if counts:
@@ -148,6 +167,15 @@ class Subscription:
             self.dispatcher.acked()
         if self.ledger.terminated:
             self.check_end_of_topic()
+
+    def _acks_whole_batch(self, pending: dict[Position, int], position: Position, unacked: int) -> bool:
+        """Record a batch-index ack; True when it leaves the entry acknowledged whole. Only an
+        entry dispatched to the consumer (its size known) keeps a partial ack: of any other, the
+        ack is dropped and the whole entry comes again (at-least-once)."""
+        size = pending.get(position)
+        if size is None:
+            return False
+        return self.batch_acks.ack(position, unacked, size)
 
     def hash_ranges_of(self, consumer: Consumer) -> list[tuple[int, int]]:
         """Key_Shared: the slices of the key hash range the consumer owns (for stats); [] elsewhere."""
@@ -186,6 +214,7 @@ class Subscription:
         self.dead_lettered_counter += 1
         self.cursor.ack([position])
         self.redelivery_counts.pop(position, None)
+        self.batch_acks.forget([position])
         if self.dispatcher is not None:
             self.dispatcher.acked()
         if self.ledger.terminated:
@@ -235,6 +264,7 @@ class Subscription:
         self.disconnect_consumers("the subscription was reset: reconnect")
         self.cursor.reset(read_from)
         self.redelivery_counts.clear()
+        self.batch_acks.clear()
         if self.dead_letters is not None:
             self.dead_letters.forget_acknowledged(self, self.cursor.is_acked)
         if self.dispatcher is not None:
@@ -248,6 +278,7 @@ class Subscription:
         if counts:
             for position in [p for p in counts if self.cursor.is_acked(p)]:
                 del counts[position]
+        self.batch_acks.forget_acknowledged(self.cursor.is_acked)
         if self.dead_letters is not None:
             self.dead_letters.forget_acknowledged(self, self.cursor.is_acked)
         self.notify()

@@ -22,6 +22,7 @@ from herald.broker.core.cursor import InitialPosition, ManagedCursor, ResetTarge
 from herald.broker.core.dead_letters import DeadLetterPolicy, DeadLetterQueue
 from herald.broker.core.dedup import DedupStatus, MessageDeduplication
 from herald.broker.core.expiry import MessageExpiry
+from herald.broker.core.hash_ranges import KeySharedMeta
 from herald.broker.core.managed_ledger import ManagedLedger, PendingAdd, Position
 from herald.broker.core.ports import BrokerObserver
 from herald.broker.core.producer import Producer
@@ -251,11 +252,13 @@ class PersistentTopic(Topic[Subscription]):
         non_durable: bool = False,
         start_position: Position | None = None,
         start_inclusive: bool = False,
+        key_shared: KeySharedMeta | None = None,
     ) -> Consumer:
         """Attach a consumer, creating the subscription when it does not exist: a durable one at
         initial_position, or with non_durable a reader's, in memory only, starting at
         start_position (inclusive or not; past the end: the end; None: initial_position), that
-        holds no data back and is dropped when its last consumer leaves."""
+        holds no data back and is dropped when its last consumer leaves. `key_shared`: a
+        Key_Shared consumer's mode and ranges."""
         self._check_subscribe(subscription, priority_level)
         if start_position is not None:
             check_position(start_position.ledger_id, start_position.entry_id, "reader start")
@@ -284,7 +287,7 @@ class PersistentTopic(Topic[Subscription]):
                 self._check_open()
                 sub = self._attach(cursor)
             try:
-                return await sub.add_consumer(sub_type, consumer_name, priority_level)
+                return await sub.add_consumer(sub_type, consumer_name, priority_level, key_shared)
             except BaseException:
                 self._subscription_idle(sub)  # a reader's subscription nobody could join goes
                 raise

@@ -20,6 +20,7 @@ from typing import ClassVar, Generic, Protocol, TypeVar
 from herald.broker.core.consumer import Consumer
 from herald.broker.core.cursor import InitialPosition, ResetTarget
 from herald.broker.core.dead_letters import DeadLetterPolicy
+from herald.broker.core.hash_ranges import KeySharedMeta
 from herald.broker.core.ledger_list import Position
 from herald.broker.core.managed_ledger import ManagedLedger
 from herald.broker.core.policies import broker_defaults, check_consumer_limits, check_producer_limit
@@ -223,9 +224,11 @@ class Topic(abc.ABC, Generic[S]):
         non_durable: bool = False,
         start_position: Position | None = None,
         start_inclusive: bool = False,
+        key_shared: KeySharedMeta | None = None,
     ) -> Consumer:
         """Attach a consumer, making the subscription when it does not exist (where it starts,
-        and whether it is a reader's, matter on a stored topic only)."""
+        and whether it is a reader's, matter on a stored topic only). `key_shared`: a Key_Shared
+        consumer's mode and ranges."""
 
     def _check_subscribe(self, subscription: str, priority_level: int) -> None:
         """The checks before a subscription is touched, so a refused consumer leaves nothing behind."""

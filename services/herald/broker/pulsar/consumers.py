@@ -1,9 +1,11 @@
 """A Pulsar consumer on a connection: SUBSCRIBE attaches it through the core's ConsumerSession;
 FLOW gives permits; each delivery goes out as MESSAGE with the stored entry as its payload (a
-Herald-format entry made Pulsar's on the way: herald.common.codec.pulsar_entry); ACK (individual,
-cumulative; ACK_RESPONSE when asked), REDELIVER_UNACKNOWLEDGED_MESSAGES (all, or the ids given),
-SEEK (answered, then the broker closes the subscription's consumers so they reconnect from there, as
-Pulsar does), GET_LAST_MESSAGE_ID, UNSUBSCRIBE and CONSUMER_STATS are the session's calls.
+Herald-format entry made Pulsar's on the way: herald.common.codec.pulsar_entry; a batch some of whose
+messages were acknowledged by index with MESSAGE.ack_set, so the client skips those); ACK
+(individual, cumulative, either with an ack_set for batch-index acks; ACK_RESPONSE when asked),
+REDELIVER_UNACKNOWLEDGED_MESSAGES (all, or the ids given), SEEK (answered, then the broker closes
+the subscription's consumers so they reconnect from there, as Pulsar does), GET_LAST_MESSAGE_ID,
+UNSUBSCRIBE and CONSUMER_STATS are the session's calls.
 ACTIVE_CONSUMER_CHANGE tells Failover consumers who is active; when the broker closes the consumer
 (unload, seek) the client is told with CLOSE_CONSUMER and resubscribes."""
 
@@ -12,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Iterable
+from typing import Any
 
 from herald.api.pulsar import PulsarApi_pb2 as pulsar
 from herald.broker.core.consumer import ActiveConsumerChanged, Delivery, EndOfTopic
@@ -96,6 +100,7 @@ class ConsumerEndpoint:
             non_durable=request.HasField("durable") and not request.durable,
             start_position=start, start_inclusive=inclusive,
             properties={kv.key: kv.value for kv in request.metadata},
+            **_key_shared(request),
         )
 
     def answer_again(self, request_id: int) -> None:
@@ -130,10 +135,13 @@ class ConsumerEndpoint:
     def _ack(self, ack: pulsar.CommandAck) -> None:
         try:
             positions = [position(i) for i in ack.message_id]
+            # A message id with an ack_set acknowledges only the messages of its batch the set
+            # leaves out (Pulsar's batch-index acks; the set lists those still unacknowledged).
+            ack_sets = {position(i): bitmask(i.ack_set) for i in ack.message_id if i.ack_set}
             cumulative = ack.ack_type == pulsar.CommandAck.Cumulative
             if cumulative and positions:
                 positions = [max(positions)]
-            self.session.ack(positions, cumulative)
+            self.session.ack(positions, cumulative, ack_sets)
             error: HeraldError | None = None
         except HeraldError as exc:
             error = exc
@@ -219,6 +227,8 @@ class ConsumerEndpoint:
                         delivery.ledger_id, delivery.entry_id, self._partition))
                     if delivery.redelivery_count:
                         command.redelivery_count = delivery.redelivery_count
+                    if delivery.ack_set is not None:
+                        command.ack_set.extend(ack_set_words(delivery.ack_set))
                     connection.write_with_payload(Command(type=Command.MESSAGE, message=command), payload)
                 await connection.drain()
                 session.delivered(batch)
@@ -272,3 +282,35 @@ class ConsumerEndpoint:
             if not task.done() and task is not asyncio.current_task():
                 task.cancel()
 
+
+
+def _key_shared(request: pulsar.CommandSubscribe) -> dict[str, Any]:
+    """A Key_Shared consumer's KeySharedMeta as SubscribeRequest's fields (checked by the session)."""
+    if not request.HasField("keySharedMeta"):
+        return {}
+    meta = request.keySharedMeta
+    return {"key_shared_mode": meta.keySharedMode,
+            "hash_ranges": [(r.start, r.end) for r in meta.hashRanges],
+            "allow_out_of_order_delivery": meta.allowOutOfOrderDelivery}
+
+
+_WORD = (1 << 64) - 1
+
+
+def bitmask(words: Iterable[int]) -> int:
+    """Pulsar's ack_set (a Java BitSet's int64 words, bit i of the set is bit i % 64 of word i // 64)
+    as one int."""
+    mask = 0
+    for shift, word in enumerate(words):
+        mask |= (word & _WORD) << (64 * shift)
+    return mask
+
+
+def ack_set_words(mask: int) -> list[int]:
+    """A bitmask as Pulsar's ack_set: signed int64 words, lowest first."""
+    words = []
+    while mask:
+        word = mask & _WORD
+        words.append(word - (1 << 64) if word >> 63 else word)
+        mask >>= 64
+    return words
