@@ -425,6 +425,12 @@ def test_with_tls_brokers_serve_pulsar_ssl_on_6651() -> None:
     assert _service_ports(secure, "broker")["pulsarssl"] == 6651
 
 
+def test_the_proxy_serves_pulsar_s_protocol_on_6650(default_manifests: list[Manifest]) -> None:
+    assert _service_ports(default_manifests, "proxy")["pulsar"] == 6650
+    args = pod_spec(named(default_manifests, "Deployment", component_name("proxy")))["containers"][0]["args"]
+    assert "--pulsar-port=6650" in args
+
+
 def test_pulsar_s_ports_can_be_turned_off() -> None:
     ports = _service_ports(render(sets=("broker.pulsarPort=-1", "broker.webPort=-1")), "broker")
     assert "pulsar" not in ports and "http" not in ports
