@@ -27,6 +27,7 @@ from herald.broker.core.consumer import Consumer, ConsumerEvent, Delivery
 from herald.broker.core.cursor import InitialPosition, ResetTarget
 from herald.broker.core.ledger_list import Position
 from herald.broker.core.outcome import as_herald_error
+from herald.broker.core.schemas import Schema
 from herald.broker.core.service import BrokerService
 from herald.broker.core.subscription_type import SubscriptionType
 from herald.common.errors import HeraldError, ServiceNotReadyError
@@ -50,6 +51,7 @@ class SubscribeRequest:
     max_redeliver_count: int = 0  # the subscriber's dead-letter policy (0: none)
     dead_letter_topic: str = ""
     retry_letter_topic: str = ""
+    schema: Schema | None = None  # the consumer's (broker.core.schemas): must be the topic's
 
 
 class ConsumerSession:
@@ -73,7 +75,7 @@ class ConsumerSession:
                 InitialPosition.parse(request.initial_position), request.consumer_name or None,
                 request.priority_level, non_durable=request.non_durable, start_position=request.start_position,
                 start_inclusive=request.start_inclusive, properties=dict(request.properties),
-                dead_letter_policy=dead_letter_policy)
+                dead_letter_policy=dead_letter_policy, schema=request.schema)
         except Exception as exc:
             raise as_herald_error(exc, "subscribing") from exc
         self.consumer = consumer

@@ -18,6 +18,7 @@ from herald.broker.core.consumer import ActiveConsumerChanged, Delivery, EndOfTo
 from herald.broker.core.consumer_session import ConsumerSession, SubscribeRequest
 from herald.broker.core.cursor import InitialPosition, PublishTime, ResetTarget
 from herald.broker.core.ledger_list import Position
+from herald.broker.pulsar import schemas
 from herald.broker.pulsar.frontend import Connection
 from herald.common.codec import pulsar_entry
 from herald.common.codec.entry import ENTRY_FRAMING_ALLOWANCE
@@ -91,6 +92,7 @@ class ConsumerEndpoint:
             non_durable=request.HasField("durable") and not request.durable,
             start_position=start, start_inclusive=inclusive,
             properties={kv.key: kv.value for kv in request.metadata},
+            schema=schemas.from_wire(request.schema) if request.HasField("schema") else None,
         )
 
     def answer_again(self, request_id: int) -> None:
