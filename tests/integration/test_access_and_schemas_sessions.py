@@ -103,3 +103,15 @@ async def test_schemas_through_the_sessions(cluster: Cluster) -> None:
     assert await service.get_schema(topic) == json_schema
     await consumer.close()
     await producer.close(drain=False)
+
+
+@pytest.mark.parametrize("topic", TOPICS)
+async def test_a_deleted_topic_forgets_its_schema_and_epoch(cluster: Cluster, topic: str) -> None:
+    service = await cluster.broker()
+    producer, registered = await register(service, topic, "p", Mode.EXCLUSIVE, schema=Schema("STRING"))
+    assert registered.topic_epoch == 0
+    await producer.close(drain=False)
+    await service.delete_topic(topic)
+    # Made again under the name: any schema, and the epochs start over.
+    _, again = await register(service, topic, "p", Mode.EXCLUSIVE, schema=Schema("JSON", b"{}"))
+    assert again.topic_epoch == 0 and again.schema_version == 0
