@@ -111,6 +111,13 @@ def test_wait_for_exclusive_is_told_it_is_queued_then_ready_with_the_next_epoch(
         queued = raw.receive()
         assert queued.type == Command.PRODUCER_SUCCESS
         assert queued.producer_success.request_id == 10 and not queued.producer_success.producer_ready
+        # While it waits, the connection serves its other producers.
+        other = unique_topic("access-wire-other")
+        raw.send(Command(type=Command.LOOKUP, lookupTopic=pulsar_api.CommandLookupTopic(topic=other, request_id=98)))
+        assert raw.receive().type == Command.LOOKUP_RESPONSE
+        raw.send(_producer(other, 2, 11, pulsar_api.Shared, "raw-other"))
+        served = raw.receive()
+        assert served.type == Command.PRODUCER_SUCCESS and served.producer_success.request_id == 11, served
         holder.close()
         ready = raw.receive()
         assert ready.type == Command.PRODUCER_SUCCESS, ready
