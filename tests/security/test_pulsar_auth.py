@@ -197,3 +197,25 @@ def test_plaintext_on_the_tls_port_is_not_served(tls_server: TlsServer) -> None:
     with RawConnection(tls_server[1], timeout=5) as raw:
         raw.send_bytes(b"\x00\x00\x00\x10" + b"\x00" * 16)
         assert raw.closed_by_broker()
+
+
+def test_a_topic_s_schema_is_read_only_by_roles_granted_on_it(
+    secure_standalone: StandaloneProcess, keys: Keys, tenant: str,
+) -> None:
+    topic = unique_topic("schema", f"{tenant}/ns")
+    client = pulsar_client(secure_standalone, keys.token("app"))
+    try:
+        client.create_producer(topic, schema=pulsar.schema.StringSchema())
+    finally:
+        client.close()
+    Command = PulsarApi_pb2.BaseCommand
+    answers = {}
+    for role in ("app", "stranger"):
+        with RawConnection(secure_standalone.pulsar_port) as raw:
+            assert raw.connect(keys.token(role)).type == Command.CONNECTED
+            raw.send(Command(type=Command.GET_SCHEMA, getSchema=PulsarApi_pb2.CommandGetSchema(
+                request_id=1, topic=topic)))
+            answers[role] = raw.receive().getSchemaResponse
+    assert not answers["app"].HasField("error_code") and answers["app"].schema.type == PulsarApi_pb2.Schema.String
+    refused = answers["stranger"]
+    assert refused.error_code == PulsarApi_pb2.AuthorizationError and not refused.HasField("schema"), refused

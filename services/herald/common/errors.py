@@ -42,6 +42,8 @@ class ErrorCode(enum.IntEnum):
     PRECONDITION_FAILED = 26
     AUTHENTICATION_ERROR = 27
     AUTHORIZATION_ERROR = 28
+    PRODUCER_FENCED = 29
+    INCOMPATIBLE_SCHEMA = 30
 
 
 class HeraldError(Exception):
@@ -87,6 +89,20 @@ class TopicNotFoundError(HeraldError):
 class ProducerBusyError(HeraldError):
     code = ErrorCode.PRODUCER_BUSY
     retryable = True
+
+
+class ProducerFencedError(HeraldError):
+    """An exclusive producer took the topic over (ExclusiveWithFencing, or a newer topic epoch): this
+    producer may not publish there any more; create a new one if it should take the topic back."""
+
+    code = ErrorCode.PRODUCER_FENCED
+
+
+class IncompatibleSchemaError(HeraldError):
+    """The producer's or consumer's schema differs from the one the topic was first given: use the
+    topic's schema (or none), or a new topic for the new schema."""
+
+    code = ErrorCode.INCOMPATIBLE_SCHEMA
 
 
 class ConsumerBusyError(HeraldError):

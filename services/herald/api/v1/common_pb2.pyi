@@ -71,6 +71,10 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """no credentials, or ones the service cannot verify (expired, bad signature)"""
     AUTHORIZATION_ERROR: _ErrorCode.ValueType  # 28
     """the role may not do this (produce, consume, administer this tenant)"""
+    PRODUCER_FENCED: _ErrorCode.ValueType  # 29
+    """an exclusive producer took the topic over (ExclusiveWithFencing, a newer topic epoch)"""
+    INCOMPATIBLE_SCHEMA: _ErrorCode.ValueType  # 30
+    """the schema differs from the one the topic was first given"""
 
 class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper):
     """Error codes shared by all services; mapped to exception classes in herald.common.errors."""
@@ -122,6 +126,10 @@ AUTHENTICATION_ERROR: ErrorCode.ValueType  # 27
 """no credentials, or ones the service cannot verify (expired, bad signature)"""
 AUTHORIZATION_ERROR: ErrorCode.ValueType  # 28
 """the role may not do this (produce, consume, administer this tenant)"""
+PRODUCER_FENCED: ErrorCode.ValueType  # 29
+"""an exclusive producer took the topic over (ExclusiveWithFencing, a newer topic epoch)"""
+INCOMPATIBLE_SCHEMA: ErrorCode.ValueType  # 30
+"""the schema differs from the one the topic was first given"""
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
 
 @_typing.final

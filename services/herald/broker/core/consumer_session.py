@@ -28,6 +28,7 @@ from herald.broker.core.cursor import InitialPosition, ResetTarget
 from herald.broker.core.hash_ranges import KeySharedMeta
 from herald.broker.core.ledger_list import Position
 from herald.broker.core.outcome import as_herald_error
+from herald.broker.core.schemas import Schema
 from herald.broker.core.service import BrokerService
 from herald.broker.core.subscription_type import SubscriptionType
 from herald.common.errors import HeraldError, ServiceNotReadyError
@@ -57,6 +58,7 @@ class SubscribeRequest:
     key_shared_mode: int = 0
     hash_ranges: Sequence[tuple[int, int]] = ()
     allow_out_of_order_delivery: bool = False
+    schema: Schema | None = None  # the consumer's (broker.core.schemas): must be the topic's
 
 
 class ConsumerSession:
@@ -84,7 +86,7 @@ class ConsumerSession:
                 InitialPosition.parse(request.initial_position), request.consumer_name or None,
                 request.priority_level, non_durable=request.non_durable, start_position=request.start_position,
                 start_inclusive=request.start_inclusive, properties=dict(request.properties),
-                dead_letter_policy=dead_letter_policy, key_shared=key_shared)
+                dead_letter_policy=dead_letter_policy, key_shared=key_shared, schema=request.schema)
         except Exception as exc:
             raise as_herald_error(exc, "subscribing") from exc
         self.consumer = consumer

@@ -9,6 +9,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Protocol
 
+from herald.broker.core.access_modes import ProducerAccessMode
 from herald.broker.core.publication import Publication
 from herald.common.codec.entry import (
     ENTRY_FRAMING_ALLOWANCE,
@@ -53,6 +54,9 @@ class Producer:
         self.bytes_in_counter = 0
         self.entries_in_counter = 0
         self.properties: dict[str, str] = {}  # the application's, for stats
+        self.access_mode = ProducerAccessMode.SHARED
+        self.topic_epoch: int | None = None  # the topic's epoch when it registered (None: none yet)
+        self.schema_version: int | None = None  # of the schema it registered with (None: it gave none)
         self._closed_event = asyncio.Event()
         self.on_closed: Callable[[], None] | None = None  # the session's, to stop waiting for room
 

@@ -20,16 +20,18 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry import trace
 
 from herald.broker.core import tracing as broker_tracing
+from herald.broker.core.access_modes import ProducerAccessMode
 from herald.broker.core.admission import Admission
 from herald.broker.core.outcome import as_herald_error
 from herald.broker.core.producer import Producer
+from herald.broker.core.schemas import Schema
 from herald.broker.core.service import BrokerService
 from herald.common import tracing
 from herald.common.errors import HeraldError, ServiceNotReadyError
@@ -40,6 +42,8 @@ class Registered:
     producer_name: str
     last_sequence_id: int  # the last one persisted under that name (-1: none)
     max_message_size: int  # the topic's
+    topic_epoch: int | None = None  # the topic's epoch (broker.core.access_modes; None: never exclusive)
+    schema_version: int | None = None  # of the producer's schema (None: it gave none)
 
 
 class Receipt:
@@ -145,17 +149,25 @@ class ProducerSession:
         self._room = asyncio.Event()
         self.producer: Producer | None = None
 
-    async def register(self, topic: str, producer_name: str | None, properties: Mapping[str, str]) -> Registered:
+    async def register(
+        self, topic: str, producer_name: str | None, properties: Mapping[str, str], *,
+        access_mode: ProducerAccessMode = ProducerAccessMode.SHARED, topic_epoch: int | None = None,
+        on_queued: Callable[[], None] | None = None, schema: Schema | None = None,
+    ) -> Registered:
         """Admit and register the producer; HeraldError when refused (by authorization, a limit,
-        the topic...)."""
+        the topic, its exclusive producer, its schema...). A WAIT_FOR_EXCLUSIVE producer calls
+        `on_queued` when it has to wait, then returns once it holds the topic."""
         try:
             await self._admission.admit_producer(self._role, topic, properties)
-            producer, last_sequence_id = await self._service.create_producer(topic, producer_name, dict(properties))
+            producer, last_sequence_id = await self._service.create_producer(
+                topic, producer_name, dict(properties), access_mode=access_mode, topic_epoch=topic_epoch,
+                on_queued=on_queued, schema=schema)
         except Exception as exc:
             raise as_herald_error(exc, "registering a producer") from exc
         producer.on_closed = self._producer_closed
         self.producer = producer
-        return Registered(producer.name, last_sequence_id, producer.topic.max_message_size)
+        return Registered(producer.name, last_sequence_id, producer.topic.max_message_size, producer.topic_epoch,
+                          producer.schema_version)
 
     def _producer_closed(self) -> None:
         self._room.set()

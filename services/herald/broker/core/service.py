@@ -10,9 +10,10 @@ entry cache's byte budget, the dead-letter queue dlq-workers are served from) ar
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
+from herald.broker.core.access_modes import ProducerAccessMode
 from herald.broker.core.consumer import Consumer
 from herald.broker.core.cursor import InitialPosition
 from herald.broker.core.dead_letters import DeadLetterPolicy, DeadLetterQueue
@@ -22,6 +23,7 @@ from herald.broker.core.managed_ledger import LedgerStorage, Position
 from herald.broker.core.policies import PolicyResolver
 from herald.broker.core.ports import BrokerObserver
 from herald.broker.core.producer import Producer
+from herald.broker.core.schemas import Schema, TopicSchemas
 from herald.broker.core.subscription_type import SubscriptionType
 from herald.broker.core.topic_admin import RemoteTopics as RemoteTopics  # re-exported: the core's ports
 from herald.broker.core.topic_admin import TopicAdmin
@@ -51,6 +53,7 @@ class BrokerService(TopicAdmin):
         registry = TopicRegistry(store, ownership, loader, resources, PolicyResolver(resources, settings))
         super().__init__(registry, settings, store, storage)
         self.ownership = ownership
+        self.schemas = TopicSchemas(store)
 
     async def start(self) -> None:
         """Make sure the default namespace exists (idempotent; topic loads make sure too)."""
@@ -85,15 +88,25 @@ class BrokerService(TopicAdmin):
     # ---- producers and consumers ----
 
     async def create_producer(
-        self, topic: str, producer_name: str | None = None, properties: dict[str, str] | None = None,
+        self, topic: str, producer_name: str | None = None, properties: dict[str, str] | None = None, *,
+        access_mode: ProducerAccessMode = ProducerAccessMode.SHARED, topic_epoch: int | None = None,
+        on_queued: Callable[[], None] | None = None, schema: Schema | None = None,
     ) -> tuple[Producer, int]:
         """A producer on the topic, and the last sequence id persisted under its name (-1 if none).
         Publish with `producer.topic.publish(producer, ...)` (or submit); close with close_producer().
-        `properties` are the application's, shown in the topic's stats."""
+        `properties` are the application's, shown in the topic's stats. Access modes and epochs:
+        broker.core.access_modes (a WAIT_FOR_EXCLUSIVE producer calls on_queued, then waits);
+        `schema`: broker.core.schemas (the producer's schema_version is what to tell its client)."""
         loaded = await self.topics.get_topic(topic)
-        producer, last_sequence_id = await loaded.add_producer(producer_name)
+        schema_version = await self.schemas.check(topic, schema)
+        producer, last_sequence_id = await loaded.add_producer(producer_name, access_mode, topic_epoch, on_queued)
         producer.properties = dict(properties or {})
+        producer.schema_version = schema_version
         return producer, last_sequence_id
+
+    async def get_schema(self, topic: str, version: int | None = None) -> Schema:
+        """The schema a topic was given (NotFoundError when none, or not that version)."""
+        return await self.schemas.get_version(topic, version)
 
     async def close_producer(self, producer: Producer) -> None:
         producer.topic.remove_producer(producer)
@@ -113,13 +126,16 @@ class BrokerService(TopicAdmin):
         properties: dict[str, str] | None = None,
         dead_letter_policy: DeadLetterPolicy | None = None,
         key_shared: KeySharedMeta | None = None,
+        schema: Schema | None = None,
     ) -> Consumer:
         """Attach a consumer (see Topic.subscribe; non_durable makes a reader's subscription
         starting at start_position; `properties` are the application's, shown in the topic's stats;
-        `key_shared` is a Key_Shared consumer's mode and ranges). On a stored topic the subscription's dead-letter
-        policy is then the one an admin set, else `dead_letter_policy` (the subscriber's: clients
-        send theirs on every subscribe)."""
+        `key_shared` is a Key_Shared consumer's mode and ranges). On a stored topic the subscription's
+        dead-letter policy is then the one an admin set, else `dead_letter_policy` (the subscriber's:
+        clients send theirs on every subscribe). A consumer's `schema` must be the topic's
+        (broker.core.schemas)."""
         loaded = await self.topics.get_topic(topic)
+        await self.schemas.check(topic, schema)
         consumer = await loaded.subscribe(subscription, sub_type, initial_position, consumer_name, priority_level,
                                           non_durable=non_durable, start_position=start_position,
                                           start_inclusive=start_inclusive, key_shared=key_shared)

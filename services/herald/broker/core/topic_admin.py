@@ -10,6 +10,7 @@ import contextlib
 import logging
 from typing import Protocol
 
+from herald.broker.core.access_modes import EPOCHS_PREFIX
 from herald.broker.core.consumer import Consumer
 from herald.broker.core.cursor import InitialPosition, ResetTarget
 from herald.broker.core.dead_letters import DeadLetterPolicy
@@ -18,6 +19,7 @@ from herald.broker.core.nonpersistent_topic import registration_key
 from herald.broker.core.policies import PolicyResolver
 from herald.broker.core.pull import PullResult, pull, resolve_queue
 from herald.broker.core.pull import check_limits as check_pull_limits
+from herald.broker.core.schemas import schema_key
 from herald.broker.core.stats import InternalStats, LastMessageId, TopicStats
 from herald.broker.core.topic_base import PersistentOps
 from herald.broker.core.topic_deletion import delete_topic_data
@@ -157,6 +159,7 @@ class TopicAdmin:
         await map_bounded(delete_partition, range(partitions), cancel_on_error=False)
         await self.resources.delete_partitioned_topic(key)
         await self.resources.delete_topic_policies(key)
+        await self.store.delete(schema_key(key))
         log.info("partitioned topic %s deleted with its %d partitions", key, partitions)
 
     async def _delete_one(self, name: TopicName, force: bool, *, must_exist: bool) -> None:
@@ -168,6 +171,7 @@ class TopicAdmin:
                 if must_exist:
                     raise
             await self.resources.delete_topic_policies(key)
+            await self._forget_producer_state(name)
             return
         async with self.topics.deleting(key):
             topic = self.topics.served(key)
@@ -187,9 +191,18 @@ class TopicAdmin:
                 await topic.close(owned=False)  # disconnects everyone; persists nothing
             await delete_topic_data(self.store, self.storage, ledger_name(name))
             await self.resources.delete_topic_policies(key)
+            await self._forget_producer_state(name)
             with contextlib.suppress(NotOwnerError):
                 await self.topics.ownership.release(key)
         log.info("topic %s deleted", key)
+
+    async def _forget_producer_state(self, name: TopicName) -> None:
+        """A deleted topic's epoch goes, and its schema unless it is a partition (its partitioned
+        topic's schema goes with the partitioned topic): a topic made again under the name starts
+        afresh, as in Pulsar."""
+        await self.store.delete(EPOCHS_PREFIX + str(name))
+        if name.partition_index < 0:
+            await self.store.delete(schema_key(str(name)))
 
     async def _delete_non_persistent(self, name: TopicName, force: bool) -> None:
         """Delete a non-persistent topic (delete_topic routes here): NotFoundError when it is neither

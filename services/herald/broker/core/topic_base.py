@@ -14,9 +14,10 @@ from __future__ import annotations
 import abc
 import asyncio
 import itertools
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import ClassVar, Generic, Protocol, TypeVar
 
+from herald.broker.core.access_modes import ProducerAccess, ProducerAccessMode
 from herald.broker.core.consumer import Consumer
 from herald.broker.core.cursor import InitialPosition, ResetTarget
 from herald.broker.core.dead_letters import DeadLetterPolicy
@@ -115,6 +116,7 @@ class Topic(abc.ABC, Generic[S]):
         self.entries_in_counter = 0  # with msg_in_counter: the messages per entry stats report
         self.closed = False
         self._producer_ids = itertools.count(1)
+        self.access = ProducerAccess(name, store)  # exclusive producers and the topic epoch
         self._rates = RateMeters(settings.stats_rate_window_seconds)
 
     def _check_open(self) -> None:
@@ -145,23 +147,60 @@ class Topic(abc.ABC, Generic[S]):
 
     # ---- producers ----
 
-    async def add_producer(self, name: str | None) -> tuple[Producer, int]:
+    async def add_producer(
+        self, name: str | None, access_mode: ProducerAccessMode = ProducerAccessMode.SHARED,
+        topic_epoch: int | None = None, on_queued: Callable[[], None] | None = None,
+    ) -> tuple[Producer, int]:
         """Register a producer (a unique name is assigned when none is given); returns it and the
-        last sequence id persisted under its name (-1 if none, or where nothing is deduplicated)."""
+        last sequence id persisted under its name (-1 if none, or where nothing is deduplicated).
+        `access_mode` and `topic_epoch` (the epoch a reconnecting exclusive producer had):
+        broker.core.access_modes; a WAIT_FOR_EXCLUSIVE registration calls `on_queued` and waits
+        while others hold the topic. The producer's topic_epoch is the topic's then."""
         self._check_open()
         self._check_may_produce()
         if not name:
             number = await self._store.allocate_id(PRODUCER_NAME_COUNTER)
             name = f"{self.settings.cluster}-{number}"
             self._check_open()
+        self._check_name_free(name)
+        access = self.access
+        if not access_mode.exclusive:
+            access.check_shared(name)
+            return self._register_producer(name, access_mode, access.epoch)
+        # An exclusive claim awaits (a queue, the stored epoch): checked again once it holds the topic.
+        check_producer_limit(self.name, self.policies, len(self.producers))
+        await access.claim(name, access_mode, topic_epoch, self.producers, self._fence_producers, on_queued)
+        try:
+            epoch = await access.epoch_for(topic_epoch)
+            access.check_holder(name)
+            self._check_open()
+            self._check_name_free(name)
+            return self._register_producer(name, access_mode, epoch)
+        except BaseException:
+            if access.holder == name:  # not when a fencing taker has it now
+                access.released(name, self.producers)
+            raise
+
+    def _check_name_free(self, name: str) -> None:
         if name in self.producers:
             raise ProducerBusyError(f"producer {name!r} is already connected to {self.name}")
+
+    def _register_producer(self, name: str, access_mode: ProducerAccessMode, epoch: int | None) -> tuple[Producer, int]:
         # No await from here on: registrations racing through the name allocation are counted.
         check_producer_limit(self.name, self.policies, len(self.producers))
         self._admit_producer()
         producer = Producer(self, name, next(self._producer_ids))
+        producer.access_mode, producer.topic_epoch = access_mode, epoch
         self.producers[name] = producer
         return producer, self._producer_added(name)
+
+    def _fence_producers(self) -> None:
+        """ExclusiveWithFencing: every connected producer is closed (its client reconnects and is
+        then fenced by the epoch, or refused while the exclusive producer holds the topic)."""
+        for producer in list(self.producers.values()):
+            del self.producers[producer.name]
+            self._producer_removed(producer.name)
+            producer.close()
 
     def _check_may_produce(self) -> None:
         """Before a name is allocated: a topic that takes no more messages refuses producers."""
@@ -180,9 +219,11 @@ class Topic(abc.ABC, Generic[S]):
         if self.producers.get(producer.name) is producer:
             del self.producers[producer.name]
             self._producer_removed(producer.name)
+            self.access.released(producer.name, self.producers)
         producer.close()
 
     def _close_producers(self) -> None:
+        self.access.refuse_waiting(ServiceNotReadyError(f"topic {self.name} is being unloaded: look it up again"))
         for producer in list(self.producers.values()):
             producer.close()
         self.producers.clear()

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from herald.api.pulsar import PulsarApi_pb2 as pulsar
-from herald.broker.pulsar import lookups
+from herald.broker.pulsar import lookups, schemas
 from herald.broker.pulsar.consumers import ConsumerEndpoint
 from herald.broker.pulsar.frontend import PROTOCOL_VERSION, SERVER_VERSION, FrontEnd
 from herald.broker.pulsar.producers import ProducerEndpoint
@@ -69,7 +69,7 @@ class PulsarConnection:
             Command.REDELIVER_UNACKNOWLEDGED_MESSAGES: self._consumer_command,
             Command.SEEK: self._consumer_command, Command.UNSUBSCRIBE: self._consumer_command,
             Command.GET_LAST_MESSAGE_ID: self._consumer_command, Command.CONSUMER_STATS: self._consumer_command,
-            Command.AUTH_RESPONSE: self._auth_response,
+            Command.AUTH_RESPONSE: self._auth_response, Command.GET_SCHEMA: self._get_schema,
         }
 
     # ---- writing ----
@@ -290,6 +290,9 @@ class PulsarConnection:
     async def _topics_of_namespace(self, command: Command) -> None:
         self.write(await lookups.topics_of_namespace(self.frontend, self.identity.role, command.getTopicsOfNamespace))
 
+    async def _get_schema(self, command: Command) -> None:
+        self.write(await schemas.get_schema(self.frontend, self.identity.role, command.getSchema))
+
     # ---- producers ----
 
     async def _producer(self, command: Command) -> None:
@@ -305,8 +308,16 @@ class PulsarConnection:
             return
         endpoint = ProducerEndpoint(self, request.producer_id)
         self.producers[request.producer_id] = endpoint
-        if not await endpoint.register(request):
-            self.producers.pop(request.producer_id, None)
+        if request.producer_access_mode == pulsar.WaitForExclusive:
+            # It may wait for the topic as long as others hold it: the connection's other commands go on.
+            endpoint.registering = self.spawn(self._register(endpoint, request),
+                                              f"producer {request.producer_id} waiting for its topic")
+            return
+        await self._register(endpoint, request)
+
+    async def _register(self, endpoint: ProducerEndpoint, request: pulsar.CommandProducer) -> None:
+        if not await endpoint.register(request) and self.producers.get(request.producer_id) is endpoint:
+            del self.producers[request.producer_id]
 
     async def _send(self, send: pulsar.CommandSend, payload: memoryview | None) -> None:
         endpoint = self.producers.get(send.producer_id)

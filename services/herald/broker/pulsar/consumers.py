@@ -22,6 +22,7 @@ from herald.broker.core.consumer import ActiveConsumerChanged, Delivery, EndOfTo
 from herald.broker.core.consumer_session import ConsumerSession, SubscribeRequest
 from herald.broker.core.cursor import InitialPosition, PublishTime, ResetTarget
 from herald.broker.core.ledger_list import Position
+from herald.broker.pulsar import schemas
 from herald.broker.pulsar.frontend import Connection
 from herald.common.codec import pulsar_entry
 from herald.common.codec.entry import ENTRY_FRAMING_ALLOWANCE
@@ -101,6 +102,7 @@ class ConsumerEndpoint:
             start_position=start, start_inclusive=inclusive,
             properties={kv.key: kv.value for kv in request.metadata},
             **_key_shared(request),
+            schema=schemas.from_wire(request.schema) if request.HasField("schema") else None,
         )
 
     def answer_again(self, request_id: int) -> None:

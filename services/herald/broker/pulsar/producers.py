@@ -3,7 +3,9 @@
 entry the client sent, stored unchanged; SEND_RECEIPT / SEND_ERROR go back in send order. At the
 broker's max_pending_sends sends without receipts the connection stops reading, as Pulsar's broker
 does, until receipts went out. When the broker closes the producer (unload, fencing) the client is
-told with CLOSE_PRODUCER and reconnects."""
+told with CLOSE_PRODUCER and reconnects (a fenced one is then refused: ProducerFenced). Access modes
+and topic epochs (broker.core.access_modes) and the producer's schema (broker.pulsar.schemas) are
+carried to the core as they came."""
 
 from __future__ import annotations
 
@@ -12,7 +14,9 @@ import contextlib
 import logging
 
 from herald.api.pulsar import PulsarApi_pb2 as pulsar
+from herald.broker.core.access_modes import ProducerAccessMode
 from herald.broker.core.producer_session import ProducerSession, Receipt
+from herald.broker.pulsar import schemas
 from herald.broker.pulsar.frontend import Connection
 from herald.common.codec.names import TopicName
 from herald.common.errors import HeraldError
@@ -34,13 +38,23 @@ class ProducerEndpoint:
         self._receipts: asyncio.Task[None] | None = None
         self._watch: asyncio.Task[None] | None = None
         self._closed = False
+        self._queued_name: str | None = None  # a WaitForExclusive producer waiting for the topic
+        self.registering: asyncio.Task[None] | None = None  # its registration, while it waits
 
     async def register(self, request: pulsar.CommandProducer) -> bool:
-        """Register (answering the client either way); False when refused."""
+        """Register (answering the client either way); False when refused. A WaitForExclusive
+        producer that has to wait is told so first (PRODUCER_SUCCESS with producer_ready false, as
+        Pulsar's broker does: its client then waits without a timeout) and answered again once it
+        holds the topic."""
         connection = self.connection
         try:
+            access_mode = ProducerAccessMode.parse(int(request.producer_access_mode))
+            schema = schemas.from_wire(request.schema) if request.HasField("schema") else None
             registered = await self.session.register(
-                request.topic, request.producer_name or None, {kv.key: kv.value for kv in request.metadata})
+                request.topic, request.producer_name or None, {kv.key: kv.value for kv in request.metadata},
+                access_mode=access_mode,
+                topic_epoch=request.topic_epoch if request.HasField("topic_epoch") else None,
+                on_queued=lambda: self._queued(request), schema=schema)
         except HeraldError as error:
             connection.error(request.request_id, error)
             return False
@@ -51,14 +65,27 @@ class ProducerEndpoint:
         success = pulsar.CommandProducerSuccess(request_id=request.request_id,
                                                 producer_name=registered.producer_name,
                                                 last_sequence_id=registered.last_sequence_id, producer_ready=True)
+        if registered.topic_epoch is not None:
+            success.topic_epoch = registered.topic_epoch
+        if registered.schema_version is not None:
+            success.schema_version = schemas.version_bytes(registered.schema_version)
         self._registered = success
         connection.write(Command(type=Command.PRODUCER_SUCCESS, producer_success=success))
         self._receipts = connection.spawn(self._write_receipts(), f"receipts of producer {self.producer_id}")
         self._watch = connection.spawn(self._watch_closed(), f"producer {self.producer_id} closed")
         return True
 
+    def _queued(self, request: pulsar.CommandProducer) -> None:
+        self._queued_name = request.producer_name
+        self.connection.write(Command(type=Command.PRODUCER_SUCCESS, producer_success=pulsar.CommandProducerSuccess(
+            request_id=request.request_id, producer_name=request.producer_name, producer_ready=False)))
+
     def answer_again(self, request_id: int) -> None:
         """The client sent PRODUCER again for this id (its first answer timed out there)."""
+        if self._registered is None and self._queued_name is not None:  # still waiting for the topic
+            self.connection.write(Command(type=Command.PRODUCER_SUCCESS, producer_success=pulsar.CommandProducerSuccess(
+                request_id=request_id, producer_name=self._queued_name, producer_ready=False)))
+            return
         if self._registered is None:
             self.connection.write(Command(type=Command.ERROR, error=pulsar.CommandError(
                 request_id=request_id, error=pulsar.ServiceNotReady,
@@ -116,6 +143,9 @@ class ProducerEndpoint:
         if self._closed and not drain:
             return
         self._closed = True
+        registering = self.registering
+        if registering is not None and not registering.done() and registering is not asyncio.current_task():
+            registering.cancel()  # it leaves the queue for the topic
         await self.session.close(drain=drain)
         receipts = self._receipts
         if drain and receipts is not None and not receipts.done():

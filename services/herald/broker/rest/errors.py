@@ -15,6 +15,7 @@ _STATUS_BY_CODE: dict[int, int] = {
     ErrorCode.INVALID_ARGUMENT: 400,
     ErrorCode.AUTHENTICATION_ERROR: 401,
     ErrorCode.AUTHORIZATION_ERROR: 403,
+    ErrorCode.INCOMPATIBLE_SCHEMA: 409,  # as Pulsar answers a schema it cannot accept
     ErrorCode.NOT_FOUND: 404,
     ErrorCode.TOPIC_NOT_FOUND: 404,
     ErrorCode.CONSUMER_NOT_FOUND: 404,

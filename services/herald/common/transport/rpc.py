@@ -48,6 +48,8 @@ _STATUS_BY_CODE: dict[int, grpc.StatusCode] = {
     common_pb2.PRECONDITION_FAILED: grpc.StatusCode.FAILED_PRECONDITION,
     common_pb2.AUTHENTICATION_ERROR: grpc.StatusCode.UNAUTHENTICATED,
     common_pb2.AUTHORIZATION_ERROR: grpc.StatusCode.PERMISSION_DENIED,
+    common_pb2.PRODUCER_FENCED: grpc.StatusCode.FAILED_PRECONDITION,
+    common_pb2.INCOMPATIBLE_SCHEMA: grpc.StatusCode.FAILED_PRECONDITION,
 }
 _DETAILS = re.compile(r"^(\d+):(.*)$", re.DOTALL)
 

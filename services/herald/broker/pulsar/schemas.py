@@ -1,0 +1,64 @@
+"""Schemas on Pulsar's wire: the Schema a PRODUCER or SUBSCRIBE carries as the core's (a type name,
+data, properties: broker.core.schemas), schema versions as Pulsar encodes them (8 bytes, big-endian),
+and GET_SCHEMA answered with GET_SCHEMA_RESPONSE (an unknown topic or version as Pulsar's broker
+answers it: error_code TopicNotFound, "Topic not found or no-schema")."""
+
+from __future__ import annotations
+
+from herald.api.pulsar import PulsarApi_pb2 as pulsar
+from herald.broker.core.schemas import Schema
+from herald.broker.pulsar.frontend import FrontEnd
+from herald.common.codec.names import TopicName
+from herald.common.errors import HeraldError, InvalidArgumentError, NotFoundError
+from herald.common.pulsar.errors import server_error
+
+Command = pulsar.BaseCommand
+_TYPE_NAMES = {number: name.upper() for name, number in pulsar.Schema.Type.items()}
+_TYPE_NUMBERS = {name: number for number, name in _TYPE_NAMES.items()}
+
+
+def from_wire(schema: pulsar.Schema) -> Schema:
+    name = _TYPE_NAMES.get(schema.type, str(schema.type))
+    return Schema(name, schema.schema_data, {kv.key: kv.value for kv in schema.properties})
+
+
+def to_wire(schema: Schema, name: str) -> pulsar.Schema:
+    number = _TYPE_NUMBERS.get(schema.type.upper())
+    answer = pulsar.Schema(name=name, schema_data=schema.data,
+                           type=number if number is not None else pulsar.Schema.Type.Value("None"))  # type: ignore[arg-type]
+    for key, value in sorted(schema.properties.items()):
+        answer.properties.add(key=key, value=value)
+    return answer
+
+
+def version_bytes(version: int) -> bytes:
+    """Pulsar's schema version: a long, 8 bytes big-endian."""
+    return version.to_bytes(8, "big", signed=True)
+
+
+def version_from_bytes(data: bytes) -> int:
+    if len(data) != 8:
+        raise InvalidArgumentError(f"a schema version is 8 bytes (a big-endian long), not {len(data)}")
+    return int.from_bytes(data, "big", signed=True)
+
+
+async def get_schema(frontend: FrontEnd, role: str | None, request: pulsar.CommandGetSchema) -> Command:
+    answer = pulsar.CommandGetSchemaResponse(request_id=request.request_id)
+    try:
+        name = TopicName.parse(request.topic)
+        authorizer = frontend.admission.authorizer
+        if authorizer is not None:
+            await authorizer.check_lookup(role, str(name))
+        version = version_from_bytes(request.schema_version) if request.schema_version else None
+        try:
+            schema = await frontend.service.get_schema(str(name), version)
+        except NotFoundError:
+            answer.error_code = pulsar.TopicNotFound
+            answer.error_message = f"Topic not found or no-schema {request.topic}"
+            return Command(type=Command.GET_SCHEMA_RESPONSE, getSchemaResponse=answer)
+        answer.schema.CopyFrom(to_wire(schema, name.local_name))
+        answer.schema_version = version_bytes(version or 0)
+    except HeraldError as error:
+        answer.error_code = server_error(error)  # type: ignore[assignment]
+        answer.error_message = str(error)
+    return Command(type=Command.GET_SCHEMA_RESPONSE, getSchemaResponse=answer)
