@@ -53,3 +53,23 @@ def test_an_unimplemented_command_gets_an_error_naming_it(server: StandaloneProc
         assert "NEW_TXN is not supported" in answer.error.message
         raw.send(Command(type=Command.PING, ping=PulsarApi_pb2.CommandPing()))
         assert raw.receive().type == Command.PONG  # the connection goes on
+
+
+@pytest.mark.parametrize("option", ["replicate_subscription_state", "read_compacted", "subscription_properties"])
+def test_a_subscribe_option_the_broker_cannot_honour_is_refused_not_ignored(
+    server: StandaloneProcess, option: str,
+) -> None:
+    subscribe = PulsarApi_pb2.CommandSubscribe(
+        topic=unique_topic("pulsar-options"), subscription="s", subType=PulsarApi_pb2.CommandSubscribe.Shared,
+        consumer_id=1, request_id=9)
+    if option == "subscription_properties":
+        subscribe.subscription_properties.add(key="team", value="billing")
+    else:
+        setattr(subscribe, option, True)
+    with RawConnection(server.pulsar_port) as raw:
+        assert raw.connect().type == Command.CONNECTED
+        raw.send(Command(type=Command.SUBSCRIBE, subscribe=subscribe))
+        answer = raw.receive()
+        assert answer.type == Command.ERROR
+        assert (answer.error.request_id, answer.error.error) == (9, PulsarApi_pb2.NotAllowedError)
+        assert "not supported" in answer.error.message or "not kept" in answer.error.message

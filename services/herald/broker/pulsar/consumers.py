@@ -85,6 +85,9 @@ class ConsumerEndpoint:
         if request.read_compacted:
             raise NotAllowedError("read_compacted is not supported yet (topic compaction is not implemented): "
                                   "subscribe without readCompacted")
+        if request.subscription_properties:
+            raise NotAllowedError("subscription properties are not kept by this broker yet: subscribe without "
+                                  "subscriptionProperties (a consumer's own properties are kept)")
         start: Position | None = None
         inclusive = False
         if request.HasField("start_message_id"):
