@@ -3,6 +3,7 @@ a standalone serving Pulsar's binary protocol on a free port, and clients made f
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -48,3 +49,19 @@ def client(make_client: Callable[..., pulsar.Client]) -> pulsar.Client:
 
 def data_dir(tmp_path: Path) -> Path:
     return tmp_path / "data"
+
+
+def receive_until(consumers: list[pulsar.Consumer], count: int, deadline: float = 30.0) -> list[list[pulsar.Message]]:
+    """What each consumer receives (acknowledged), taking turns, until `count` in all or `deadline`
+    seconds passed."""
+    got: list[list[pulsar.Message]] = [[] for _ in consumers]
+    ends = time.monotonic() + deadline
+    while sum(map(len, got)) < count and time.monotonic() < ends:
+        for n, consumer in enumerate(consumers):
+            try:
+                message = consumer.receive(timeout_millis=100)
+            except pulsar.Timeout:
+                continue
+            consumer.acknowledge(message)
+            got[n].append(message)
+    return got

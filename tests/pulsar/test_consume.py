@@ -13,6 +13,7 @@ from herald.client.admin import SyncAdminClient
 
 from tests.conftest import StandaloneProcess
 from tests.helpers import unique_topic
+from tests.pulsar.conftest import receive_until
 
 RECEIVE_MS = 10_000
 QUIET_MS = 300  # how long a test listens for a message that must not come
@@ -126,17 +127,9 @@ def test_a_shared_subscription_spreads_messages_and_delivers_each_once(
     consumers = [client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared, receiver_queue_size=5,
                                   initial_position=pulsar.InitialPosition.Earliest) for _ in range(2)]
     values = produce(herald, topic, 40)
-    seen: dict[int, list[bytes]] = {0: [], 1: []}
-    while len(seen[0]) + len(seen[1]) < len(values):
-        for n, consumer in enumerate(consumers):
-            try:
-                message = consumer.receive(timeout_millis=200)
-            except pulsar.Timeout:
-                continue
-            consumer.acknowledge(message)
-            seen[n].append(message.data())
-    assert sorted(seen[0] + seen[1]) == sorted(values)
-    assert seen[0] and seen[1]
+    first, second = receive_until(consumers, len(values))
+    assert sorted(m.data() for m in first + second) == sorted(values)
+    assert first and second
 
 
 def test_failover_hands_the_subscription_to_the_next_consumer(herald: Client, client: pulsar.Client) -> None:
@@ -168,15 +161,10 @@ def test_key_shared_keeps_each_key_on_one_consumer(herald: Client, client: pulsa
         producer.send(f"{key}/{i}".encode(), key=key)
     producer.close()
     owner: dict[str, int] = {}
-    got = 0
-    while got < len(keys):
-        for n, consumer in enumerate(consumers):
-            try:
-                message = consumer.receive(timeout_millis=200)
-            except pulsar.Timeout:
-                continue
-            consumer.acknowledge(message)
-            got += 1
+    received = receive_until(consumers, len(keys))
+    assert sum(map(len, received)) == len(keys)
+    for n, messages in enumerate(received):
+        for message in messages:
             assert owner.setdefault(message.partition_key(), n) == n, f"{message.partition_key()} moved"
     assert len(owner) == 8
 

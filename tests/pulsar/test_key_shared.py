@@ -4,7 +4,6 @@ of those ranges, whoever produced them; a range another consumer holds is refuse
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import mmh3
@@ -15,9 +14,8 @@ from herald.client import Client
 
 from tests.conftest import StandaloneProcess
 from tests.helpers import unique_topic
+from tests.pulsar.conftest import receive_until
 from tests.pulsar.raw import Command, RawConnection
-
-DEADLINE = 30.0
 
 
 def pulsar_hash(key: str) -> int:
@@ -34,21 +32,6 @@ def sticky(*ranges: tuple[int, int], out_of_order: bool = False) -> pulsar.Consu
 def herald(server: StandaloneProcess) -> Iterator[Client]:
     with Client(server.service_url) as made:
         yield made
-
-
-def receive_until(consumers: list[pulsar.Consumer], count: int) -> list[list[pulsar.Message]]:
-    """What each consumer receives (acknowledged), until `count` in all or the deadline."""
-    got: list[list[pulsar.Message]] = [[] for _ in consumers]
-    deadline = time.monotonic() + DEADLINE
-    while sum(map(len, got)) < count and time.monotonic() < deadline:
-        for n, consumer in enumerate(consumers):
-            try:
-                message = consumer.receive(timeout_millis=100)
-            except pulsar.Timeout:
-                continue
-            consumer.acknowledge(message)
-            got[n].append(message)
-    return got
 
 
 def test_sticky_consumers_get_exactly_the_keys_of_their_ranges(client: pulsar.Client, herald: Client) -> None:
