@@ -6,6 +6,7 @@ deadline and unique names are in tests/helpers.py."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import os
@@ -18,6 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc.aio
 import pytest
 from herald.local_cluster import ClusterSettings, LocalCluster, free_port
 
@@ -40,6 +42,23 @@ def wait_for_port(port: int, timeout: float = 30.0, proc: subprocess.Popen[bytes
             return False
 
     eventually_sync(answers, f"something answering on port {port}", timeout=timeout)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def grpc_aio_kept_up() -> Iterator[None]:
+    """grpc.aio starts one poller thread per process and, when its last channel or server closes,
+    shuts it down and joins it, on whichever event loop closed that last one. That join was seen
+    to hang for good at the end of a run (a client closing on its loop thread, joined by the test's
+    thread: tests/fuzz's checking traffic), so the session never ended. A channel made here and
+    never closed keeps grpc.aio up until the process exits; nothing is dialed through it."""
+    loop = asyncio.new_event_loop()
+
+    async def make() -> grpc.aio.Channel:
+        return grpc.aio.insecure_channel("127.0.0.1:9")  # the discard port: never connected
+
+    channel = loop.run_until_complete(make())
+    yield
+    del channel  # left open on purpose (see above); the loop goes with the process
 
 
 @pytest.fixture(scope="session")

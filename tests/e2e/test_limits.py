@@ -96,10 +96,13 @@ async def consuming(channel: grpc.aio.Channel, topic: str = "held-connections") 
 
 async def awaiting_its_request(channel: grpc.aio.Channel) -> Held:
     """A call in progress on the connection: a lookup whose request is not sent yet (its
-    connection counts from admission, before the request is read)."""
-    return channel.stream_unary(  # type: ignore[no-any-return]
+    connection counts from admission, before the request is read). Its headers are on the wire
+    before this returns: until they are, the connection has no call and may be closed as idle."""
+    call = channel.stream_unary(
         "/herald.v1.LookupService/GetClusterInfo", request_serializer=lookup_pb2.ClusterInfoRequest.SerializeToString,
         response_deserializer=lookup_pb2.ClusterInfoResponse.FromString)()
+    await call.wait_for_connection()
+    return call  # type: ignore[no-any-return]
 
 
 async def check_connection_limit(port: int, limit: int, service: str,

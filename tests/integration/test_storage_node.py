@@ -444,7 +444,8 @@ async def test_server_refuses_a_port_in_use(tmp_path: Path) -> None:
     first = StorageServer(StorageSettings(data_dir=str(tmp_path / "a"), port=0, metrics_port=-1))
     await first.start()
     second = StorageServer(StorageSettings(data_dir=str(tmp_path / "b"), port=first.port, metrics_port=-1))
-    with pytest.raises(errors.ServiceNotReadyError, match="cannot listen"):
+    in_use = f"cannot serve gRPC on 127.0.0.1:{first.port}: the address is in use"
+    with pytest.raises(errors.AddressInUseError, match=in_use):
         await second.start()
     await second.stop()
     await first.stop()

@@ -306,10 +306,7 @@ class StorageServer:
                                                                   server)
             await self.health.add_to_server(server)
             target = f"{self.settings.host}:{self.settings.port}"
-            try:
-                port = add_port(server, target, self.security.server_credentials)
-            except RuntimeError as exc:
-                raise ServiceNotReadyError(f"storage server cannot listen on {target}: {exc}") from exc
+            port = add_port(server, target, self.security.server_credentials)  # AddressInUseError when taken
             await server.start()
         except BaseException:
             self._stop_metrics()
