@@ -295,16 +295,22 @@ class PulsarConnection:
 
     # ---- producers ----
 
-    async def _producer(self, command: Command) -> None:
-        request = command.producer
-        existing = self.producers.get(request.producer_id)
+    def _may_open(self, existing: ProducerEndpoint | ConsumerEndpoint | None, request_id: int) -> bool:
+        """Whether a PRODUCER or SUBSCRIBE opens a new endpoint: not when the client asked again for
+        one it has (answered again), nor past the connection's limit (refused)."""
         if existing is not None:  # the client asked again while (or after) the first was answered
-            existing.answer_again(request.request_id)
-            return
+            existing.answer_again(request_id)
+            return False
         try:
             self.check_room_for_stream()
         except HeraldError as error:
-            self.error(request.request_id, error)
+            self.error(request_id, error)
+            return False
+        return True
+
+    async def _producer(self, command: Command) -> None:
+        request = command.producer
+        if not self._may_open(self.producers.get(request.producer_id), request.request_id):
             return
         endpoint = ProducerEndpoint(self, request.producer_id)
         self.producers[request.producer_id] = endpoint
@@ -344,14 +350,7 @@ class PulsarConnection:
 
     async def _subscribe(self, command: Command) -> None:
         request = command.subscribe
-        existing = self.consumers.get(request.consumer_id)
-        if existing is not None:
-            existing.answer_again(request.request_id)
-            return
-        try:
-            self.check_room_for_stream()
-        except HeraldError as error:
-            self.error(request.request_id, error)
+        if not self._may_open(self.consumers.get(request.consumer_id), request.request_id):
             return
         endpoint = ConsumerEndpoint(self, request.consumer_id)
         self.consumers[request.consumer_id] = endpoint
