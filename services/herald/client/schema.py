@@ -13,8 +13,10 @@ from __future__ import annotations
 import abc
 import dataclasses
 import json
+from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
+from herald.common.codec.schema_info import SchemaInfo
 from herald.common.errors import SchemaError
 
 T = TypeVar("T")
@@ -29,6 +31,17 @@ class Schema(abc.ABC, Generic[T]):
 
     @abc.abstractmethod
     def decode(self, data: bytes) -> T: ...
+
+    @property
+    def info(self) -> SchemaInfo | None:
+        """What the producer registers and the consumer is checked against on the topic (the
+        registry's view of this schema); None: raw bytes, nothing to register."""
+        return None
+
+    def reader_for(self, writer: SchemaInfo) -> Callable[[bytes], T]:
+        """How to decode a message written with `writer` (the schema version it carries): Avro
+        resolves the writer's schema to this one; formats without resolution decode as usual."""
+        return self.decode
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -61,6 +74,10 @@ class StringSchema(Schema[str]):
         if not isinstance(value, str):
             raise SchemaError(f"StringSchema sends str values, got {type(value).__name__}")
         return value.encode(self.encoding)
+
+    @property
+    def info(self) -> SchemaInfo | None:
+        return SchemaInfo("STRING", b"", {"__charset": self.encoding} if self.encoding != "utf-8" else {})
 
     def decode(self, data: bytes) -> str:
         try:

@@ -14,42 +14,16 @@ the partitions of a topic share one schema).
 
 from __future__ import annotations
 
-import base64
-import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-
 from herald.common.codec.names import TopicName
+from herald.common.codec.schema_info import SchemaInfo
 from herald.common.errors import BadVersionError, IncompatibleSchemaError, NotFoundError
 from herald.metadata.store import MetadataStore
 
 SCHEMAS_PREFIX = "/schemas/"
 SCHEMA_VERSION = 0  # the only one until a registry keeps several
-_RAW_TYPES = frozenset({"NONE", "BYTES"})
 
 
-@dataclass(frozen=True, slots=True)
-class Schema:
-    type: str  # upper case: STRING, JSON, AVRO...
-    data: bytes = b""
-    properties: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def raw(self) -> bool:
-        """The bytes schema: no structure to agree on."""
-        return self.type.upper() in _RAW_TYPES
-
-    def same_as(self, other: Schema) -> bool:
-        return self.type.upper() == other.type.upper() and self.data == other.data
-
-    def to_json(self) -> bytes:
-        return json.dumps({"type": self.type.upper(), "data": base64.b64encode(self.data).decode(),
-                           "properties": dict(self.properties)}, sort_keys=True).encode()
-
-    @classmethod
-    def from_json(cls, value: bytes) -> Schema:
-        doc = json.loads(value)
-        return cls(str(doc["type"]), base64.b64decode(doc["data"]), dict(doc.get("properties", {})))
+Schema = SchemaInfo  # the core's name for it
 
 
 def schema_key(topic: str) -> str:
