@@ -119,6 +119,7 @@ def test_namespaces_and_their_policies(cli: AdminCli) -> None:
         "persistence": {"ensemble_size": 1, "write_quorum": 1, "ack_quorum": 1},
         "max_message_size": 1024**2, "max_topics": 100, "max_partitions_per_topic": 500,
         "schema_compatibility_strategy": None,  # unset: the broker's default (set through the REST API)
+        "schema_validation_enforced": None, "is_allow_auto_update_schema": None, "compaction_threshold": None,
     }
     # Half a group keeps the other half: only the size of the quota changes.
     assert cli.json("namespaces", "set-policy", namespace, "--backlog-quota-size", "2G")["backlog_quota"] == {

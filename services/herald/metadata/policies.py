@@ -87,9 +87,15 @@ class Policies:
     max_topics: int | None = None  # namespace policies only; 0: unlimited
     # Namespace policies only: partitions of one partitioned topic; at least 1 (no unlimited).
     max_partitions_per_topic: int | None = None
-    # Pulsar's schema compatibility strategy (SCHEMA_COMPATIBILITY_STRATEGIES), kept for the schema
-    # registry: until it lands, a topic keeps the first schema it was given whatever this says.
+    # Pulsar's schema compatibility strategy (SCHEMA_COMPATIBILITY_STRATEGIES): how a topic's new
+    # schema versions must relate to its earlier ones.
     schema_compatibility_strategy: str | None = None
+    # Refuse producers and consumers without a schema on a topic that has one.
+    schema_validation_enforced: bool | None = None
+    # Whether producers may add schema versions (false: only admins upload them).
+    is_allow_auto_update_schema: bool | None = None
+    # Backlog bytes not yet compacted beyond which the broker compacts the topic; 0: never.
+    compaction_threshold: int | None = None
 
     # ---- merging ----
 
@@ -144,6 +150,8 @@ class Policies:
             raise InvalidArgumentError(
                 f"schema_compatibility_strategy {strategy!r} is invalid: use one of "
                 f"{', '.join(SCHEMA_COMPATIBILITY_STRATEGIES)}")
+        if self.compaction_threshold is not None:
+            _at_least(self.compaction_threshold, 0, "compaction_threshold", "0 (never automatically) or bytes")
         if self.max_message_size is not None and self.max_message_size < 1:
             raise InvalidArgumentError(
                 f"max_message_size {self.max_message_size} is invalid: it must be a positive number of bytes")

@@ -17,10 +17,12 @@ _QUOTA_POLICY_FROM_PROTO = {number: policy for policy, number in _QUOTA_POLICY_T
 _SCALARS: tuple[Literal["message_ttl_seconds", "max_producers_per_topic", "max_consumers_per_topic",
                         "max_consumers_per_subscription", "deduplication_enabled", "encryption_required",
                         "max_message_size", "max_topics", "max_partitions_per_topic",
-                        "schema_compatibility_strategy"], ...] = (
+                        "schema_compatibility_strategy", "schema_validation_enforced",
+                        "is_allow_auto_update_schema", "compaction_threshold"], ...] = (
     "message_ttl_seconds", "max_producers_per_topic", "max_consumers_per_topic",
     "max_consumers_per_subscription", "deduplication_enabled", "encryption_required", "max_message_size",
-    "max_topics", "max_partitions_per_topic", "schema_compatibility_strategy")
+    "max_topics", "max_partitions_per_topic", "schema_compatibility_strategy", "schema_validation_enforced",
+    "is_allow_auto_update_schema", "compaction_threshold")
 
 
 def policies_from_proto(message: admin_pb2.Policies) -> Policies:

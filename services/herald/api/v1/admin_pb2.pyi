@@ -147,6 +147,9 @@ class Policies(_message.Message):
     MAX_TOPICS_FIELD_NUMBER: _builtins.int
     MAX_PARTITIONS_PER_TOPIC_FIELD_NUMBER: _builtins.int
     SCHEMA_COMPATIBILITY_STRATEGY_FIELD_NUMBER: _builtins.int
+    SCHEMA_VALIDATION_ENFORCED_FIELD_NUMBER: _builtins.int
+    IS_ALLOW_AUTO_UPDATE_SCHEMA_FIELD_NUMBER: _builtins.int
+    COMPACTION_THRESHOLD_FIELD_NUMBER: _builtins.int
     message_ttl_seconds: _builtins.int
     """0: messages never expire"""
     max_producers_per_topic: _builtins.int
@@ -168,6 +171,18 @@ class Policies(_message.Message):
     schema_compatibility_strategy: _builtins.str
     """Pulsar's schema compatibility strategy (UNDEFINED, ALWAYS_INCOMPATIBLE, ALWAYS_COMPATIBLE,
     BACKWARD, FORWARD, FULL and the _TRANSITIVE ones), kept for the schema registry.
+    """
+    schema_validation_enforced: _builtins.bool
+    """Refuse producers and consumers that bring no schema to a topic that has one (Pulsar's
+    schemaValidationEnforced).
+    """
+    is_allow_auto_update_schema: _builtins.bool
+    """Whether a producer may add a new (compatible) schema version to a topic; false: only versions
+    uploaded by an admin (Pulsar's isAllowAutoUpdateSchema).
+    """
+    compaction_threshold: _builtins.int
+    """Backlog bytes (not yet compacted) beyond which the broker compacts the topic; 0: never
+    automatically (Pulsar's compactionThreshold).
     """
     @_builtins.property
     def retention(self) -> Global___RetentionPolicy: ...
@@ -191,15 +206,22 @@ class Policies(_message.Message):
         max_topics: _builtins.int | None = ...,
         max_partitions_per_topic: _builtins.int | None = ...,
         schema_compatibility_strategy: _builtins.str | None = ...,
+        schema_validation_enforced: _builtins.bool | None = ...,
+        is_allow_auto_update_schema: _builtins.bool | None = ...,
+        compaction_threshold: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_deduplication_enabled", b"_deduplication_enabled", "_encryption_required", b"_encryption_required", "_max_consumers_per_subscription", b"_max_consumers_per_subscription", "_max_consumers_per_topic", b"_max_consumers_per_topic", "_max_message_size", b"_max_message_size", "_max_partitions_per_topic", b"_max_partitions_per_topic", "_max_producers_per_topic", b"_max_producers_per_topic", "_max_topics", b"_max_topics", "_message_ttl_seconds", b"_message_ttl_seconds", "_schema_compatibility_strategy", b"_schema_compatibility_strategy", "backlog_quota", b"backlog_quota", "deduplication_enabled", b"deduplication_enabled", "encryption_required", b"encryption_required", "max_consumers_per_subscription", b"max_consumers_per_subscription", "max_consumers_per_topic", b"max_consumers_per_topic", "max_message_size", b"max_message_size", "max_partitions_per_topic", b"max_partitions_per_topic", "max_producers_per_topic", b"max_producers_per_topic", "max_topics", b"max_topics", "message_ttl_seconds", b"message_ttl_seconds", "persistence", b"persistence", "retention", b"retention", "schema_compatibility_strategy", b"schema_compatibility_strategy"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_compaction_threshold", b"_compaction_threshold", "_deduplication_enabled", b"_deduplication_enabled", "_encryption_required", b"_encryption_required", "_is_allow_auto_update_schema", b"_is_allow_auto_update_schema", "_max_consumers_per_subscription", b"_max_consumers_per_subscription", "_max_consumers_per_topic", b"_max_consumers_per_topic", "_max_message_size", b"_max_message_size", "_max_partitions_per_topic", b"_max_partitions_per_topic", "_max_producers_per_topic", b"_max_producers_per_topic", "_max_topics", b"_max_topics", "_message_ttl_seconds", b"_message_ttl_seconds", "_schema_compatibility_strategy", b"_schema_compatibility_strategy", "_schema_validation_enforced", b"_schema_validation_enforced", "backlog_quota", b"backlog_quota", "compaction_threshold", b"compaction_threshold", "deduplication_enabled", b"deduplication_enabled", "encryption_required", b"encryption_required", "is_allow_auto_update_schema", b"is_allow_auto_update_schema", "max_consumers_per_subscription", b"max_consumers_per_subscription", "max_consumers_per_topic", b"max_consumers_per_topic", "max_message_size", b"max_message_size", "max_partitions_per_topic", b"max_partitions_per_topic", "max_producers_per_topic", b"max_producers_per_topic", "max_topics", b"max_topics", "message_ttl_seconds", b"message_ttl_seconds", "persistence", b"persistence", "retention", b"retention", "schema_compatibility_strategy", b"schema_compatibility_strategy", "schema_validation_enforced", b"schema_validation_enforced"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_deduplication_enabled", b"_deduplication_enabled", "_encryption_required", b"_encryption_required", "_max_consumers_per_subscription", b"_max_consumers_per_subscription", "_max_consumers_per_topic", b"_max_consumers_per_topic", "_max_message_size", b"_max_message_size", "_max_partitions_per_topic", b"_max_partitions_per_topic", "_max_producers_per_topic", b"_max_producers_per_topic", "_max_topics", b"_max_topics", "_message_ttl_seconds", b"_message_ttl_seconds", "_schema_compatibility_strategy", b"_schema_compatibility_strategy", "backlog_quota", b"backlog_quota", "deduplication_enabled", b"deduplication_enabled", "encryption_required", b"encryption_required", "max_consumers_per_subscription", b"max_consumers_per_subscription", "max_consumers_per_topic", b"max_consumers_per_topic", "max_message_size", b"max_message_size", "max_partitions_per_topic", b"max_partitions_per_topic", "max_producers_per_topic", b"max_producers_per_topic", "max_topics", b"max_topics", "message_ttl_seconds", b"message_ttl_seconds", "persistence", b"persistence", "retention", b"retention", "schema_compatibility_strategy", b"schema_compatibility_strategy"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_compaction_threshold", b"_compaction_threshold", "_deduplication_enabled", b"_deduplication_enabled", "_encryption_required", b"_encryption_required", "_is_allow_auto_update_schema", b"_is_allow_auto_update_schema", "_max_consumers_per_subscription", b"_max_consumers_per_subscription", "_max_consumers_per_topic", b"_max_consumers_per_topic", "_max_message_size", b"_max_message_size", "_max_partitions_per_topic", b"_max_partitions_per_topic", "_max_producers_per_topic", b"_max_producers_per_topic", "_max_topics", b"_max_topics", "_message_ttl_seconds", b"_message_ttl_seconds", "_schema_compatibility_strategy", b"_schema_compatibility_strategy", "_schema_validation_enforced", b"_schema_validation_enforced", "backlog_quota", b"backlog_quota", "compaction_threshold", b"compaction_threshold", "deduplication_enabled", b"deduplication_enabled", "encryption_required", b"encryption_required", "is_allow_auto_update_schema", b"is_allow_auto_update_schema", "max_consumers_per_subscription", b"max_consumers_per_subscription", "max_consumers_per_topic", b"max_consumers_per_topic", "max_message_size", b"max_message_size", "max_partitions_per_topic", b"max_partitions_per_topic", "max_producers_per_topic", b"max_producers_per_topic", "max_topics", b"max_topics", "message_ttl_seconds", b"message_ttl_seconds", "persistence", b"persistence", "retention", b"retention", "schema_compatibility_strategy", b"schema_compatibility_strategy", "schema_validation_enforced", b"schema_validation_enforced"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__compaction_threshold: _TypeAlias = _typing.Literal["compaction_threshold"]  # noqa: Y015
+    _WhichOneofArgType__compaction_threshold: _TypeAlias = _typing.Literal["_compaction_threshold", b"_compaction_threshold"]  # noqa: Y015
     _WhichOneofReturnType__deduplication_enabled: _TypeAlias = _typing.Literal["deduplication_enabled"]  # noqa: Y015
     _WhichOneofArgType__deduplication_enabled: _TypeAlias = _typing.Literal["_deduplication_enabled", b"_deduplication_enabled"]  # noqa: Y015
     _WhichOneofReturnType__encryption_required: _TypeAlias = _typing.Literal["encryption_required"]  # noqa: Y015
     _WhichOneofArgType__encryption_required: _TypeAlias = _typing.Literal["_encryption_required", b"_encryption_required"]  # noqa: Y015
+    _WhichOneofReturnType__is_allow_auto_update_schema: _TypeAlias = _typing.Literal["is_allow_auto_update_schema"]  # noqa: Y015
+    _WhichOneofArgType__is_allow_auto_update_schema: _TypeAlias = _typing.Literal["_is_allow_auto_update_schema", b"_is_allow_auto_update_schema"]  # noqa: Y015
     _WhichOneofReturnType__max_consumers_per_subscription: _TypeAlias = _typing.Literal["max_consumers_per_subscription"]  # noqa: Y015
     _WhichOneofArgType__max_consumers_per_subscription: _TypeAlias = _typing.Literal["_max_consumers_per_subscription", b"_max_consumers_per_subscription"]  # noqa: Y015
     _WhichOneofReturnType__max_consumers_per_topic: _TypeAlias = _typing.Literal["max_consumers_per_topic"]  # noqa: Y015
@@ -216,10 +238,16 @@ class Policies(_message.Message):
     _WhichOneofArgType__message_ttl_seconds: _TypeAlias = _typing.Literal["_message_ttl_seconds", b"_message_ttl_seconds"]  # noqa: Y015
     _WhichOneofReturnType__schema_compatibility_strategy: _TypeAlias = _typing.Literal["schema_compatibility_strategy"]  # noqa: Y015
     _WhichOneofArgType__schema_compatibility_strategy: _TypeAlias = _typing.Literal["_schema_compatibility_strategy", b"_schema_compatibility_strategy"]  # noqa: Y015
+    _WhichOneofReturnType__schema_validation_enforced: _TypeAlias = _typing.Literal["schema_validation_enforced"]  # noqa: Y015
+    _WhichOneofArgType__schema_validation_enforced: _TypeAlias = _typing.Literal["_schema_validation_enforced", b"_schema_validation_enforced"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__compaction_threshold) -> _WhichOneofReturnType__compaction_threshold | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__deduplication_enabled) -> _WhichOneofReturnType__deduplication_enabled | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__encryption_required) -> _WhichOneofReturnType__encryption_required | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__is_allow_auto_update_schema) -> _WhichOneofReturnType__is_allow_auto_update_schema | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__max_consumers_per_subscription) -> _WhichOneofReturnType__max_consumers_per_subscription | None: ...
     @_typing.overload
@@ -236,6 +264,8 @@ class Policies(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__message_ttl_seconds) -> _WhichOneofReturnType__message_ttl_seconds | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__schema_compatibility_strategy) -> _WhichOneofReturnType__schema_compatibility_strategy | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__schema_validation_enforced) -> _WhichOneofReturnType__schema_validation_enforced | None: ...
 
 Global___Policies: _TypeAlias = Policies  # noqa: Y015
 

@@ -44,8 +44,12 @@ def broker_defaults(settings: BrokerSettings) -> Policies:
         max_message_size=settings.max_message_size,
         max_topics=settings.max_topics_per_namespace,
         max_partitions_per_topic=settings.max_partitions_per_topic,
-        # Pulsar's broker default (schemaCompatibilityStrategy=FULL); kept for the schema registry.
+        # Pulsar's broker defaults: schemaCompatibilityStrategy=FULL, schemaValidationEnforced=false,
+        # isAllowAutoUpdateSchema=true, brokerServiceCompactionThresholdInBytes=0.
         schema_compatibility_strategy="FULL",
+        schema_validation_enforced=False,
+        is_allow_auto_update_schema=True,
+        compaction_threshold=0,
     )
 
 
