@@ -219,3 +219,39 @@ def test_a_topic_s_schema_is_read_only_by_roles_granted_on_it(
     assert not answers["app"].HasField("error_code") and answers["app"].schema.type == PulsarApi_pb2.Schema.String
     refused = answers["stranger"]
     assert refused.error_code == PulsarApi_pb2.AuthorizationError and not refused.HasField("schema"), refused
+
+
+def test_get_or_create_schema_needs_the_produce_permission(
+    secure_standalone: StandaloneProcess, pki: Pki, keys: Keys, tenant: str,
+) -> None:
+    with SyncAdminClient(secure_standalone.service_url, auth=AuthenticationToken(keys.token(ADMIN)),
+                         tls_trust_certs_file_path=str(pki.ca_cert)) as admin:
+        admin.grant_permission("schema-reader", ["consume"], namespace=f"{tenant}/ns")
+    topic = unique_topic("schema", f"{tenant}/ns")
+    Command = PulsarApi_pb2.BaseCommand
+    schema = PulsarApi_pb2.Schema(name="t", schema_data=b"", type=PulsarApi_pb2.Schema.String)
+
+    def ask(role: str, command: Command) -> Command:
+        with RawConnection(secure_standalone.pulsar_port) as raw:
+            assert raw.connect(keys.token(role)).type == Command.CONNECTED
+            raw.send(command)
+            return raw.receive()
+
+    def get_or_create(role: str) -> PulsarApi_pb2.CommandGetOrCreateSchemaResponse:
+        answer: PulsarApi_pb2.CommandGetOrCreateSchemaResponse = ask(role, Command(
+            type=Command.GET_OR_CREATE_SCHEMA, getOrCreateSchema=PulsarApi_pb2.CommandGetOrCreateSchema(
+                request_id=1, topic=topic, schema=schema))).getOrCreateSchemaResponse
+        return answer
+
+    # The consume grant is in force once the role may read the topic's schemas (none yet: TopicNotFound).
+    deadline = time.monotonic() + 10  # grants reach the broker's cache within about a second
+    get = Command(type=Command.GET_SCHEMA, getSchema=PulsarApi_pb2.CommandGetSchema(request_id=1, topic=topic))
+    while (read := ask("schema-reader", get).getSchemaResponse).error_code != PulsarApi_pb2.TopicNotFound:
+        assert time.monotonic() < deadline, read
+        time.sleep(0.2)
+    refused = get_or_create("schema-reader")
+    assert refused.error_code == PulsarApi_pb2.AuthorizationError, refused
+    assert "may not produce" in refused.error_message and not refused.HasField("schema_version")
+    assert get_or_create("stranger").error_code == PulsarApi_pb2.AuthorizationError
+    created = get_or_create("app")
+    assert not created.HasField("error_code") and created.schema_version == bytes(8), created

@@ -37,9 +37,9 @@ resources.py's, which lookup and brokers both read):
     /counters/producer-name                broker: numbers for the producer names it gives
     /topic-epochs/<topic>                  broker: the topic epoch of exclusive producers (a
                                            partition's own; broker.core.access_modes)
-    /schemas/<topic>                       broker: the schema a topic was first given (type, data,
-                                           properties), a partitioned topic's for all its partitions
-                                           (broker.core.schemas)
+    /schemas/<topic>                       broker: the topic's schema history (its versions' type,
+                                           data, properties, timestamp, deleted), a partitioned
+                                           topic's for all its partitions (broker.core.schemas)
     /non-persistent-topics/<tenant>/<ns>/<name>        broker: a non-persistent topic, from its
                                                        first load until it is deleted
     /partitioned-topics/<topic>            admin: {"partitions": n}

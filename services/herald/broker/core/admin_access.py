@@ -20,12 +20,15 @@ from herald.broker.core.admission import check_dead_letter_topics
 from herald.broker.core.dead_letters import DeadLetterPolicy
 from herald.common.codec.names import TopicName, parse_namespace
 from herald.common.errors import AuthorizationError
-from herald.metadata.authorization import CONSUME, Authorizer
+from herald.metadata.authorization import ACTIONS, CONSUME, Authorizer
 
 SUPERUSER_CALLS = {
     "ListTenants": "list tenants", "CreateTenant": "create tenants", "UpdateTenant": "change tenants",
     "DeleteTenant": "delete tenants", "ListBrokers": "list brokers",
 }
+
+# Schema calls a role that may look the topic up (produce or consume) may make.
+SCHEMA_READ_CALLS = frozenset({"GetSchema", "TestSchemaCompatibility"})
 
 
 def tenants_of(tenants: tuple[str, ...] = (), namespaces: tuple[str, ...] = (),
@@ -79,6 +82,8 @@ class AdminAccess:
             return
         if call.name == "CreateSubscription" and await authorizer.allowed(role, call.topic, (CONSUME,)):
             return
+        if call.name in SCHEMA_READ_CALLS and await authorizer.allowed(role, call.topic, ACTIONS):
+            return  # a topic's producers and consumers may read its schemas (and test one: nothing is stored)
         if not call.tenants:
             raise AuthorizationError(
                 f"admin call {call.name} names no tenant, namespace or topic: only super-users may make it")

@@ -23,7 +23,8 @@ from herald.broker.core.managed_ledger import LedgerStorage, Position
 from herald.broker.core.policies import PolicyResolver
 from herald.broker.core.ports import BrokerObserver
 from herald.broker.core.producer import Producer
-from herald.broker.core.schemas import Schema, TopicSchemas
+from herald.broker.core.schema_registry import SchemaRegistry
+from herald.broker.core.schemas import Schema
 from herald.broker.core.subscription_type import SubscriptionType
 from herald.broker.core.topic_admin import RemoteTopics as RemoteTopics  # re-exported: the core's ports
 from herald.broker.core.topic_admin import TopicAdmin
@@ -53,7 +54,8 @@ class BrokerService(TopicAdmin):
         registry = TopicRegistry(store, ownership, loader, resources, PolicyResolver(resources, settings))
         super().__init__(registry, settings, store, storage)
         self.ownership = ownership
-        self.schemas = TopicSchemas(store)
+        # Topics' schema histories and what may join them (broker.core.schema_registry).
+        self.schemas = SchemaRegistry(store, self.policy_resolver)
 
     async def start(self) -> None:
         """Make sure the default namespace exists (idempotent; topic loads make sure too)."""
@@ -96,17 +98,18 @@ class BrokerService(TopicAdmin):
         Publish with `producer.topic.publish(producer, ...)` (or submit); close with close_producer().
         `properties` are the application's, shown in the topic's stats. Access modes and epochs:
         broker.core.access_modes (a WAIT_FOR_EXCLUSIVE producer calls on_queued, then waits);
-        `schema`: broker.core.schemas (the producer's schema_version is what to tell its client)."""
+        `schema`: broker.core.schema_registry (the producer's schema_version, the version it writes
+        with, is what to tell its client)."""
         loaded = await self.topics.get_topic(topic)
-        schema_version = await self.schemas.check(topic, schema)
+        schema_version = await self.schemas.register_producer(topic, schema)
         producer, last_sequence_id = await loaded.add_producer(producer_name, access_mode, topic_epoch, on_queued)
         producer.properties = dict(properties or {})
         producer.schema_version = schema_version
         return producer, last_sequence_id
 
     async def get_schema(self, topic: str, version: int | None = None) -> Schema:
-        """The schema a topic was given (NotFoundError when none, or not that version)."""
-        return await self.schemas.get_version(topic, version)
+        """The topic's schema at `version` (None: the latest; NotFoundError when none, or not that version)."""
+        return (await self.schemas.get(topic, version))[1]
 
     async def close_producer(self, producer: Producer) -> None:
         producer.topic.remove_producer(producer)
@@ -132,10 +135,10 @@ class BrokerService(TopicAdmin):
         starting at start_position; `properties` are the application's, shown in the topic's stats;
         `key_shared` is a Key_Shared consumer's mode and ranges). On a stored topic the subscription's
         dead-letter policy is then the one an admin set, else `dead_letter_policy` (the subscriber's:
-        clients send theirs on every subscribe). A consumer's `schema` must be the topic's
-        (broker.core.schemas)."""
+        clients send theirs on every subscribe). A consumer's `schema` must read the topic's
+        (broker.core.schema_registry)."""
         loaded = await self.topics.get_topic(topic)
-        await self.schemas.check(topic, schema)
+        await self.schemas.check_consumer(topic, schema)
         consumer = await loaded.subscribe(subscription, sub_type, initial_position, consumer_name, priority_level,
                                           non_durable=non_durable, start_position=start_position,
                                           start_inclusive=start_inclusive, key_shared=key_shared)

@@ -19,7 +19,7 @@ from herald.broker.core.nonpersistent_topic import registration_key
 from herald.broker.core.policies import PolicyResolver
 from herald.broker.core.pull import PullResult, pull, resolve_queue
 from herald.broker.core.pull import check_limits as check_pull_limits
-from herald.broker.core.schemas import schema_key
+from herald.broker.core.schemas import SchemaStorage
 from herald.broker.core.stats import InternalStats, LastMessageId, TopicStats
 from herald.broker.core.topic_base import PersistentOps
 from herald.broker.core.topic_deletion import delete_topic_data
@@ -62,6 +62,7 @@ class TopicAdmin:
         self.policy_resolver: PolicyResolver = registry.policy_resolver
         # Deletes partitions another broker owns (set by the admin front end; None: NotOwnerError).
         self.remote: RemoteTopics | None = None
+        self._schema_storage = SchemaStorage(store)
 
     @staticmethod
     def parse_topic(topic: str) -> TopicName:
@@ -125,16 +126,19 @@ class TopicAdmin:
             await self.topics.check_room_for_topics(name, partitions - current, policies)
         return await self.resources.update_partitions(str(name), partitions)
 
-    async def delete_topic(self, topic: str, force: bool = False) -> None:
+    async def delete_topic(self, topic: str, force: bool = False, *, delete_schema: bool = True) -> None:
         """Delete a topic: refused (PreconditionFailedError) while producers or consumers are
         connected unless `force`, which disconnects them; then its ledgers, cursors, dedup state,
-        ledger list, policies and ownership record go. A partitioned topic goes with all its
-        partitions (those another broker owns through `remote`). NotFoundError when it does not exist."""
+        ledger list, policies and ownership record go, and its schema history unless not
+        `delete_schema` (Pulsar's deleteSchema). A partitioned topic goes with all its partitions
+        (those another broker owns through `remote`). NotFoundError when it does not exist."""
         name = self.parse_topic(topic)
         key = str(name)
         partitions = await self.resources.get_partitions(key)
         if partitions == 0:
             await self._delete_one(name, force, must_exist=True)
+            if delete_schema and name.partition_index < 0:
+                await self._schema_storage.remove(key)
             return
         if not force:
             # Its partitions among those served here, without making a name per partition.
@@ -159,7 +163,8 @@ class TopicAdmin:
         await map_bounded(delete_partition, range(partitions), cancel_on_error=False)
         await self.resources.delete_partitioned_topic(key)
         await self.resources.delete_topic_policies(key)
-        await self.store.delete(schema_key(key))
+        if delete_schema:
+            await self._schema_storage.remove(key)
         log.info("partitioned topic %s deleted with its %d partitions", key, partitions)
 
     async def _delete_one(self, name: TopicName, force: bool, *, must_exist: bool) -> None:
@@ -197,12 +202,10 @@ class TopicAdmin:
         log.info("topic %s deleted", key)
 
     async def _forget_producer_state(self, name: TopicName) -> None:
-        """A deleted topic's epoch goes, and its schema unless it is a partition (its partitioned
-        topic's schema goes with the partitioned topic): a topic made again under the name starts
-        afresh, as in Pulsar."""
+        """A deleted topic's epoch goes: a topic made again under the name starts afresh, as in
+        Pulsar. (Its schema history goes in delete_topic, unless asked to keep it; a partition's is
+        its partitioned topic's.)"""
         await self.store.delete(EPOCHS_PREFIX + str(name))
-        if name.partition_index < 0:
-            await self.store.delete(schema_key(str(name)))
 
     async def _delete_non_persistent(self, name: TopicName, force: bool) -> None:
         """Delete a non-persistent topic (delete_topic routes here): NotFoundError when it is neither

@@ -70,6 +70,7 @@ class PulsarConnection:
             Command.SEEK: self._consumer_command, Command.UNSUBSCRIBE: self._consumer_command,
             Command.GET_LAST_MESSAGE_ID: self._consumer_command, Command.CONSUMER_STATS: self._consumer_command,
             Command.AUTH_RESPONSE: self._auth_response, Command.GET_SCHEMA: self._get_schema,
+            Command.GET_OR_CREATE_SCHEMA: self._get_or_create_schema,
         }
 
     # ---- writing ----
@@ -292,6 +293,9 @@ class PulsarConnection:
 
     async def _get_schema(self, command: Command) -> None:
         self.write(await schemas.get_schema(self.frontend, self.identity.role, command.getSchema))
+
+    async def _get_or_create_schema(self, command: Command) -> None:
+        self.write(await schemas.get_or_create_schema(self.frontend, self.identity.role, command.getOrCreateSchema))
 
     # ---- producers ----
 

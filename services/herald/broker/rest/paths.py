@@ -45,6 +45,15 @@ def topic_of(request: web.Request) -> TopicName:
         raise _invalid("Topic name", error) from None
 
 
+def persistent_topic_of(request: web.Request) -> TopicName:
+    """A topic a path names without its domain (the schema paths): a persistent one, as in Pulsar."""
+    info = request.match_info
+    try:
+        return TopicName.parse(f"persistent://{info['tenant']}/{info['namespace']}/{info['topic']}")
+    except InvalidArgumentError as error:
+        raise _invalid("Topic name", error) from None
+
+
 def subscription_of(request: web.Request) -> str:
     try:
         return validate_subscription_name(request.match_info["subscription"])

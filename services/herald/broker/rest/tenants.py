@@ -186,6 +186,13 @@ def _strategy(doc: Any) -> str:
     return strategy
 
 
+def _flag(what: str) -> Any:
+    def parse(doc: Any) -> bool:
+        value: bool = typed(doc, bool, f"{what} (true or false)")
+        return value
+    return parse
+
+
 async def get_backlog_quota_map(request: web.Request) -> web.Response:
     _, policies = await _policies(request, "GetNamespacePolicies")
     return json_response(backlog_quota_map(policies.backlog_quota))
@@ -249,6 +256,11 @@ def add_routes(router: web.UrlDispatcher) -> None:
         ("deduplication", "deduplication_enabled", None, _dedup),
         ("schemaCompatibilityStrategy", "schema_compatibility_strategy",
          lambda value: value or "UNDEFINED", _strategy),
+        # Unset, they are the broker's defaults (Pulsar's: not enforced, auto update allowed).
+        ("schemaValidationEnforced", "schema_validation_enforced", lambda value: bool(value),
+         _flag("schemaValidationEnforced")),
+        ("isAllowAutoUpdateSchema", "is_allow_auto_update_schema", lambda value: value is not False,
+         _flag("isAllowAutoUpdateSchema")),
     ):
         router.add_get(f"{ns}/{path}", _policy_getter(field, to_json))
         router.add_post(f"{ns}/{path}", _policy_setter(field, from_json))

@@ -161,7 +161,10 @@ async def delete_topic(request: web.Request) -> web.Response:
     if await context.service.get_partitions(str(name)):
         raise _not_on_partitioned(name, "Deleting by the topic path (use DELETE .../partitions)")
     force = flag(request, "force")
-    await on_owner(context, str(name), lambda: context.service.delete_topic(str(name), force))
+    # Pulsar's deleteSchema: Herald deletes the schema history with the topic unless told false.
+    delete_schema = flag(request, "deleteSchema", default=True)
+    await on_owner(context, str(name), lambda: context.service.delete_topic(str(name), force,
+                                                                             delete_schema=delete_schema))
     return no_content()
 
 
@@ -171,7 +174,7 @@ async def delete_partitioned(request: web.Request) -> web.Response:
     service = context_of(request).service
     if not await service.get_partitions(str(name)):
         raise RestError(404, f"Partitioned topic {name} does not exist", ErrorCode.TOPIC_NOT_FOUND)
-    await service.delete_topic(str(name), flag(request, "force"))
+    await service.delete_topic(str(name), flag(request, "force"), delete_schema=flag(request, "deleteSchema", True))
     return no_content()
 
 
