@@ -19,6 +19,7 @@ from herald.client import (
     KeyValueSchema,
     StringSchema,
 )
+from herald.client.schemas.base import ReaderCache
 from herald.common.codec.schema_info import SchemaInfo
 from herald.common.errors import SchemaError
 
@@ -115,3 +116,16 @@ def test_bound_auto_produce_checks_bytes_with_the_topics_schema(typed: Any, valu
 
 def test_auto_produce_bound_to_raw_bytes_checks_nothing() -> None:
     assert AutoProduceBytesSchema().bound_to(SchemaInfo("BYTES")).encode(b"\xff") == b"\xff"
+
+
+def test_the_reader_cache_keeps_the_most_recent_writers() -> None:
+    cache: ReaderCache[Any] = ReaderCache(capacity=2)
+    made: list[str] = []
+
+    def make(info: SchemaInfo) -> Any:
+        made.append(info.type)
+        return bytes
+
+    for kind in ("A", "B", "A", "C", "A", "B"):
+        cache.get(SchemaInfo(kind), make)
+    assert made == ["A", "B", "C", "B"]  # A stayed (recently used); B went when C came

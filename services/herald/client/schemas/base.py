@@ -8,6 +8,7 @@ against; `reader_for` decodes a message written with another version of the sche
 from __future__ import annotations
 
 import abc
+import threading
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
@@ -95,15 +96,21 @@ class ReaderCache(Generic[T]):
 
     def __init__(self, capacity: int = 64) -> None:
         self._capacity = capacity
+        # Values decode on the application's threads (the blocking API) as well as the loop's.
+        self._lock = threading.Lock()
         self._readers: dict[tuple[str, bytes, frozenset[tuple[str, str]]], Callable[[bytes], T]] = {}
 
     def get(self, writer: SchemaInfo, make: Callable[[SchemaInfo], Callable[[bytes], T]]) -> Callable[[bytes], T]:
         # Properties count: a KEY_VALUE schema's encoding and a STRING schema's charset are there.
         key = (writer.type.upper(), writer.data, frozenset(writer.properties.items()))
-        reader = self._readers.pop(key, None)
-        if reader is None:
-            reader = make(writer)
+        with self._lock:
+            reader = self._readers.pop(key, None)
+            if reader is not None:
+                self._readers[key] = reader  # now the most recently used
+                return reader
+        reader = make(writer)  # outside the lock: parsing a definition may take a while
+        with self._lock:
             if len(self._readers) >= self._capacity:
                 del self._readers[next(iter(self._readers))]  # the least recently used
-        self._readers[key] = reader
+            self._readers[key] = reader
         return reader
