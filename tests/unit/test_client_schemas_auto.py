@@ -9,6 +9,7 @@ import struct
 from typing import Any
 
 import pytest
+from herald.api.v1 import common_pb2
 from herald.client import (
     AutoConsumeSchema,
     AutoProduceBytesSchema,
@@ -17,6 +18,7 @@ from herald.client import (
     JsonSchema,
     KeyValue,
     KeyValueSchema,
+    ProtobufSchema,
     StringSchema,
 )
 from herald.client.schemas.base import ReaderCache
@@ -81,10 +83,14 @@ def test_strings_numbers_and_pairs_read_by_their_type() -> None:
     assert value is not None and auto.reader_for(separated.info)(value).x == 7  # the payload is the value
 
 
-def test_readers_are_cached_per_writer() -> None:
+def test_readers_are_cached_per_writer_and_version() -> None:
     auto, info = AutoConsumeSchema(), AvroSchema(Point).info
     assert info is not None
     assert auto.reader_for(info) is auto.reader_for(info)
+    assert auto.reader_for(info, version=1) is auto.reader_for(info, version=1)
+    assert auto.reader_for(info, version=1) is not auto.reader_for(info, version=2)
+    data = AvroSchema(Point).encode(Point(1, 2))
+    assert auto.reader_for(info, version=2)(data).schema_version == 2
 
 
 def test_auto_produce_sends_anything_until_bound() -> None:
@@ -102,7 +108,9 @@ def test_auto_produce_sends_anything_until_bound() -> None:
     (JsonSchema(Point), Point(1, 2), b"{", "bytes are not JSON"),
     (StringSchema(), "héllo", b"\xff", "bytes are not utf-8 text"),
     (KeyValueSchema(StringSchema(), StringSchema()), KeyValue("k", "v"), b"\x00\x00\x00\x05k", "cut short"),
-], ids=["avro-truncated", "avro-trailing", "json-type", "json-syntax", "string", "key-value"])
+    (ProtobufSchema(common_pb2.Position), common_pb2.Position(ledger_id=1), b"\xff\xff\xff",
+     "not a herald.v1.Position in protobuf's binary form"),
+], ids=["avro-truncated", "avro-trailing", "json-type", "json-syntax", "string", "key-value", "protobuf"])
 def test_bound_auto_produce_checks_bytes_with_the_topics_schema(typed: Any, value: Any, bad: bytes,
                                                                reason: str) -> None:
     bound = AutoProduceBytesSchema().bound_to(typed.info)

@@ -89,6 +89,7 @@ def test_each_half_reads_by_its_own_schemas_resolution() -> None:
     writer = KeyValueSchema(StringSchema(), AvroSchema[dict[str, float]](definition=definition)).info
     assert writer is not None
     read = new.reader_for(writer)
+    assert new.reader_for(writer) is read  # made once per writer
     assert read(old.encode(KeyValue("t1", Reading(20.5)))) == KeyValue("t1", ReadingV2(20.5, "C"))
     assert new.reader_for(new.info) == new.decode
 

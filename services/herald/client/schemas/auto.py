@@ -153,9 +153,8 @@ class AutoConsumeSchema(Schema[Any]):
         return data
 
     def reader_for(self, writer: SchemaInfo, version: int | None = None) -> Callable[[bytes], Any]:
-        if version is None:
-            return self._readers.get(writer, reader_of)
-        return reader_of(writer, version)  # GenericRecords carry the version: one reader per version
+        # GenericRecords carry the version: one reader per writer and version.
+        return self._readers.get(writer, lambda info: reader_of(info, version), version)
 
 
 class AutoProduceBytesSchema(Schema[bytes]):

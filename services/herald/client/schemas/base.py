@@ -98,11 +98,13 @@ class ReaderCache(Generic[T]):
         self._capacity = capacity
         # Values decode on the application's threads (the blocking API) as well as the loop's.
         self._lock = threading.Lock()
-        self._readers: dict[tuple[str, bytes, frozenset[tuple[str, str]]], Callable[[bytes], T]] = {}
+        self._readers: dict[tuple[str, bytes, frozenset[tuple[str, str]], int | None], Callable[[bytes], T]] = {}
 
-    def get(self, writer: SchemaInfo, make: Callable[[SchemaInfo], Callable[[bytes], T]]) -> Callable[[bytes], T]:
+    def get(self, writer: SchemaInfo, make: Callable[[SchemaInfo], Callable[[bytes], T]],
+            version: int | None = None) -> Callable[[bytes], T]:
+        """The reader for `writer` (and `version`, for readers whose values carry it), made once."""
         # Properties count: a KEY_VALUE schema's encoding and a STRING schema's charset are there.
-        key = (writer.type.upper(), writer.data, frozenset(writer.properties.items()))
+        key = (writer.type.upper(), writer.data, frozenset(writer.properties.items()), version)
         with self._lock:
             reader = self._readers.pop(key, None)
             if reader is not None:

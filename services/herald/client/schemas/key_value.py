@@ -12,7 +12,7 @@ import struct
 from collections.abc import Callable
 from typing import Any, Generic, NamedTuple, TypeVar
 
-from herald.client.schemas.base import BYTES, Schema
+from herald.client.schemas.base import BYTES, ReaderCache, Schema
 from herald.common.codec.schema_info import SchemaInfo
 from herald.common.errors import SchemaError
 
@@ -96,6 +96,7 @@ class KeyValueSchema(Schema[KeyValue[K, V]], Generic[K, V]):
         self.value_schema: Schema[Any] = value_schema if value_schema is not None else BYTES
         self.encoding = encoding
         self._info = key_value_info(self.key_schema.info, self.value_schema.info, encoding)
+        self._readers: ReaderCache[KeyValue[K, V]] = ReaderCache()
 
     @property
     def info(self) -> SchemaInfo | None:
@@ -129,6 +130,9 @@ class KeyValueSchema(Schema[KeyValue[K, V]], Generic[K, V]):
         """Each half read with its own schema's resolution from the writer's half."""
         if writer.type.upper() != "KEY_VALUE" or writer.data == self._info.data:
             return self.decode
+        return self._readers.get(writer, lambda info: self._resolving(info, version), version)
+
+    def _resolving(self, writer: SchemaInfo, version: int | None) -> Callable[[bytes], KeyValue[K, V]]:
         key_info, value_info, _ = split_info(writer)
         readers = (self.key_schema.reader_for(key_info, version), self.value_schema.reader_for(value_info, version))
         return lambda data: self.join(*unpack(data), readers=readers)

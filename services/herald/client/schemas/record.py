@@ -20,8 +20,6 @@ from typing import Any, ClassVar
 
 from herald.common.errors import SchemaError
 
-_OPTIONS = ("default", "required", "required_default")
-
 
 class Field:
     """One field of a Record: its Avro type, the Python values it takes, its default."""
@@ -30,23 +28,23 @@ class Field:
     python_types: ClassVar[tuple[type, ...]] = ()
 
     def __init__(self, default: Any = None, required: bool = False, required_default: bool = False) -> None:
-        self.required = required
-        self.required_default = required_default
-        self._default = self.check("default", default) if default is not None else None
+        self._required = required
+        self._required_default = required_default
+        self._default = self.validate_type("default", default) if default is not None else None
 
     def default(self) -> Any:
         return self._default
 
-    def check(self, name: str, value: Any) -> Any:
+    def validate_type(self, name: str, value: Any) -> Any:
         """The value to store in field `name`; SchemaError if it is of the wrong type."""
-        if value is None and not self.required:
+        if value is None and not self._required:
             return self.default()
         if not isinstance(value, self.python_types) or (bool not in self.python_types and isinstance(value, bool)):
             expected = " or ".join(t.__name__ for t in self.python_types)
             raise SchemaError(f"field {name!r} takes {expected} values, got {type(value).__name__} {value!r}")
         return value
 
-    def type_definition(self, defined: set[str]) -> Any:
+    def schema_info(self, defined: set[str]) -> Any:
         return self.avro
 
     def python_type(self) -> tuple[type, ...]:
@@ -90,16 +88,16 @@ class Bytes(Field):
     avro = "bytes"
     python_types = (bytes,)
 
-    def check(self, name: str, value: Any) -> Any:
-        return super().check(name, value.encode() if isinstance(value, str) else value)
+    def validate_type(self, name: str, value: Any) -> Any:
+        return super().validate_type(name, value.encode() if isinstance(value, str) else value)
 
 
 class String(Field):
     avro = "string"
     python_types = (str,)
 
-    def check(self, name: str, value: Any) -> Any:
-        return super().check(name, value.decode() if isinstance(value, bytes) else value)
+    def validate_type(self, name: str, value: Any) -> Any:
+        return super().validate_type(name, value.decode() if isinstance(value, bytes) else value)
 
 
 class CustomEnum(Field):
@@ -114,7 +112,7 @@ class CustomEnum(Field):
         self.enum_type = enum_type
         super().__init__(default, required, required_default)
 
-    def check(self, name: str, value: Any) -> Any:
+    def validate_type(self, name: str, value: Any) -> Any:
         if value is None:
             return None
         if isinstance(value, self.enum_type):
@@ -127,7 +125,7 @@ class CustomEnum(Field):
         raise SchemaError(f"field {name!r} takes {self.enum_type.__name__} members (or their names), "
                           f"got {value!r}")
 
-    def type_definition(self, defined: set[str]) -> Any:
+    def schema_info(self, defined: set[str]) -> Any:
         if self.enum_type.__name__ in defined:
             return self.enum_type.__name__
         defined.add(self.enum_type.__name__)
@@ -146,7 +144,7 @@ class _Container(Field):
         super().__init__(default, required, required_default)
 
     def _inner_definition(self, defined: set[str]) -> Any:
-        return self.inner.type_definition(defined)
+        return self.inner.schema_info(defined)
 
     def _check_item(self, name: str, item: Any) -> Any:
         if isinstance(self.inner, Record) and isinstance(item, Mapping):
@@ -164,13 +162,13 @@ class Array(_Container):
                  required_default: bool = False) -> None:
         super().__init__(array_type, default, required, required_default)
 
-    def check(self, name: str, value: Any) -> Any:
+    def validate_type(self, name: str, value: Any) -> Any:
         if value is None:
             return None
-        value = super().check(name, value)
+        value = super().validate_type(name, value)
         return [self._check_item(f"array field {name!r}", item) for item in value]
 
-    def type_definition(self, defined: set[str]) -> Any:
+    def schema_info(self, defined: set[str]) -> Any:
         return {"type": "array", "items": self._inner_definition(defined)}
 
 
@@ -182,16 +180,16 @@ class Map(_Container):
                  required_default: bool = False) -> None:
         super().__init__(value_type, default, required, required_default)
 
-    def check(self, name: str, value: Any) -> Any:
+    def validate_type(self, name: str, value: Any) -> Any:
         if value is None:
             return None
-        value = super().check(name, value)
+        value = super().validate_type(name, value)
         for key in value:
             if not isinstance(key, str):
                 raise SchemaError(f"map field {name!r} takes str keys, got {type(key).__name__} {key!r}")
         return {key: self._check_item(f"map field {name!r}", item) for key, item in value.items()}
 
-    def type_definition(self, defined: set[str]) -> Any:
+    def schema_info(self, defined: set[str]) -> Any:
         return {"type": "map", "values": self._inner_definition(defined)}
 
 
@@ -249,13 +247,14 @@ class Record(metaclass=_RecordMeta):
                 # when the nested record has required fields; the declared default (None) does.
                 object.__setattr__(self, name, declared.default())
 
-    # The field-declaration side of a record instance (Pulsar's Field interface).
+    # The field-declaration side of a record instance (Pulsar's Field interface). Underscored, as
+    # pulsar-client's, so that they cannot hide a field named `required`.
     @property
-    def required(self) -> bool:
+    def _required(self) -> bool:
         return bool(self._options[1])
 
     @property
-    def required_default(self) -> bool:
+    def _required_default(self) -> bool:
         return bool(self._options[2])
 
     def default(self) -> Any:
@@ -264,8 +263,8 @@ class Record(metaclass=_RecordMeta):
     def python_type(self) -> tuple[type, ...]:
         return (type(self),)
 
-    def check(self, name: str, value: Any) -> Any:
-        if value is None and not self.required:
+    def validate_type(self, name: str, value: Any) -> Any:
+        if value is None and not self._required:
             return self.default()
         if isinstance(value, Mapping):
             return type(self)(**value)
@@ -273,14 +272,14 @@ class Record(metaclass=_RecordMeta):
             raise SchemaError(f"field {name!r} takes {type(self).__name__} records, got {type(value).__name__}")
         return value
 
-    def type_definition(self, defined: set[str]) -> Any:
+    def schema_info(self, defined: set[str]) -> Any:
         return type(self)._definition(defined)
 
     def __setattr__(self, name: str, value: Any) -> None:
         declared = self._fields.get(name)
         if declared is None:
             raise AttributeError(f"{type(self).__name__} has no field {name!r}")
-        object.__setattr__(self, name, declared.check(name, value))
+        object.__setattr__(self, name, declared.validate_type(name, value))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Record) or other._fields.keys() != self._fields.keys():
@@ -311,12 +310,12 @@ class Record(metaclass=_RecordMeta):
         fields = []
         for name in sorted(cls._fields) if cls._sorted_fields else cls._fields:
             declared = cls._fields[name]
-            avro = declared.type_definition(defined)
+            avro = declared.schema_info(defined)
             entry: dict[str, Any] = {"name": name}
-            if declared.required_default:
+            if declared._required_default:
                 default = declared.default()
                 entry["default"] = default.name if isinstance(default, enum.Enum) else default
-            entry["type"] = avro if declared.required else ["null", avro]
+            entry["type"] = avro if declared._required else ["null", avro]
             fields.append(entry)
         definition["fields"] = fields
         return definition
