@@ -17,8 +17,9 @@ types in herald.common; it knows nothing of the services' code. Users' guide: do
 The asyncio core has a blocking facade of equal standing (`sync/`). `client.AsyncClient` picks the
 implementation a topic needs behind two interfaces, `producer.AsyncProducer` and
 `consumer.AsyncConsumer`, and checks subscribe's options in Pulsar's order; `config` holds every
-option (SEEDS §1-3) and checks each where it is given. `schema`: bytes, str and JSON values
-(`Message.value` decodes through its entry's schema; `data()` is the bytes). `interceptors`,
+option (SEEDS §1-3) and checks each where it is given. `schemas` (`schema` re-exports it): bytes,
+str, JSON, Avro, protobuf, key/value and auto schemas (`Message.value` decodes through its entry's
+schema; `data()` is the bytes). `interceptors`,
 `listeners`: the application's hooks. `members`: starting and closing the partitions of a
 partitioned producer or a multi-topic consumer together, 16 at a time.
 
@@ -177,7 +178,20 @@ from herald.client.listeners import ConsumerEventListener
 from herald.client.message import Message, OutgoingMessage
 from herald.client.producer import AsyncProducer
 from herald.client.reader import AsyncReader
-from herald.client.schema import BytesSchema, JsonSchema, Schema, StringSchema
+from herald.client.schemas import (
+    AutoConsumeSchema,
+    AutoProduceBytesSchema,
+    AvroSchema,
+    BytesSchema,
+    GenericRecord,
+    JsonSchema,
+    KeyValue,
+    KeyValueSchema,
+    ProtobufSchema,
+    Record,
+    Schema,
+    StringSchema,
+)
 from herald.client.sync import Client, Consumer, Producer, Reader
 from herald.common.codec.message_id import MessageId
 from herald.common.errors import (
@@ -214,6 +228,9 @@ __all__ = [
     "AuthenticationTls",
     "AuthenticationToken",
     "AuthorizationError",
+    "AutoConsumeSchema",
+    "AutoProduceBytesSchema",
+    "AvroSchema",
     "BatchReceivePolicy",
     "BatchingType",
     "BytesSchema",
@@ -230,6 +247,7 @@ __all__ = [
     "ConsumerInterceptor",
     "ConsumerType",
     "DeadLetterPolicy",
+    "GenericRecord",
     "HashingScheme",
     "HeraldError",
     "HeraldTimeoutError",
@@ -237,6 +255,8 @@ __all__ = [
     "InvalidArgumentError",
     "InvalidTopicNameError",
     "JsonSchema",
+    "KeyValue",
+    "KeyValueSchema",
     "Message",
     "MessageId",
     "MessageTooLargeError",
@@ -249,8 +269,10 @@ __all__ = [
     "ProducerConfig",
     "ProducerInterceptor",
     "ProducerQueueIsFullError",
+    "ProtobufSchema",
     "Reader",
     "ReaderConfig",
+    "Record",
     "Schema",
     "SchemaError",
     "SendTimeoutError",
