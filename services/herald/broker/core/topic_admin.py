@@ -125,16 +125,17 @@ class TopicAdmin:
             await self.topics.check_room_for_topics(name, partitions - current, policies)
         return await self.resources.update_partitions(str(name), partitions)
 
-    async def delete_topic(self, topic: str, force: bool = False) -> None:
+    async def delete_topic(self, topic: str, force: bool = False, *, keep_schema: bool = False) -> None:
         """Delete a topic: refused (PreconditionFailedError) while producers or consumers are
         connected unless `force`, which disconnects them; then its ledgers, cursors, dedup state,
-        ledger list, policies and ownership record go. A partitioned topic goes with all its
-        partitions (those another broker owns through `remote`). NotFoundError when it does not exist."""
+        ledger list, policies, ownership record and (unless `keep_schema`) schemas go. A partitioned
+        topic goes with all its partitions (those another broker owns through `remote`). NotFoundError
+        when it does not exist."""
         name = self.parse_topic(topic)
         key = str(name)
         partitions = await self.resources.get_partitions(key)
         if partitions == 0:
-            await self._delete_one(name, force, must_exist=True)
+            await self._delete_one(name, force, must_exist=True, keep_schema=keep_schema)
             return
         if not force:
             # Its partitions among those served here, without making a name per partition.
@@ -159,10 +160,11 @@ class TopicAdmin:
         await map_bounded(delete_partition, range(partitions), cancel_on_error=False)
         await self.resources.delete_partitioned_topic(key)
         await self.resources.delete_topic_policies(key)
-        await self.store.delete(schema_key(key))
+        if not keep_schema:
+            await self.store.delete(schema_key(key))
         log.info("partitioned topic %s deleted with its %d partitions", key, partitions)
 
-    async def _delete_one(self, name: TopicName, force: bool, *, must_exist: bool) -> None:
+    async def _delete_one(self, name: TopicName, force: bool, *, must_exist: bool, keep_schema: bool = False) -> None:
         key = str(name)
         if not name.persistent:
             try:
@@ -171,7 +173,7 @@ class TopicAdmin:
                 if must_exist:
                     raise
             await self.resources.delete_topic_policies(key)
-            await self._forget_producer_state(name)
+            await self._forget_producer_state(name, keep_schema)
             return
         async with self.topics.deleting(key):
             topic = self.topics.served(key)
@@ -191,17 +193,17 @@ class TopicAdmin:
                 await topic.close(owned=False)  # disconnects everyone; persists nothing
             await delete_topic_data(self.store, self.storage, ledger_name(name))
             await self.resources.delete_topic_policies(key)
-            await self._forget_producer_state(name)
+            await self._forget_producer_state(name, keep_schema)
             with contextlib.suppress(NotOwnerError):
                 await self.topics.ownership.release(key)
         log.info("topic %s deleted", key)
 
-    async def _forget_producer_state(self, name: TopicName) -> None:
+    async def _forget_producer_state(self, name: TopicName, keep_schema: bool = False) -> None:
         """A deleted topic's epoch goes, and its schema unless it is a partition (its partitioned
         topic's schema goes with the partitioned topic): a topic made again under the name starts
         afresh, as in Pulsar."""
         await self.store.delete(EPOCHS_PREFIX + str(name))
-        if name.partition_index < 0:
+        if name.partition_index < 0 and not keep_schema:
             await self.store.delete(schema_key(str(name)))
 
     async def _delete_non_persistent(self, name: TopicName, force: bool) -> None:

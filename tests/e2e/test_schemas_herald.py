@@ -1,0 +1,287 @@
+"""Schemas through Herald's own protocol, against a real standalone: a producer registers its
+schema (RegisterProducer.schema) and stamps the version the broker gave it on every entry; a consumer
+subscribes with its schema (Subscribe.schema) and decodes each message with the version it was
+written with (fetched with GetSchema, also through the proxy); AUTO_PRODUCE_BYTES producers bind to
+the topic's schema; KeyValue SEPARATED keys travel as the message key; `keep_schema` on delete.
+
+These hold whatever the topic's registry does with a second schema (first schema wins, or a
+compatibility strategy): the evolution cases are in test_schema_evolution_herald.py. The schemas
+here are the application's own (Schema subclasses with an `info`, as any application may write),
+so that this file is about the wiring, not about one schema format."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from typing import Any
+
+import pytest
+from herald.api.v1 import broker_pb2
+from herald.client import AsyncClient
+from herald.client.admin import AdminClient
+from herald.client.schema import Schema, StringSchema
+from herald.common.codec.entry import EntryMetadata, encode_entry, pack_record
+from herald.common.codec.schema_info import SchemaInfo
+from herald.common.errors import IncompatibleSchemaError, NotFoundError, SchemaError
+
+from tests.conftest import StandaloneProcess
+from tests.helpers import unique_topic
+from tests.wire import WireClient
+
+ORDER_V0 = {"type": "record", "name": "Order", "fields": [{"name": "id", "type": "long"}]}
+ORDER_TEXT_ID = {"type": "record", "name": "Order", "fields": [{"name": "id", "type": "string"}]}
+
+
+class RecordJson(Schema[dict[str, Any]]):
+    """JSON documents described by an Avro record definition (what Pulsar's JSON schema carries)."""
+
+    def __init__(self, definition: dict[str, Any]) -> None:
+        self.definition = json.dumps(definition, sort_keys=True).encode()
+
+    def encode(self, value: dict[str, Any]) -> bytes:
+        return json.dumps(value).encode()
+
+    def decode(self, data: bytes) -> dict[str, Any]:
+        try:
+            decoded: dict[str, Any] = json.loads(data)
+        except ValueError as exc:
+            raise SchemaError(f"not JSON: {exc}") from None
+        return decoded
+
+    @property
+    def info(self) -> SchemaInfo:
+        return SchemaInfo("JSON", self.definition)
+
+
+class AutoProduceBytes(Schema[bytes]):
+    """AUTO_PRODUCE_BYTES as herald.client.schemas defines it: bytes checked against the topic's
+    schema, which `bound_to` receives before the producer registers."""
+
+    def encode(self, value: bytes) -> bytes:
+        raise SchemaError("not bound to a topic's schema yet")
+
+    def decode(self, data: bytes) -> bytes:
+        return data
+
+    def bound_to(self, info: SchemaInfo) -> Schema[bytes]:
+        return _Checked(info)
+
+
+class _Checked(Schema[bytes]):
+    def __init__(self, info: SchemaInfo) -> None:
+        self._info = info
+
+    @property
+    def info(self) -> SchemaInfo:
+        return self._info
+
+    def encode(self, value: bytes) -> bytes:
+        try:
+            json.loads(value)
+        except ValueError:
+            raise SchemaError(f"{value[:20]!r} is not a {self._info.type} document") from None
+        return value
+
+    def decode(self, data: bytes) -> bytes:
+        return data
+
+
+class SeparatedKeyValue(Schema[tuple[str, str]]):
+    """A KeyValue schema with SEPARATED encoding: the key as the message key, the value as payload."""
+
+    encoding = "SEPARATED"
+
+    def encode(self, value: tuple[str, str]) -> bytes:
+        raise SchemaError("SEPARATED: the producer splits")
+
+    def decode(self, data: bytes) -> tuple[str, str]:
+        raise SchemaError("SEPARATED: the consumer joins")
+
+    def split(self, value: tuple[str, str]) -> tuple[bytes, bytes]:
+        return value[0].encode(), value[1].encode()
+
+    def join(self, key: bytes, value: bytes) -> tuple[str, str]:
+        return key.decode(), value.decode()
+
+    @property
+    def info(self) -> SchemaInfo:
+        return SchemaInfo("KEY_VALUE", b"", {"kv.encoding.type": "SEPARATED"})
+
+
+async def test_typed_messages_carry_the_schema_version_and_decode(client: AsyncClient, admin: AdminClient) -> None:
+    topic = unique_topic("typed")
+    consumer = await client.subscribe(topic, "s", schema=StringSchema())
+    producer = await client.create_producer(topic, schema=StringSchema())
+    await producer.send("hello")
+    message = await consumer.receive(timeout=10)
+    assert message is not None
+    assert message.value == "hello"
+    assert message.schema_version == 0  # the topic's first schema version
+    version, schema = await admin.get_schema(topic)
+    assert (version, schema.type) == (0, "STRING")
+    await producer.close()
+    await consumer.close()
+
+
+async def test_bytes_messages_carry_no_schema_version(client: AsyncClient) -> None:
+    topic = unique_topic("untyped")
+    consumer = await client.subscribe(topic, "s")
+    producer = await client.create_producer(topic)
+    await producer.send(b"raw")
+    message = await consumer.receive(timeout=10)
+    assert message is not None and message.value == b"raw"
+    assert message.schema_version is None
+    await producer.close()
+    await consumer.close()
+
+
+async def test_a_consumer_with_an_incompatible_schema_is_refused(client: AsyncClient) -> None:
+    topic = unique_topic("refused")
+    producer = await client.create_producer(topic, schema=RecordJson(ORDER_V0))
+    with pytest.raises(IncompatibleSchemaError):
+        await client.subscribe(topic, "s", schema=RecordJson(ORDER_TEXT_ID))
+    await producer.close()
+
+
+async def test_a_version_that_cannot_be_fetched_is_a_schema_error_on_value_not_a_lost_message(
+    client: AsyncClient, wire: WireClient,
+) -> None:
+    """An entry claiming a schema version the topic does not have: its message is delivered, its
+    value says why it cannot decode, and the messages after it decode (in order)."""
+    topic = unique_topic("unknown-version")
+    typed = await client.create_producer(topic, schema=StringSchema())  # the topic's version 0
+    consumer = await client.subscribe(topic, "s", schema=StringSchema())
+    raw = await wire.producer(topic)
+    payload = bytearray()
+    pack_record(payload, b"from the future")
+    metadata = EntryMetadata(producer_name=raw.name, sequence_id=0, highest_sequence_id=0, num_messages=1,
+                             batched=True, schema_version=7)
+    reply = await raw.send_entry(encode_entry(metadata, payload), 0)
+    assert reply.HasField("receipt"), reply
+    await typed.send("after it")
+    first = await consumer.receive(timeout=10)
+    second = await consumer.receive(timeout=10)
+    assert first is not None and second is not None
+    assert first.schema_version == 7
+    assert first.data() == b"from the future"
+    with pytest.raises(SchemaError, match="schema version 7"):
+        first.value  # noqa: B018 - the property raises
+    assert second.value == "after it"
+    await raw.close()
+    await typed.close()
+    await consumer.close()
+
+
+async def test_the_proxy_forwards_get_schema(shared_standalone: StandaloneProcess, admin: AdminClient) -> None:
+    """A consumer connected through the proxy fetches the version its messages were written with."""
+    topic = unique_topic("proxied")
+    async with AsyncClient(shared_standalone.proxy_url) as proxied:
+        consumer = await proxied.subscribe(topic, "s", schema=StringSchema())
+        producer = await proxied.create_producer(topic, schema=StringSchema())
+        await producer.send("through the proxy")
+        message = await consumer.receive(timeout=10)
+        assert message is not None
+        assert message.value == "through the proxy"
+        await producer.close()
+        await consumer.close()
+
+
+async def test_auto_produce_bytes_sends_checked_bytes_with_the_topic_schema(
+    client: AsyncClient, admin: AdminClient,
+) -> None:
+    topic = unique_topic("auto-produce")
+    await admin.create_topic(topic)
+    version = await admin.upload_schema(topic, RecordJson(ORDER_V0).info)
+    consumer = await client.subscribe(topic, "s", schema=RecordJson(ORDER_V0))
+    producer = await client.create_producer(topic, schema=AutoProduceBytes())
+    await producer.send(b'{"id": 5}')
+    with pytest.raises(SchemaError, match="not a JSON document"):
+        await producer.send(b"not json")
+    message = await consumer.receive(timeout=10)
+    assert message is not None
+    assert message.value == {"id": 5}
+    assert message.schema_version == version
+    await producer.close()
+    await consumer.close()
+
+
+async def test_auto_produce_bytes_on_a_topic_without_schema_is_refused(client: AsyncClient) -> None:
+    topic = unique_topic("auto-produce-none")
+    with pytest.raises(SchemaError, match="has no schema"):
+        await client.create_producer(topic, schema=AutoProduceBytes())
+
+
+async def test_key_value_separated_sends_the_key_as_the_message_key(client: AsyncClient) -> None:
+    topic = unique_topic("kv-separated")
+    consumer = await client.subscribe(topic, "s", schema=SeparatedKeyValue())
+    raw = await client.subscribe(topic, "raw")
+    producer = await client.create_producer(topic, schema=SeparatedKeyValue())
+    await producer.send(("customer-1", "ordered a lamp"))
+    message = await consumer.receive(timeout=10)
+    seen = await raw.receive(timeout=10)
+    assert message is not None and seen is not None
+    assert message.value == ("customer-1", "ordered a lamp")
+    # On the wire: the key base64 in the message key (as Pulsar's partition_key_b64_encoded), the value alone.
+    assert seen.key == base64.b64encode(b"customer-1").decode()
+    assert seen.data() == b"ordered a lamp"
+    await producer.close()
+    await consumer.close()
+    await raw.close()
+
+
+async def test_partitioned_topic_messages_decode_by_their_version(client: AsyncClient, admin: AdminClient) -> None:
+    topic = unique_topic("partitioned")
+    await admin.create_topic(topic, partitions=3)
+    consumer = await client.subscribe(topic, "s", schema=StringSchema())
+    producer = await client.create_producer(topic, schema=StringSchema())
+    for i in range(9):
+        await producer.send(f"value {i}", key=f"k{i}")
+    values = set()
+    for _ in range(9):
+        message = await consumer.receive(timeout=10)
+        assert message is not None
+        assert message.schema_version == 0
+        values.add(message.value)
+    assert values == {f"value {i}" for i in range(9)}
+    await producer.close()
+    await consumer.close()
+
+
+async def test_delete_topic_keeps_its_schema_only_when_asked(client: AsyncClient, admin: AdminClient) -> None:
+    kept, dropped = unique_topic("keep-schema"), unique_topic("drop-schema")
+    for topic in (kept, dropped):
+        producer = await client.create_producer(topic, schema=StringSchema())
+        await producer.close()
+    await admin.delete_topic(kept, keep_schema=True)
+    await admin.delete_topic(dropped)
+    assert (await admin.get_schema(kept))[1].type == "STRING"
+    with pytest.raises(NotFoundError):
+        await admin.get_schema(dropped)
+
+
+async def test_get_schema_on_the_broker_contract(client: AsyncClient, wire: WireClient) -> None:
+    """BrokerService.GetSchema: the latest version, a named one, NOT_FOUND for another."""
+    topic = unique_topic("get-schema")
+    producer = await client.create_producer(topic, schema=StringSchema())
+    stub = await wire.broker(topic)
+    latest = await stub.GetSchema(broker_pb2.GetSchemaRequest(topic=topic), timeout=10)
+    assert (latest.version, latest.schema.type) == (0, "STRING")
+    named = await stub.GetSchema(broker_pb2.GetSchemaRequest(topic=topic, version=0), timeout=10)
+    assert named.schema.type == "STRING"
+    with pytest.raises(Exception, match="NOT_FOUND|no schema version 5"):
+        await stub.GetSchema(broker_pb2.GetSchemaRequest(topic=topic, version=5), timeout=10)
+    await producer.close()
+
+
+async def test_concurrent_consumers_of_one_client_share_the_fetch(client: AsyncClient) -> None:
+    """Many consumers of one client reading the same version all decode (their fetches coalesce)."""
+    topic = unique_topic("coalesced")
+    consumers = [await client.subscribe(topic, f"s{i}", schema=StringSchema()) for i in range(5)]
+    producer = await client.create_producer(topic, schema=StringSchema())
+    await producer.send("shared")
+    received = await asyncio.gather(*(consumer.receive(timeout=10) for consumer in consumers))
+    assert [message.value for message in received if message is not None] == ["shared"] * 5
+    await producer.close()
+    for consumer in consumers:
+        await consumer.close()
