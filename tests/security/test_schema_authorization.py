@@ -6,6 +6,7 @@ with consume only still decodes by version (its client's GetSchema is allowed)."
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 from collections.abc import AsyncIterator
@@ -116,7 +117,8 @@ async def test_the_cli_says_why_a_schema_call_is_refused(
     secure_standalone: StandaloneProcess, pki: Pki, keys: Keys, tenant: str,
 ) -> None:
     topic = unique_topic("t", f"{tenant}/ns")
-    result = subprocess.run(
+    result = await asyncio.to_thread(
+        subprocess.run,
         [str(VENV_BIN / "herald"), "admin", "--url", secure_standalone.service_url,
          "--auth-token-file", str(keys.token_file("nobody")), "--tls-trust-certs-file", str(pki.ca_cert),
          "schemas", "upload", topic, "--type", "AVRO", "--definition", ORDER.decode()],

@@ -111,12 +111,12 @@ def test_a_version_that_could_not_be_fetched_is_a_schema_error_on_value() -> Non
     protocol.release_held()
     (message,) = protocol.queue
     assert message.data() == b'{"a": 1}'
-    with pytest.raises(SchemaError, match="schema version 9 of .*no schema version 9"):
+    with pytest.raises(SchemaError, match=r"schema version 9 of .*no schema version 9"):
         message.value  # noqa: B018 - the property raises
 
 
 def test_a_reconnect_drops_what_was_held_and_forgets_failures() -> None:
-    protocol, decoders, wanted = consumer()
+    protocol, decoders, _ = consumer()
     decoders.failed(9, NotFoundError("not yet"))
     protocol.on_entries([entry(b"{}", 0, 4)])
     assert len(protocol.held) == 1
