@@ -18,7 +18,7 @@ from typing import Any
 
 import grpc.aio
 import pytest
-from herald.api.v1 import broker_pb2
+from herald.api.v1 import broker_pb2, broker_pb2_grpc
 from herald.client import AsyncClient
 from herald.client.admin import AdminClient
 from herald.client.schema import Schema, StringSchema
@@ -175,8 +175,9 @@ async def test_a_version_that_cannot_be_fetched_is_a_schema_error_on_value_not_a
     await consumer.close()
 
 
-async def test_the_proxy_forwards_get_schema(shared_standalone: StandaloneProcess, admin: AdminClient) -> None:
-    """A consumer connected through the proxy fetches the version its messages were written with."""
+async def test_the_proxy_forwards_get_schema(shared_standalone: StandaloneProcess) -> None:
+    """GetSchema through the proxy (the address a client's lookup names when it goes through one):
+    a consumer connected there fetches the version its messages were written with."""
     topic = unique_topic("proxied")
     async with AsyncClient(shared_standalone.proxy_url) as proxied:
         consumer = await proxied.subscribe(topic, "s", schema=StringSchema())
@@ -187,6 +188,10 @@ async def test_the_proxy_forwards_get_schema(shared_standalone: StandaloneProces
         assert message.value == "through the proxy"
         await producer.close()
         await consumer.close()
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{shared_standalone.proxy_port}") as channel:
+        reply = await broker_pb2_grpc.BrokerServiceStub(channel).GetSchema(
+            broker_pb2.GetSchemaRequest(topic=topic), timeout=10)
+    assert (reply.version, reply.schema.type) == (0, "STRING")
 
 
 async def test_auto_produce_bytes_sends_checked_bytes_with_the_topic_schema(
@@ -277,8 +282,8 @@ async def test_get_schema_on_the_broker_contract(client: AsyncClient, wire: Wire
     await producer.close()
 
 
-async def test_concurrent_consumers_of_one_client_share_the_fetch(client: AsyncClient) -> None:
-    """Many consumers of one client reading the same version all decode (their fetches coalesce)."""
+async def test_many_consumers_of_one_client_all_decode_one_version(client: AsyncClient) -> None:
+    """Consumers of one client reading the same version at once all decode it (one fetch serves them)."""
     topic = unique_topic("coalesced")
     consumers = [await client.subscribe(topic, f"s{i}", schema=StringSchema()) for i in range(5)]
     producer = await client.create_producer(topic, schema=StringSchema())
