@@ -19,7 +19,7 @@ from typing import Any
 import grpc.aio
 import pytest
 from herald.api.v1 import broker_pb2, broker_pb2_grpc
-from herald.client import AsyncClient
+from herald.client import AsyncClient, Client, MessageId
 from herald.client.admin import AdminClient
 from herald.client.schema import Schema, StringSchema
 from herald.common.codec.entry import EntryMetadata, encode_entry, pack_record
@@ -293,3 +293,51 @@ async def test_many_consumers_of_one_client_all_decode_one_version(client: Async
     await producer.close()
     for consumer in consumers:
         await consumer.close()
+
+
+async def test_key_value_separated_on_a_partitioned_topic_routes_by_its_key(
+    client: AsyncClient, admin: AdminClient,
+) -> None:
+    """The KV key is the message key, so a key's messages go to one partition, in order."""
+    topic = unique_topic("kv-partitioned")
+    await admin.create_topic(topic, partitions=4)
+    consumer = await client.subscribe(topic, "s", schema=SeparatedKeyValue())
+    producer = await client.create_producer(topic, schema=SeparatedKeyValue())
+    for i in range(12):
+        await producer.send((f"customer-{i % 3}", f"event {i}"))
+    by_key: dict[str, list[tuple[int, str]]] = {}
+    for _ in range(12):
+        message = await consumer.receive(timeout=10)
+        assert message is not None
+        key, value = message.value
+        by_key.setdefault(key, []).append((message.message_id.partition, value))
+    for key, seen in by_key.items():
+        assert len({partition for partition, _ in seen}) == 1, (key, seen)
+        assert [value for _, value in seen] == [f"event {i}" for i in range(12) if f"customer-{i % 3}" == key]
+    await producer.close()
+    await consumer.close()
+
+
+def test_key_value_separated_through_the_blocking_client(shared_standalone: StandaloneProcess) -> None:
+    topic = unique_topic("kv-sync")
+    with Client(shared_standalone.service_url) as blocking:
+        consumer = blocking.subscribe(topic, "s", schema=SeparatedKeyValue())
+        producer = blocking.create_producer(topic, schema=SeparatedKeyValue())
+        producer.send(("k", "v"))
+        message = consumer.receive(timeout=10)
+        assert message.value == ("k", "v")
+        assert message.key == base64.b64encode(b"k").decode()
+        producer.close()
+        consumer.close()
+
+
+async def test_a_reader_decodes_by_the_version_its_messages_carry(client: AsyncClient) -> None:
+    topic = unique_topic("typed-reader")
+    producer = await client.create_producer(topic, schema=StringSchema())
+    await producer.send("first")
+    reader = await client.create_reader(topic, MessageId.earliest, schema=StringSchema())
+    message = await reader.read_next(timeout=10)
+    assert message is not None
+    assert (message.schema_version, message.value) == (0, "first")
+    await producer.close()
+    await reader.close()

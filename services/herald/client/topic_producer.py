@@ -249,6 +249,16 @@ class TopicProducer(AsyncProducer[T]):
 
     # ---- for the blocking facade -------------------------------------------------------------
 
+    def encode_keyed(self, value: T, key: str | None) -> tuple[bytes, str | None]:
+        if self._keyed is None:
+            return self.encode(value), key
+        if self._state is not _OPEN:
+            raise self._closed_error()
+        raw_key, data = self._keyed.split(value)
+        if len(data) > self._max_message_size:
+            self._check_size(len(data))
+        return data, key_text(raw_key)
+
     def encode(self, value: T) -> bytes:
         """The value as bytes (the schema's work), after the checks a send makes at once: the
         producer is open, the message not too large. Safe on any thread."""
