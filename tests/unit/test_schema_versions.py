@@ -27,6 +27,8 @@ from herald.common.codec.entry import EntryMetadata, decode_entry, encode_entry,
 from herald.common.codec.schema_info import SchemaInfo
 from herald.common.errors import NotFoundError, SchemaError
 
+from tests.unit.test_chunk_assembly import chunks
+
 TOPIC = "persistent://public/default/versions"
 OWN = SchemaInfo("JSON", b'{"v": 1}')
 OLD = SchemaInfo("JSON", b'{"v": 0}')
@@ -125,6 +127,20 @@ def test_a_reconnect_drops_what_was_held_and_forgets_failures() -> None:
     assert decoders.needs(9)  # fetched again when its messages come again
     protocol.release_held()  # a fetch finishing after the reconnect: nothing to release
     assert list(protocol.queue) == []
+
+
+def test_a_chunked_message_decodes_with_its_chunks_version() -> None:
+    protocol, decoders, wanted = consumer()
+    decoders.learned(2, OLD)
+    delivered = []
+    for index, (metadata, part) in enumerate(chunks(b'{"big": "' + b"x" * 300 + b'"}', 100)):
+        metadata.schema_version = 2
+        delivered.append(broker_pb2.DeliveredEntry(ledger_id=1, entry_id=index, data=encode_entry(metadata, part)))
+    protocol.on_entries(delivered)
+    (message,) = protocol.queue
+    assert message.schema_version == 2
+    assert message.value == {"big": "x" * 300, "written_with": '{"v": 0}'}
+    assert wanted == []
 
 
 def test_a_consumer_without_a_schema_never_waits_for_versions() -> None:
