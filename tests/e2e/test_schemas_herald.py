@@ -22,6 +22,7 @@ from herald.api.v1 import broker_pb2, broker_pb2_grpc
 from herald.client import AsyncClient, Client, MessageId
 from herald.client.admin import AdminClient
 from herald.client.schema import Schema, StringSchema
+from herald.client.schema_fetcher import schema_fetcher
 from herald.common.codec.entry import EntryMetadata, encode_entry, pack_record
 from herald.common.codec.schema_info import SchemaInfo
 from herald.common.errors import IncompatibleSchemaError, NotFoundError, SchemaError
@@ -341,3 +342,20 @@ async def test_a_reader_decodes_by_the_version_its_messages_carry(client: AsyncC
     assert (message.schema_version, message.value) == (0, "first")
     await producer.close()
     await reader.close()
+
+
+async def test_concurrent_fetches_of_one_version_share_one_call_and_stay_cached(
+    client: AsyncClient, admin: AdminClient,
+) -> None:
+    """One GetSchema answers every concurrent asker of a version (they get the very same object, which
+    separate calls would not give), and later askers are answered from the client's cache."""
+    topic = unique_topic("fetch-once")
+    await admin.create_topic(topic)
+    await admin.upload_schema(topic, RecordJson(ORDER_V0).info)
+    fetcher = schema_fetcher(client._pool, client._lookup, client._config)
+    fetched = await asyncio.gather(*(fetcher.version(topic, 0) for _ in range(20)))
+    assert all(each is fetched[0] for each in fetched)
+    assert fetched[0].data == RecordJson(ORDER_V0).info.data
+    assert await fetcher.version(topic + "-partition-0", 0) is fetched[0]  # partitions share the topic's
+    with pytest.raises(NotFoundError):
+        await fetcher.version(topic, 3)
