@@ -117,6 +117,36 @@ def test_a_version_that_could_not_be_fetched_is_a_schema_error_on_value() -> Non
         message.value  # noqa: B018 - the property raises
 
 
+class Picky(Documents):
+    """A reader that cannot read version 0's data at all, and fails on some of version 1's."""
+
+    def reader_for(self, writer: SchemaInfo) -> Callable[[bytes], dict[str, Any]]:
+        if writer == OLD:
+            raise ValueError("no resolution from the old definition")
+
+        def read(data: bytes) -> dict[str, Any]:
+            decoded: dict[str, Any] = json.loads(data)  # a ValueError, not a SchemaError, on bad bytes
+            return decoded
+
+        return read
+
+
+def test_a_reader_that_fails_is_a_schema_error_and_never_stalls_the_consumer() -> None:
+    decoders = SchemaDecoders(TOPIC, Picky())
+    protocol: ConsumerProtocol[dict[str, Any]] = ConsumerProtocol(
+        TOPIC, ConsumerConfig("sub"), decoders=decoders, schema=OWN)
+    protocol.on_entries([entry(b'{"a": 0}', 0, 0), entry(b"not json", 1, 1), entry(b'{"a": 2}', 2, 1)])
+    decoders.learned(0, OLD)
+    decoders.learned(1, SchemaInfo("JSON", b'{"v": 2}'))
+    protocol.release_held()
+    first, second, third = protocol.queue
+    with pytest.raises(SchemaError, match=r"schema version 0 .*no resolution"):
+        first.value  # noqa: B018 - the property raises
+    with pytest.raises(SchemaError, match=r"schema version 1 of .* does not decode"):
+        second.value  # noqa: B018 - the property raises
+    assert third.value == {"a": 2}
+
+
 def test_a_reconnect_drops_what_was_held_and_forgets_failures() -> None:
     protocol, decoders, _ = consumer()
     decoders.failed(9, NotFoundError("not yet"))

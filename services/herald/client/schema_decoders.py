@@ -98,6 +98,26 @@ class _Failed:
         raise self._error
 
 
+class _Resolved:
+    """A reader for another version: whatever it raises, `.value` raises a SchemaError saying so."""
+
+    __slots__ = ("_reader", "_topic", "_version")
+
+    def __init__(self, reader: Decode, version: int, topic: str) -> None:
+        self._reader = reader
+        self._version = version
+        self._topic = topic
+
+    def __call__(self, data: bytes) -> Any:
+        try:
+            return self._reader(data)
+        except SchemaError:
+            raise
+        except Exception as exc:
+            raise SchemaError(f"message written with schema version {self._version} of {self._topic} does not "
+                              f"decode: {exc!r}") from exc
+
+
 class SchemaDecoders:
     """One consumer's decode per schema version."""
 
@@ -133,9 +153,11 @@ class SchemaDecoders:
             return
         assert self._schema is not None  # versioned: it has one
         try:
-            self._by_version[version] = self._schema.reader_for(writer)
-        except HeraldError as error:  # the reader cannot read this writer's data at all
-            self.failed(version, error)
+            reader = self._schema.reader_for(writer)
+        except Exception as exc:  # the reader cannot read this writer's data at all
+            self.failed(version, exc if isinstance(exc, HeraldError) else SchemaError(f"{exc!r}"))
+            return
+        self._by_version[version] = _Resolved(reader, version, self.topic)
 
     def failed(self, version: int, error: HeraldError) -> None:
         self._by_version[version] = _Failed(SchemaError(

@@ -322,7 +322,7 @@ class TopicConsumer(ReceiveQueue[T], AsyncConsumer[T]):
                         "raise SchemaError", self.consumer_name, self._topic, version, error)
             decoders.failed(version, error)
         else:
-            decoders.learned(version, writer)
+            decoders.learned(version, writer)  # never raises: a reader that cannot be made fails the version
         if self._state is _OPEN:
             protocol.release_held()
 
