@@ -190,8 +190,8 @@ class PartitionedProducer(AsyncProducer[T]):
         producers = self._producers
         for producer in producers:
             if not producer.closed:  # a terminated partition refuses; the others may take the message
-                return producer.encode_keyed(value, None)[0]
-        return producers[0].encode_keyed(value, None)[0]  # raises why they are all closed
+                return producer.encode(value)
+        return producers[0].encode(value)  # raises why they are all closed
 
     def enqueue_nowait(
         self, data: bytes, callback: SendCallback, key: str | None = None, ordering_key: bytes | None = None,

@@ -262,6 +262,8 @@ class TopicProducer(AsyncProducer[T]):
     def encode(self, value: T) -> bytes:
         """The value as bytes (the schema's work), after the checks a send makes at once: the
         producer is open, the message not too large. Safe on any thread."""
+        if self._keyed is not None:  # the payload is the value half (the key goes as the message key)
+            return self.encode_keyed(value, None)[0]
         if self._state is not _OPEN:
             raise self._closed_error()
         if value.__class__ is bytes and self._schema_encode is None:
