@@ -270,19 +270,22 @@ class ConsumerProtocol(Generic[T]):
         every read of one copies it out of the reply."""
         if self.closed or self._seeking:
             return
-        if self.decoders is not None:
-            entries = self._hold_for_schemas(entries)
+        pairs: Iterable[tuple[broker_pb2.DeliveredEntry, bytes]]
+        if self.decoders is None:
+            pairs = ((delivered, delivered.data) for delivered in entries)
+        else:
+            pairs = self._hold_for_schemas(entries)
+            entries = [delivered for delivered, _ in pairs]
         messages: list[Message[T]] = []
         skipped = size = 0
         single_active = self._single_active
         unpack = self._unpack
-        for delivered in entries:
+        for delivered, data in pairs:
             ledger_id, entry_id = delivered.ledger_id, delivered.entry_id
             if single_active:
                 if ledger_id < self._last_ledger or (ledger_id == self._last_ledger and entry_id <= self._last_entry):
                     skipped += self.rewound((ledger_id, entry_id), messages)
                 self._last_ledger, self._last_entry = ledger_id, entry_id
-            data = delivered.data
             size += len(data)
             try:
                 batch = unpack(delivered, ledger_id, entry_id, data)
@@ -306,23 +309,28 @@ class ConsumerProtocol(Generic[T]):
         if self.permits >= self.flow_threshold:
             self.send_flow()
 
-    def _hold_for_schemas(self, entries: Iterable[broker_pb2.DeliveredEntry]) -> list[broker_pb2.DeliveredEntry]:
-        """The entries to unpack now: those before the first one written with a schema version not
-        known yet. It and every entry after it are held (in order) until `release_held()`."""
+    def _hold_for_schemas(
+        self, entries: Iterable[broker_pb2.DeliveredEntry],
+    ) -> list[tuple[broker_pb2.DeliveredEntry, bytes]]:
+        """The entries to unpack now, with their bytes (read once): those before the first one
+        written with a schema version not known yet. It and every entry after it are held (in
+        order) until `release_held()`."""
         decoders = self.decoders
         assert decoders is not None
-        ready: list[broker_pb2.DeliveredEntry] = []
+        held = self.held
+        ready: list[tuple[broker_pb2.DeliveredEntry, bytes]] = []
         for delivered in entries:
-            if self.held:
-                self.held.append(delivered)
+            if held:
+                held.append(delivered)
                 continue
-            version = _schema_version(delivered.data)
+            data = delivered.data
+            version = _schema_version(data)
             if decoders.needs(version):
                 assert version is not None
-                self.held.append(delivered)
+                held.append(delivered)
                 self._on_schema_wanted(version)
                 continue
-            ready.append(delivered)
+            ready.append((delivered, data))
         return ready
 
     def release_held(self) -> None:
