@@ -36,9 +36,10 @@ DEAD_LETTER_TOPIC_FIELDS = {"dead_letter_topic", "retry_letter_topic"}
 OTHER_FIELDS = {
     "subscription", "role", "actions", "clear", "partitions", "force", "count", "all", "publish_time", "edge",
     "position", "ledger_id", "entry_id", "policies", "policy", "max_redeliver_count", "admin_roles",
-    "allowed_clusters",
+    "allowed_clusters", "keep_schema", "version", "schema",
 }
-POLICY_MESSAGES = {"herald.v1.Policies"}  # settings only: their fields name no resource
+# Settings only: their fields name no resource (a schema's type, definition and properties).
+POLICY_MESSAGES = {"herald.v1.Policies", "herald.v1.SchemaDefinition"}
 
 
 def _fields(message: Descriptor, seen: set[str]) -> list[tuple[str, FieldDescriptor]]:

@@ -162,7 +162,8 @@ class BatchAccumulator:
         "_assign", "_buffer", "_emit", "_key", "_keyed", "_loop", "_ordered", "_ordering_key", "_started", "_timer",
         "_waiters",
         "batched", "chunk_limit", "compression", "count", "deliver_at", "first_sequence_id", "highest_sequence_id",
-        "max_bytes", "max_delay", "max_messages", "next_sequence_id", "producer_name", "stamp", "tracing",
+        "max_bytes", "max_delay", "max_messages", "next_sequence_id", "producer_name", "schema_version", "stamp",
+        "tracing",
     )
 
     def __init__(
@@ -176,6 +177,7 @@ class BatchAccumulator:
         self.max_delay = max_delay
         self.batched = batched
         self.producer_name = producer_name
+        self.schema_version: int | None = None  # of the registered schema: every entry carries it
         self.compression = compression
         self.chunk_limit = chunk_limit
         self.deliver_at = 0  # for the entry being closed by append_alone
@@ -304,6 +306,8 @@ class BatchAccumulator:
             metadata.partition_key = self._key  # type: ignore[assignment]  # set: count >= 1
         if self._ordered == count:
             metadata.ordering_key = self._ordering_key  # type: ignore[assignment]
+        if self.schema_version is not None:
+            metadata.schema_version = self.schema_version  # chunks copy it (chunking.split)
         span = None
         if self.tracing is not None:
             span = self.tracing.start(self.producer_name, payload, count, first)
@@ -382,7 +386,8 @@ class KeyBasedAccumulator:
     """
 
     __slots__ = ("_alone", "_batches", "_chunk_limit", "_compression", "_emit", "_loop", "_max_bytes",
-                 "_max_delay", "_max_messages", "_producer_name", "_stamp", "_tracing", "next_sequence_id")
+                 "_max_delay", "_max_messages", "_producer_name", "_schema_version", "_stamp", "_tracing",
+                 "next_sequence_id")
 
     def __init__(
         self, *, max_messages: int, max_bytes: int, max_delay: float, emit: Callable[[PendingOp], None],
@@ -397,6 +402,7 @@ class KeyBasedAccumulator:
         self._producer_name = producer_name
         self._compression = compression
         self._chunk_limit = 0
+        self._schema_version: int | None = None
         self._tracing = send_tracing
         self._stamp = 0
         self.next_sequence_id = 0
@@ -404,10 +410,12 @@ class KeyBasedAccumulator:
         self._alone = self._new_batch(batched=False, assign=None)
 
     def _new_batch(self, batched: bool, assign: Callable[[int], int] | None) -> BatchAccumulator:
-        return BatchAccumulator(
+        batch = BatchAccumulator(
             max_messages=self._max_messages, max_bytes=self._max_bytes, max_delay=self._max_delay, batched=batched,
             emit=self._emit, loop=self._loop, producer_name=self._producer_name, compression=self._compression,
             chunk_limit=self._chunk_limit, assign=assign, send_tracing=self._tracing)
+        batch.schema_version = self._schema_version
+        return batch
 
     def _take(self, count: int) -> int:
         first = self.next_sequence_id
@@ -423,6 +431,16 @@ class KeyBasedAccumulator:
         self._producer_name = name
         for batch in (self._alone, *self._batches.values()):
             batch.producer_name = name
+
+    @property
+    def schema_version(self) -> int | None:
+        return self._schema_version
+
+    @schema_version.setter
+    def schema_version(self, version: int | None) -> None:
+        self._schema_version = version
+        for batch in (self._alone, *self._batches.values()):
+            batch.schema_version = version
 
     @property
     def count(self) -> int:

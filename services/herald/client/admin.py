@@ -1,5 +1,5 @@
 """The admin API's client: one method per AdminService call (tenants, namespaces, policies, topics,
-subscriptions, brokers), asyncio first, with a blocking facade (SyncAdminClient).
+subscriptions, schemas, brokers), asyncio first, with a blocking facade (SyncAdminClient).
 
     async with AdminClient("herald://localhost:6660") as admin:
         await admin.create_tenant("acme")
@@ -30,6 +30,8 @@ from herald.api.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, common_pb2, loo
 from herald.client.config import InitialPosition, ServiceUrl
 from herald.common import tracing
 from herald.common.codec.message_id import check_position
+from herald.common.codec.schema_info import SchemaInfo
+from herald.common.codec.schema_proto import schema_from_proto, schema_to_proto
 from herald.common.errors import AlreadyClosedError, InvalidArgumentError, ServiceNotReadyError
 from herald.common.security.credentials import (
     Authentication,
@@ -58,6 +60,12 @@ def _millis(when: int | datetime.datetime) -> int:
             raise InvalidArgumentError(f"publish time {when.isoformat()} has no time zone: give one (e.g. UTC)")
         return int(when.timestamp() * 1000)
     return int(when)
+
+
+def _upload(topic: str, schema: SchemaInfo) -> admin_pb2.UploadSchemaRequest:
+    request = admin_pb2.UploadSchemaRequest(topic=topic)
+    schema_to_proto(schema, request.schema)
+    return request
 
 
 class AdminClient:
@@ -242,9 +250,10 @@ class AdminClient:
             "UpdatePartitions", admin_pb2.UpdatePartitionsRequest(topic=topic, partitions=partitions))
         return int(reply.partitions)
 
-    async def delete_topic(self, topic: str, force: bool = False) -> None:
-        """Delete a topic and its data; refused while clients are connected unless `force`."""
-        await self._call("DeleteTopic", admin_pb2.DeleteTopicRequest(topic=topic, force=force))
+    async def delete_topic(self, topic: str, force: bool = False, *, keep_schema: bool = False) -> None:
+        """Delete a topic and its data; refused while clients are connected unless `force`. Its
+        schemas go too unless `keep_schema` (a topic made again under the name then has them)."""
+        await self._call("DeleteTopic", admin_pb2.DeleteTopicRequest(topic=topic, force=force, keep_schema=keep_schema))
 
     async def topic_stats(self, topic: str) -> admin_pb2.TopicStats:
         reply: admin_pb2.TopicStats = await self._call("GetTopicStats", admin_pb2.TopicStatsRequest(topic=topic))
@@ -359,6 +368,36 @@ class AdminClient:
         reply = await self._call(
             "PeekMessages", admin_pb2.PeekMessagesRequest(topic=topic, subscription=subscription, count=count))
         return list(reply.entries)
+
+    # ---- schemas ----
+
+    async def get_schema(self, topic: str, version: int | None = None) -> tuple[int, SchemaInfo]:
+        """A version of the topic's schema (None: the latest) and its number; NotFoundError when the
+        topic has no such version."""
+        reply = await self._call("GetSchema", broker_pb2.GetSchemaRequest(topic=topic, version=version))
+        return int(reply.version), schema_from_proto(reply.schema)
+
+    async def schema_versions(self, topic: str) -> list[tuple[int, SchemaInfo]]:
+        """Every version of the topic's schema, oldest first."""
+        reply = await self._call("ListSchemaVersions", admin_pb2.TopicRequest(topic=topic))
+        return [(int(each.version), schema_from_proto(each.schema)) for each in reply.versions]
+
+    async def upload_schema(self, topic: str, schema: SchemaInfo) -> int:
+        """Give the topic a new schema version (checked by its compatibility strategy:
+        IncompatibleSchemaError with the reason when refused); returns the version."""
+        reply = await self._call("UploadSchema", _upload(topic, schema))
+        return int(reply.version)
+
+    async def delete_schema(self, topic: str) -> int | None:
+        """Delete every version of the topic's schema; returns the last one (None: it had none).
+        Versions made later carry on from it (never reused)."""
+        reply = await self._call("DeleteSchema", admin_pb2.TopicRequest(topic=topic))
+        return int(reply.version) if reply.HasField("version") else None
+
+    async def test_schema_compatibility(self, topic: str, schema: SchemaInfo) -> str | None:
+        """Whether upload_schema would accept `schema`: None if so, else why not. Nothing is stored."""
+        reply = await self._call("TestSchemaCompatibility", _upload(topic, schema))
+        return None if reply.compatible else str(reply.reason)
 
     # ---- brokers ----
 

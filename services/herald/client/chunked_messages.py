@@ -54,11 +54,13 @@ class ChunkedMessages:
 
     def unpack(
         self, position: Position, redelivery_count: int, opened: OpenedEntry, now: float,
+        decode: Callable[[bytes], Any] | None = None, schema_version: int | None = None,
     ) -> list[Message[Any]]:
         """One chunk: nothing to queue until its message's last chunk (each chunk's permit goes
         back at once, as in Pulsar), then the whole message. Raises for a chunk or a message that
         cannot be read, or is larger than max_chunked_message_size (the consumer drops the entry).
-        `now` is the clock `expire` is called with."""
+        `now` is the clock `expire` is called with; `decode` the one for the chunks' schema version
+        (None: the consumer's)."""
         metadata = opened.metadata
         assembled = self._assembler.add(position, metadata, opened.payload, now, int(time.time() * 1000))
         self._settle()
@@ -71,7 +73,7 @@ class ChunkedMessages:
             raise InvalidArgumentError(f"chunked message {metadata.uuid} holds {len(records)} records, not one")
         value, key, event_time, sequence_id, properties = records[0]
         info = EntryInfo(self._topic, position[0], position[1], self._partition, metadata.producer_name,
-                         metadata.publish_time, redelivery_count, 1, self._decode)
+                         metadata.publish_time, redelivery_count, 1, decode or self._decode, schema_version)
         if len(assembled.positions) > 1:
             self.whole[position] = assembled.positions
         return [Message(value, key, properties or None, event_time,

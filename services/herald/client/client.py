@@ -32,6 +32,7 @@ from herald.client.reader import AsyncReader
 from herald.client.reader_pull import PullResult, last_message_id, pull
 from herald.client.retry_letters import RetryLetters, retry_policy
 from herald.client.schema import BYTES, Schema
+from herald.client.schema_decoders import separated
 from herald.client.topic_consumer import TopicConsumer
 from herald.client.topic_producer import TopicProducer
 from herald.common.codec.message_id import MessageId
@@ -96,7 +97,7 @@ class AsyncClient:
                 name, partitions, config,
                 lambda partition, partition_config, max_pending: self._topic_producer(
                     partition, partition_config, schema, _kept, max_pending),
-                self._lookup.partitions, self._producers.discard)
+                self._lookup.partitions, self._producers.discard, keyed=separated(schema))
         else:
             producer = self._topic_producer(name, config, schema, self._producers.discard)
         return await self._started(producer, self._producers)

@@ -21,12 +21,15 @@ from herald.client.acks import AckTracker
 from herald.client.chunked_messages import ChunkedMessages
 from herald.client.config import ConsumerConfig, ConsumerType
 from herald.client.message import EntryInfo, Message
+from herald.client.schema_decoders import SchemaDecoders
 from herald.client.stream_protocol import reply_error
 from herald.client.unacked_tracker import UnackedTracker
 from herald.common import tracing
-from herald.common.codec.entry import ENTRY_FRAMING_ALLOWANCE, entry_permits, open_entry
+from herald.common.codec.entry import ENTRY_FRAMING_ALLOWANCE, entry_permits, open_entry, read_metadata
 from herald.common.codec.message_id import MessageId
 from herald.common.codec.names import TopicName
+from herald.common.codec.schema_info import SchemaInfo
+from herald.common.codec.schema_proto import schema_to_proto
 from herald.common.errors import ConnectionError_
 
 log = logging.getLogger(__name__)
@@ -59,6 +62,10 @@ class ConsumerProtocol(Generic[T]):
       on_active_change(flag)  Failover: this consumer became active or inactive
       on_acks_queued()        acks were recorded here (chunks given up on): send them in a while
       on_chunk_expiry(due)    call `chunks.expire(clock())` at clock time `due`
+      on_schema_wanted(v)     entries written with schema version v wait for it: fetch it, tell
+                              `decoders` (learned / failed), then call `release_held()`
+    `decoders` decode each message by the schema version it was written with (schema_decoders.py;
+    None: `decode` for every message); `schema` is what Subscribe carries (the consumer's).
     `adjust_subscribe` may add to each Subscribe (a reader's start); `clock` is the clock chunk
     expiry is measured on (the owner's loop time).
     """
@@ -77,12 +84,20 @@ class ConsumerProtocol(Generic[T]):
         on_active_change: Callable[[bool], None] = _nothing,
         on_acks_queued: Callable[[], None] = _nothing,
         on_chunk_expiry: Callable[[float], None] = _nothing,
+        decoders: SchemaDecoders | None = None, schema: SchemaInfo | None = None,
+        on_schema_wanted: Callable[[int], None] = _nothing,
     ) -> None:
         self.topic = topic
         self.partition = TopicName.parse(topic).partition_index
         self.name = config.consumer_name or ""
         self._config = config
-        self._decode = decode
+        self._decode = decode if decoders is None else decoders.plain
+        self.decoders = decoders if decoders is not None and decoders.versioned else None
+        self._schema = schema
+        self._on_schema_wanted = on_schema_wanted
+        # Entries waiting for the schema version they were written with, in delivery order (the
+        # first one needs it; those after it wait too, so that order holds).
+        self.held: list[broker_pb2.DeliveredEntry] = []
         self._adjust_subscribe = adjust_subscribe
         self._clock = clock
         self._on_delivered = on_delivered
@@ -133,6 +148,8 @@ class ConsumerProtocol(Generic[T]):
         subscribe.priority_level = config.priority_level
         if config.properties:
             subscribe.properties.update(config.properties)
+        if self._schema is not None and not self._schema.raw:
+            schema_to_proto(self._schema, subscribe.schema)
         policy = config.dead_letter_policy
         if policy is not None:
             dead_letters = subscribe.dead_letter_policy
@@ -166,6 +183,9 @@ class ConsumerProtocol(Generic[T]):
         written and not answered is lost with this one."""
         self.connected = False
         self.queue.clear()
+        self.held.clear()
+        if self.decoders is not None:
+            self.decoders.forget_failures()
         self.permits = 0
         self.epoch += 1
         self.reconnects += 1
@@ -250,17 +270,22 @@ class ConsumerProtocol(Generic[T]):
         every read of one copies it out of the reply."""
         if self.closed or self._seeking:
             return
+        pairs: Iterable[tuple[broker_pb2.DeliveredEntry, bytes]]
+        if self.decoders is None:
+            pairs = ((delivered, delivered.data) for delivered in entries)
+        else:
+            pairs = self._hold_for_schemas(entries)
+            entries = [delivered for delivered, _ in pairs]
         messages: list[Message[T]] = []
         skipped = size = 0
         single_active = self._single_active
         unpack = self._unpack
-        for delivered in entries:
+        for delivered, data in pairs:
             ledger_id, entry_id = delivered.ledger_id, delivered.entry_id
             if single_active:
                 if ledger_id < self._last_ledger or (ledger_id == self._last_ledger and entry_id <= self._last_entry):
                     skipped += self.rewound((ledger_id, entry_id), messages)
                 self._last_ledger, self._last_entry = ledger_id, entry_id
-            data = delivered.data
             size += len(data)
             try:
                 batch = unpack(delivered, ledger_id, entry_id, data)
@@ -284,6 +309,37 @@ class ConsumerProtocol(Generic[T]):
         if self.permits >= self.flow_threshold:
             self.send_flow()
 
+    def _hold_for_schemas(
+        self, entries: Iterable[broker_pb2.DeliveredEntry],
+    ) -> list[tuple[broker_pb2.DeliveredEntry, bytes]]:
+        """The entries to unpack now, with their bytes (read once): those before the first one
+        written with a schema version not known yet. It and every entry after it are held (in
+        order) until `release_held()`."""
+        decoders = self.decoders
+        assert decoders is not None
+        held = self.held
+        ready: list[tuple[broker_pb2.DeliveredEntry, bytes]] = []
+        for delivered in entries:
+            if held:
+                held.append(delivered)
+                continue
+            data = delivered.data
+            version = _schema_version(data)
+            if decoders.needs(version):
+                assert version is not None
+                held.append(delivered)
+                self._on_schema_wanted(version)
+                continue
+            ready.append((delivered, data))
+        return ready
+
+    def release_held(self) -> None:
+        """A schema version the held entries waited for was learned (or failed): unpack them (up to
+        the next one written with a version not known yet)."""
+        held, self.held = self.held, []
+        if held:
+            self.on_entries(held)
+
     def unpack(self, delivered: broker_pb2.DeliveredEntry) -> tuple[list[Message[T]], int]:
         """An entry's messages and the permits to give back now (see `_unpack`)."""
         return self._unpack(delivered, delivered.ledger_id, delivered.entry_id, delivered.data)
@@ -298,14 +354,18 @@ class ConsumerProtocol(Generic[T]):
         opened = open_entry(data)  # either format: Herald's, or Pulsar's as its producers send it
         metadata = opened.metadata
         permits = opened.permits
+        version = metadata.schema_version if metadata.HasField("schema_version") else None
+        decoders = self.decoders
+        decode = self._decode if decoders is None else decoders.decoder(version)
         if metadata.num_chunks:
-            whole = self.chunks.unpack((ledger_id, entry_id), delivered.redelivery_count, opened, self._clock())
+            whole = self.chunks.unpack((ledger_id, entry_id), delivered.redelivery_count, opened, self._clock(),
+                                       decode, version)
             return whole, permits - len(whole)
         # Decompressed bytes are read as they are; an uncompressed payload is a view of `data`.
         records = list(opened.records(opened.restore(self._max_payload)))
         count = len(records)
         info = EntryInfo(self.topic, ledger_id, entry_id, self.partition, metadata.producer_name,
-                         metadata.publish_time, delivered.redelivery_count, count, self._decode)
+                         metadata.publish_time, delivered.redelivery_count, count, decode, version)
         if self._traced:
             info.traceparent = delivered.traceparent  # the broker's deliver span
         first_sequence_id = metadata.sequence_id
@@ -344,6 +404,7 @@ class ConsumerProtocol(Generic[T]):
         self._seeking = True
         self.epoch += 1
         self.queue.clear()
+        self.held.clear()
         self.tracker.reset()
         if self.unacked is not None:
             self.unacked.clear()
@@ -407,6 +468,16 @@ class ConsumerProtocol(Generic[T]):
         self.send(_REDELIVER)
         self._on_dropped(None)
         self.taken(dropped)
+
+
+def _schema_version(data: bytes) -> int | None:
+    """The schema version an entry was written with (None: none, or an entry that does not read:
+    unpacking drops it)."""
+    try:
+        metadata = read_metadata(data, verify=False)
+    except Exception:
+        return None
+    return metadata.schema_version if metadata.HasField("schema_version") else None
 
 
 def _position(message: Message[Any]) -> Position:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from herald.client.schema_decoders import KeyedDecode
 from herald.common.codec.message_id import MessageId
 
 __all__ = ["EntryInfo", "Message", "MessageId", "OutgoingMessage"]
@@ -22,13 +23,13 @@ class EntryInfo:
 
     __slots__ = (
         "decode", "entry_id", "ledger_id", "num_messages", "partition", "producer_name", "publish_time",
-        "redelivery_count", "topic", "traceparent",
+        "redelivery_count", "schema_version", "topic", "traceparent",
     )
 
     def __init__(
         self, topic: str, ledger_id: int, entry_id: int, partition: int, producer_name: str,
         publish_time: int, redelivery_count: int, num_messages: int,
-        decode: Callable[[bytes], Any] | None = None,
+        decode: Callable[[bytes], Any] | None = None, schema_version: int | None = None,
     ) -> None:
         self.topic = topic
         self.ledger_id = ledger_id
@@ -38,7 +39,10 @@ class EntryInfo:
         self.publish_time = publish_time
         self.redelivery_count = redelivery_count
         self.num_messages = num_messages
-        self.decode = decode  # the consumer's schema; None: values are the bytes themselves
+        # The consumer's schema, for the version the entry was written with (client.schema_decoders);
+        # None: values are the bytes themselves.
+        self.decode = decode
+        self.schema_version = schema_version  # the topic's schema version the producer wrote with
         self.traceparent = ""  # the broker's deliver span, when the consumer traces (herald.client.tracing)
 
 
@@ -62,9 +66,19 @@ class Message(Generic[T]):
 
     @property
     def value(self) -> T:
-        """The value, decoded by the consumer's schema (SchemaError when it does not decode)."""
+        """The value, decoded by the consumer's schema for the schema version the message was
+        written with (SchemaError when it does not decode)."""
         decode = self._entry.decode
-        return self._data if decode is None else decode(self._data)  # type: ignore[return-value]
+        if decode is None:
+            return self._data  # type: ignore[return-value]
+        if decode.__class__ is KeyedDecode:  # a KeyValue SEPARATED value: the key is half of it
+            return decode.join(self.key, self._data)  # type: ignore[attr-defined,no-any-return]
+        return decode(self._data)  # type: ignore[no-any-return]
+
+    @property
+    def schema_version(self) -> int | None:
+        """The version of the topic's schema the producer wrote the message with (None: it gave none)."""
+        return self._entry.schema_version
 
     def data(self) -> bytes:
         """The payload's bytes, as the producer sent them (before any schema)."""

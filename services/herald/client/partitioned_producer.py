@@ -18,6 +18,7 @@ from herald.client.members import close_all, start_all
 from herald.client.message import OutgoingMessage
 from herald.client.producer import AsyncProducer, SendCallback, deliver_at_ms
 from herald.client.routing import custom_partition, make_router
+from herald.client.schema_decoders import SeparatedKeyValue, key_text
 from herald.client.stats import ProducerStats
 from herald.common.bounded import Pacer
 from herald.common.codec.message_id import MessageId
@@ -53,9 +54,11 @@ class PartitionedProducer(AsyncProducer[T]):
     def __init__(
         self, topic: str, partitions: int | Sequence[AsyncProducer[T]], config: ProducerConfig,
         make_partition: PartitionFactory[T], count_partitions: PartitionCounter,
-        on_closed: Callable[[PartitionedProducer[T]], None],
+        on_closed: Callable[[PartitionedProducer[T]], None], *, keyed: SeparatedKeyValue | None = None,
     ) -> None:
         self._topic = topic
+        # A KeyValue SEPARATED schema: its key is the message key, which routing goes by too.
+        self._keyed = keyed
         self._topic_name = TopicName.parse(topic)
         self._config = config
         self._count_partitions = count_partitions
@@ -131,6 +134,8 @@ class PartitionedProducer(AsyncProducer[T]):
         properties: dict[str, str] | None = None, event_time: int | None = None, sequence_id: int | None = None,
         deliver_at: int | datetime.datetime | None = None, deliver_after: float | datetime.timedelta | None = None,
     ) -> Coroutine[Any, Any, MessageId]:
+        if self._keyed is not None:
+            key = key_text(self._keyed.split(value)[0])
         producer = self._route(value, key, ordering_key, properties, event_time, sequence_id, deliver_at,
                                deliver_after)
         return producer.send(
@@ -142,6 +147,8 @@ class PartitionedProducer(AsyncProducer[T]):
         properties: dict[str, str] | None = None, event_time: int | None = None, sequence_id: int | None = None,
         deliver_at: int | datetime.datetime | None = None, deliver_after: float | datetime.timedelta | None = None,
     ) -> Coroutine[Any, Any, asyncio.Future[MessageId]]:
+        if self._keyed is not None:
+            key = key_text(self._keyed.split(value)[0])
         choose = self._choose
         if choose is not None and self._state is _OPEN:  # _route, inlined: this is the hot path
             producers = self._producers
@@ -171,6 +178,11 @@ class PartitionedProducer(AsyncProducer[T]):
         message = OutgoingMessage(self.encode(value), key, ordering_key, properties, event_time, sequence_id,
                                   deliver_at_ms(deliver_at, deliver_after))
         return producers[custom_partition(cast(Any, self._custom), message, len(producers), self._topic)]
+
+    def encode_keyed(self, value: T, key: str | None) -> tuple[bytes, str | None]:
+        if self._keyed is not None:
+            key = key_text(self._keyed.split(value)[0])
+        return self.encode(value), key
 
     def encode(self, value: T) -> bytes:
         if self._state is not _OPEN:

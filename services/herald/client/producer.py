@@ -91,7 +91,12 @@ class AsyncProducer(abc.ABC, Generic[T]):
     @abc.abstractmethod
     def encode(self, value: T) -> bytes:
         """The value as bytes (the schema's work), after the checks a send makes at once (closed,
-        too large): the sync facade calls this on the caller's thread."""
+        too large)."""
+
+    def encode_keyed(self, value: T, key: str | None) -> tuple[bytes, str | None]:
+        """The value as bytes and the message's key: the sync facade calls this on the caller's
+        thread. A KeyValue schema with SEPARATED encoding puts its key in the message key."""
+        return self.encode(value), key
 
     @abc.abstractmethod
     def enqueue_nowait(

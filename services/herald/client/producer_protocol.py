@@ -21,6 +21,8 @@ from herald.client.stats import ProducerStatsRecorder
 from herald.client.stream_protocol import Reconnect, reply_error
 from herald.common.codec.entry import entry_checksum_ok
 from herald.common.codec.names import TopicName
+from herald.common.codec.schema_info import SchemaInfo
+from herald.common.codec.schema_proto import schema_to_proto
 from herald.common.errors import (
     ChecksumError,
     ConnectionError_,
@@ -49,9 +51,10 @@ class ProducerProtocol:
 
     What it tells its owner: `on_registered(name, max_message_size, next_sequence_id)` after each
     registration (next_sequence_id: the first the accumulator gives, on the first registration
-    only, else None), `on_released(count)` when messages were settled (stored or failed) and so
-    leave the pending count, `on_terminated(error)` when the broker says the topic was terminated
-    (the owner fails what is pending and ends the stream).
+    only, else None; `schema_version` is then the version the broker gave `schema`),
+    `on_released(count)` when messages were settled (stored or failed) and so leave the pending
+    count, `on_terminated(error)` when the broker says the topic was terminated (the owner fails
+    what is pending and ends the stream).
     """
 
     role = "producer"
@@ -72,6 +75,10 @@ class ProducerProtocol:
         self._on_registered = on_registered
         self._on_released = on_released
         self._on_terminated = on_terminated
+        # The schema registered with the topic (None: raw bytes), and the version the broker gave it
+        # (stamped on every entry: consumers decode by it).
+        self.schema: SchemaInfo | None = None
+        self.schema_version: int | None = None
         self.wake: Callable[[], None] = _nothing  # the stream's: something new to write
         self.pending: deque[PendingOp] = deque()  # written or not, oldest first, awaiting receipts
         self.unsent: deque[PendingOp] = deque()  # the ones the stream has yet to write
@@ -91,6 +98,8 @@ class ProducerProtocol:
         register.producer_name = self.name
         if self._properties:
             register.properties.update(self._properties)
+        if self.schema is not None and not self.schema.raw:
+            schema_to_proto(self.schema, register.schema)
         return request
 
     def handshake_reply(self, reply: broker_pb2.ProduceResponse) -> broker_pb2.ProducerRegistered:
@@ -105,6 +114,7 @@ class ProducerProtocol:
         """Registered: adopt the broker's name for the producer and, the first time, where sequence
         ids start; then write every pending entry again, in order (dedup drops what was stored)."""
         self.name = registered.producer_name or self.name
+        self.schema_version = registered.schema_version if registered.HasField("schema_version") else None
         next_sequence_id = None
         if first:
             initial = self._initial_sequence_id

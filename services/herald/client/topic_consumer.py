@@ -32,7 +32,9 @@ from herald.client.message import Message
 from herald.client.message_listener import ListenerTask
 from herald.client.reader_pull import last_message_id_reply
 from herald.client.receive_queue import ReceiveQueue
-from herald.client.schema import BytesSchema, Schema
+from herald.client.schema import Schema
+from herald.client.schema_decoders import SchemaDecoders
+from herald.client.schema_fetcher import schema_fetcher
 from herald.client.stats import ConsumerStats
 from herald.client.stream import BrokerStream
 from herald.common import tracing
@@ -44,6 +46,7 @@ from herald.common.errors import (
     InvalidArgumentError,
     NotAllowedError,
 )
+from herald.common.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from herald.api.v1.broker_pb2_grpc import BrokerServiceAsyncStub
@@ -77,13 +80,17 @@ class TopicConsumer(ReceiveQueue[T], AsyncConsumer[T]):
         self._on_closed = on_closed
         self._state = _OPEN
         loop = asyncio.get_running_loop()
-        decode = None if schema is None or isinstance(schema, BytesSchema) else schema.decode
+        # Each message decodes with the schema version it was written with (schema_decoders.py);
+        # versions other than the consumer's are fetched once per client (schema_fetcher.py).
+        decoders = SchemaDecoders(topic, schema)
+        self._schema_fetches: set[asyncio.Task[None]] = set()
         self._interceptors = tuple(config.interceptors)
         self._protocol: ConsumerProtocol[T] = ConsumerProtocol(
-            topic, config, decode, adjust_subscribe=adjust_subscribe, clock=loop.time,
+            topic, config, adjust_subscribe=adjust_subscribe, clock=loop.time,
             on_delivered=self._entries_delivered, on_dropped=self._dropped, on_answered=self._answered,
             on_lost=self._lost, on_active_change=self._active_change, on_acks_queued=self._acks_queued,
-            on_chunk_expiry=self._chunks_expire_at)
+            on_chunk_expiry=self._chunks_expire_at, decoders=decoders,
+            schema=schema.info if schema is not None else None, on_schema_wanted=self._schema_wanted)
         protocol = self._protocol
         self._partition = protocol.partition
         self._unacked = protocol.unacked
@@ -297,6 +304,28 @@ class TopicConsumer(ReceiveQueue[T], AsyncConsumer[T]):
     def _acks_queued(self) -> None:
         self._acks.queued()
 
+    def _schema_wanted(self, version: int) -> None:
+        """Entries written with schema version `version` wait for it: fetch it (once per client),
+        then let them through."""
+        task = self._loop.create_task(self._fetch_schema(version), name=f"herald-schema-{self._topic}-{version}")
+        self._schema_fetches.add(task)
+        task.add_done_callback(self._schema_fetches.discard)
+
+    async def _fetch_schema(self, version: int) -> None:
+        protocol = self._protocol
+        decoders = protocol.decoders
+        assert decoders is not None  # it asks only when it decodes by version
+        try:
+            writer = await schema_fetcher(self._pool, self._lookup, self._client_config).version(self._topic, version)
+        except HeraldError as error:
+            log.warning("consumer %s on %s: schema version %d could not be fetched (%s): its messages' values "
+                        "raise SchemaError", self.consumer_name, self._topic, version, error)
+            decoders.failed(version, error)
+        else:
+            decoders.learned(version, writer)  # never raises: a reader that cannot be made fails the version
+        if self._state is _OPEN:
+            protocol.release_held()
+
     def _chunks_expire_at(self, due: float) -> None:
         if self._chunk_timer is None and self._state is _OPEN:
             self._chunk_timer = self._loop.call_at(due, self._expire_chunks)
@@ -375,6 +404,8 @@ class TopicConsumer(ReceiveQueue[T], AsyncConsumer[T]):
 
     async def _finish(self, graceful: bool) -> None:
         self._acks.stop(flush=False)
+        for fetch in list(self._schema_fetches):
+            await cancel_and_wait(fetch, swallow_errors=True)
         for timer in (self._chunk_timer, self._stats_timer):
             if timer is not None:
                 timer.cancel()

@@ -32,6 +32,8 @@ from herald.client.message import OutgoingMessage
 from herald.client.producer import AsyncProducer, T, deliver_at_ms
 from herald.client.producer_protocol import ProducerProtocol
 from herald.client.schema import BYTES, BytesSchema, Schema
+from herald.client.schema_decoders import BindsToTopic, key_text, separated
+from herald.client.schema_fetcher import schema_fetcher
 from herald.client.sender import Sender
 from herald.client.stats import ProducerStats
 from herald.common import tracing
@@ -43,6 +45,7 @@ from herald.common.errors import (
     ProducerBusyError,
     ProducerClosedError,
     ProducerQueueIsFullError,
+    SchemaError,
     TopicTerminatedError,
 )
 
@@ -64,12 +67,16 @@ class TopicProducer(AsyncProducer[T]):
         self._topic = topic
         self._config = config
         self._client_config = client_config
+        self._pool = pool
+        self._lookup = lookup
         self._on_closed = on_closed
         self._loop = asyncio.get_running_loop()
         self._state = _OPEN
         self._schema: Schema[Any] = BYTES if schema is None else schema
         # None: bytes go as they are, with no call at all (the default's whole cost).
         self._schema_encode = None if type(self._schema) is BytesSchema else self._schema.encode
+        # A KeyValue schema with SEPARATED encoding: its key goes as the message key (schema_decoders.py).
+        self._keyed = separated(self._schema)
         self._interceptors: tuple[ProducerInterceptor, ...] = tuple(config.interceptors)
         # Tracing is decided here, once: off, the send path tests only `_slow` (as it would anyway).
         self._tracing = client_tracing.SendTracing(topic) if tracing.ENABLED else None
@@ -85,6 +92,7 @@ class TopicProducer(AsyncProducer[T]):
         self._stats_timer: asyncio.TimerHandle | None = None
         self._protocol = ProducerProtocol(topic, config, on_registered=self._registered, on_released=self._release,
                                           on_terminated=self._terminate)
+        self._protocol.schema = None if isinstance(self._schema, BindsToTopic) else self._schema.info
         self._sender = Sender(self._protocol, client_config, pool, lookup, self._loop, self._timed_out,
                               self._connect_failed)
         ship = self._sender.ship
@@ -161,8 +169,11 @@ class TopicProducer(AsyncProducer[T]):
             raise self._closed_error()
         if value.__class__ is bytes and self._schema_encode is None:
             data: bytes = value  # type: ignore[assignment]  # (no cast(): a call costs on this path)
-        else:
+        elif self._keyed is None:
             data = self._schema.encode(value)
+        else:
+            raw_key, data = self._keyed.split(value)
+            key = key_text(raw_key)
         if len(data) > self._max_message_size:
             self._check_size(len(data))
         at = None if deliver_at is None and deliver_after is None else deliver_at_ms(deliver_at, deliver_after)
@@ -238,9 +249,21 @@ class TopicProducer(AsyncProducer[T]):
 
     # ---- for the blocking facade -------------------------------------------------------------
 
+    def encode_keyed(self, value: T, key: str | None) -> tuple[bytes, str | None]:
+        if self._keyed is None:
+            return self.encode(value), key
+        if self._state is not _OPEN:
+            raise self._closed_error()
+        raw_key, data = self._keyed.split(value)
+        if len(data) > self._max_message_size:
+            self._check_size(len(data))
+        return data, key_text(raw_key)
+
     def encode(self, value: T) -> bytes:
         """The value as bytes (the schema's work), after the checks a send makes at once: the
         producer is open, the message not too large. Safe on any thread."""
+        if self._keyed is not None:  # the payload is the value half (the key goes as the message key)
+            return self.encode_keyed(value, None)[0]
         if self._state is not _OPEN:
             raise self._closed_error()
         if value.__class__ is bytes and self._schema_encode is None:
@@ -423,6 +446,7 @@ class TopicProducer(AsyncProducer[T]):
 
     def _registered(self, name: str, max_message_size: int, next_sequence_id: int | None) -> None:
         self._acc.producer_name = name
+        self._acc.schema_version = self._protocol.schema_version
         if self._tracing is not None:
             self._tracing.address = self._sender.stream.address
         if max_message_size > 0:
@@ -455,11 +479,24 @@ class TopicProducer(AsyncProducer[T]):
 
     async def _start(self) -> None:
         """Register with the topic's broker (retrying what may pass within the operation
-        timeout), then run in the background."""
+        timeout), then run in the background. An AUTO_PRODUCE_BYTES schema first binds to the
+        topic's latest schema (SchemaError when the topic has none)."""
+        if isinstance(self._schema, BindsToTopic):
+            await self._bind_schema(self._schema)
         await self._sender.start()
         interval = self._client_config.stats_interval
         if interval > 0:
             self._stats_timer = self._loop.call_later(interval, self._log_stats)
+
+    async def _bind_schema(self, schema: BindsToTopic) -> None:
+        latest = await schema_fetcher(self._pool, self._lookup, self._client_config).latest(self._topic)
+        if latest is None:
+            raise SchemaError(
+                f"topic {self._topic} has no schema for an AUTO_PRODUCE_BYTES producer to validate with: upload one "
+                "(herald admin schemas upload) or produce with the topic's schema")
+        self._schema = schema.bound_to(latest[1])
+        self._schema_encode = self._schema.encode
+        self._protocol.schema = latest[1]
 
     def _log_stats(self) -> None:
         interval = self._client_config.stats_interval

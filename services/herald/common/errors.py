@@ -261,7 +261,7 @@ _BY_CODE: dict[int, type[HeraldError]] = {
         ServiceNotReadyError, HeraldTimeoutError, DuplicateUnknownError, ProducerNotFoundError,
         ConsumerNotFoundError, NotAllowedError, BadVersionError, TooManyRequestsError,
         BacklogQuotaExceededError, NotFoundError, AlreadyExistsError, PreconditionFailedError,
-        AuthenticationError, AuthorizationError,
+        AuthenticationError, AuthorizationError, IncompatibleSchemaError,
     )
 }
 

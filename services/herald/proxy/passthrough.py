@@ -1,5 +1,5 @@
 """Forwarding unary calls as bytes: Pull and GetLastMessageId to the broker serving the topic
-(looking up again while it says NOT_OWNER or cannot be reached), admin calls to any live broker
+(looking up again while it says NOT_OWNER or cannot be reached), admin calls and GetSchema to any live broker
 (brokers forward topic calls to the owner themselves). The broker's answer, or its error status,
 goes back to the client unchanged."""
 

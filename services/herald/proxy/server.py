@@ -1,7 +1,7 @@
 """The proxy's gRPC front end: the client-facing contracts (lookup, broker, admin) on one port, each
 call admitted (connection limit, drain) and handed to what does the work: lookups.py (discovery,
 answered with the proxy's own address), forwarding.py (Produce / Consume streams), passthrough.py
-(Pull, GetLastMessageId, admin calls). ProxyServer wires them and owns their life cycle."""
+(Pull, GetLastMessageId, GetSchema, admin calls). ProxyServer wires them and owns their life cycle."""
 
 from __future__ import annotations
 
@@ -172,6 +172,9 @@ class BrokerHandlers:
             "Consume": grpc.stream_stream_rpc_method_handler(self._stream_handler(CONSUME)),
             "Pull": grpc.unary_unary_rpc_method_handler(self.pull),
             "GetLastMessageId": grpc.unary_unary_rpc_method_handler(self.get_last_message_id),
+            # Schemas live in the metadata store: any broker answers (and authorizes) it.
+            "GetSchema": grpc.unary_unary_rpc_method_handler(
+                self._admin_handler(f"/{BROKER_SERVICE}/GetSchema")),
         })
         methods = admin_pb2.DESCRIPTOR.services_by_name["AdminService"].methods
         admin = grpc.method_handlers_generic_handler(ADMIN_SERVICE, {

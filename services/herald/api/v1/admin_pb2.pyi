@@ -682,18 +682,22 @@ class DeleteTopicRequest(_message.Message):
 
     TOPIC_FIELD_NUMBER: _builtins.int
     FORCE_FIELD_NUMBER: _builtins.int
+    KEEP_SCHEMA_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     force: _builtins.bool
     """disconnect producers and consumers first"""
+    keep_schema: _builtins.bool
+    """keep the topic's schemas (a topic made again under the name has them)"""
     def __init__(
         self,
         *,
         topic: _builtins.str = ...,
         force: _builtins.bool = ...,
+        keep_schema: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["force", b"force", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["force", b"force", "keep_schema", b"keep_schema", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1727,3 +1731,134 @@ class PermissionsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PermissionsResponse: _TypeAlias = PermissionsResponse  # noqa: Y015
+
+@_typing.final
+class SchemaVersion(_message.Message):
+    """---- schemas ----"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VERSION_FIELD_NUMBER: _builtins.int
+    SCHEMA_FIELD_NUMBER: _builtins.int
+    version: _builtins.int
+    @_builtins.property
+    def schema(self) -> _common_pb2.SchemaDefinition: ...
+    def __init__(
+        self,
+        *,
+        version: _builtins.int = ...,
+        schema: _common_pb2.SchemaDefinition | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["schema", b"schema"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["schema", b"schema", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SchemaVersion: _TypeAlias = SchemaVersion  # noqa: Y015
+
+@_typing.final
+class ListSchemaVersionsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VERSIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def versions(self) -> _containers.RepeatedCompositeFieldContainer[Global___SchemaVersion]: ...
+    def __init__(
+        self,
+        *,
+        versions: _abc.Iterable[Global___SchemaVersion] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["versions", b"versions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListSchemaVersionsResponse: _TypeAlias = ListSchemaVersionsResponse  # noqa: Y015
+
+@_typing.final
+class UploadSchemaRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    SCHEMA_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    @_builtins.property
+    def schema(self) -> _common_pb2.SchemaDefinition: ...
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        schema: _common_pb2.SchemaDefinition | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["schema", b"schema"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["schema", b"schema", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UploadSchemaRequest: _TypeAlias = UploadSchemaRequest  # noqa: Y015
+
+@_typing.final
+class UploadSchemaResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VERSION_FIELD_NUMBER: _builtins.int
+    version: _builtins.int
+    def __init__(
+        self,
+        *,
+        version: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UploadSchemaResponse: _TypeAlias = UploadSchemaResponse  # noqa: Y015
+
+@_typing.final
+class DeleteSchemaResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VERSION_FIELD_NUMBER: _builtins.int
+    version: _builtins.int
+    def __init__(
+        self,
+        *,
+        version: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_version", b"_version", "version", b"version"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_version", b"_version", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__version: _TypeAlias = _typing.Literal["version"]  # noqa: Y015
+    _WhichOneofArgType__version: _TypeAlias = _typing.Literal["_version", b"_version"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__version) -> _WhichOneofReturnType__version | None: ...
+
+Global___DeleteSchemaResponse: _TypeAlias = DeleteSchemaResponse  # noqa: Y015
+
+@_typing.final
+class TestSchemaCompatibilityResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COMPATIBLE_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    compatible: _builtins.bool
+    reason: _builtins.str
+    """why not, when not compatible"""
+    def __init__(
+        self,
+        *,
+        compatible: _builtins.bool = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["compatible", b"compatible", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TestSchemaCompatibilityResponse: _TypeAlias = TestSchemaCompatibilityResponse  # noqa: Y015

@@ -206,6 +206,31 @@ class AdminServiceStub:
                 request_serializer=herald_dot_v1_dot_admin__pb2.ListBrokersRequest.SerializeToString,
                 response_deserializer=herald_dot_v1_dot_admin__pb2.ListBrokersResponse.FromString,
                 _registered_method=True)
+        self.GetSchema = channel.unary_unary(
+                '/herald.v1.AdminService/GetSchema',
+                request_serializer=herald_dot_v1_dot_broker__pb2.GetSchemaRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_broker__pb2.GetSchemaResponse.FromString,
+                _registered_method=True)
+        self.ListSchemaVersions = channel.unary_unary(
+                '/herald.v1.AdminService/ListSchemaVersions',
+                request_serializer=herald_dot_v1_dot_admin__pb2.TopicRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_admin__pb2.ListSchemaVersionsResponse.FromString,
+                _registered_method=True)
+        self.UploadSchema = channel.unary_unary(
+                '/herald.v1.AdminService/UploadSchema',
+                request_serializer=herald_dot_v1_dot_admin__pb2.UploadSchemaRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_admin__pb2.UploadSchemaResponse.FromString,
+                _registered_method=True)
+        self.DeleteSchema = channel.unary_unary(
+                '/herald.v1.AdminService/DeleteSchema',
+                request_serializer=herald_dot_v1_dot_admin__pb2.TopicRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_admin__pb2.DeleteSchemaResponse.FromString,
+                _registered_method=True)
+        self.TestSchemaCompatibility = channel.unary_unary(
+                '/herald.v1.AdminService/TestSchemaCompatibility',
+                request_serializer=herald_dot_v1_dot_admin__pb2.UploadSchemaRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_admin__pb2.TestSchemaCompatibilityResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -438,6 +463,44 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetSchema(self, request, context):
+        """---- schemas ----
+        A topic's schemas (a partition's are its partitioned topic's), versioned 0, 1, 2... Reading
+        them needs what reading the topic's stats does; changing them, what its policies do.
+        NOT_FOUND: no such version
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSchemaVersions(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UploadSchema(self, request, context):
+        """A new version, checked by the topic's compatibility strategy (even with auto update off);
+        INCOMPATIBLE_SCHEMA with the reason when refused.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteSchema(self, request, context):
+        """every version
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TestSchemaCompatibility(self, request, context):
+        """Would UploadSchema accept this schema? (Nothing is stored.)
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -610,6 +673,31 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ListBrokers,
                     request_deserializer=herald_dot_v1_dot_admin__pb2.ListBrokersRequest.FromString,
                     response_serializer=herald_dot_v1_dot_admin__pb2.ListBrokersResponse.SerializeToString,
+            ),
+            'GetSchema': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSchema,
+                    request_deserializer=herald_dot_v1_dot_broker__pb2.GetSchemaRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_broker__pb2.GetSchemaResponse.SerializeToString,
+            ),
+            'ListSchemaVersions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSchemaVersions,
+                    request_deserializer=herald_dot_v1_dot_admin__pb2.TopicRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_admin__pb2.ListSchemaVersionsResponse.SerializeToString,
+            ),
+            'UploadSchema': grpc.unary_unary_rpc_method_handler(
+                    servicer.UploadSchema,
+                    request_deserializer=herald_dot_v1_dot_admin__pb2.UploadSchemaRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_admin__pb2.UploadSchemaResponse.SerializeToString,
+            ),
+            'DeleteSchema': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteSchema,
+                    request_deserializer=herald_dot_v1_dot_admin__pb2.TopicRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_admin__pb2.DeleteSchemaResponse.SerializeToString,
+            ),
+            'TestSchemaCompatibility': grpc.unary_unary_rpc_method_handler(
+                    servicer.TestSchemaCompatibility,
+                    request_deserializer=herald_dot_v1_dot_admin__pb2.UploadSchemaRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_admin__pb2.TestSchemaCompatibilityResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1530,6 +1618,141 @@ class AdminService:
             '/herald.v1.AdminService/ListBrokers',
             herald_dot_v1_dot_admin__pb2.ListBrokersRequest.SerializeToString,
             herald_dot_v1_dot_admin__pb2.ListBrokersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSchema(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.AdminService/GetSchema',
+            herald_dot_v1_dot_broker__pb2.GetSchemaRequest.SerializeToString,
+            herald_dot_v1_dot_broker__pb2.GetSchemaResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSchemaVersions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.AdminService/ListSchemaVersions',
+            herald_dot_v1_dot_admin__pb2.TopicRequest.SerializeToString,
+            herald_dot_v1_dot_admin__pb2.ListSchemaVersionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UploadSchema(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.AdminService/UploadSchema',
+            herald_dot_v1_dot_admin__pb2.UploadSchemaRequest.SerializeToString,
+            herald_dot_v1_dot_admin__pb2.UploadSchemaResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteSchema(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.AdminService/DeleteSchema',
+            herald_dot_v1_dot_admin__pb2.TopicRequest.SerializeToString,
+            herald_dot_v1_dot_admin__pb2.DeleteSchemaResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TestSchemaCompatibility(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.AdminService/TestSchemaCompatibility',
+            herald_dot_v1_dot_admin__pb2.UploadSchemaRequest.SerializeToString,
+            herald_dot_v1_dot_admin__pb2.TestSchemaCompatibilityResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -98,6 +98,21 @@ class AdminServiceStub:
     GetPermissions: _grpc.UnaryUnaryMultiCallable[_admin_pb2.PermissionsRequest, _admin_pb2.PermissionsResponse]
     ListBrokers: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListBrokersRequest, _admin_pb2.ListBrokersResponse]
     """---- brokers ----"""
+    GetSchema: _grpc.UnaryUnaryMultiCallable[_broker_pb2.GetSchemaRequest, _broker_pb2.GetSchemaResponse]
+    """---- schemas ----
+    A topic's schemas (a partition's are its partitioned topic's), versioned 0, 1, 2... Reading
+    them needs what reading the topic's stats does; changing them, what its policies do.
+    NOT_FOUND: no such version
+    """
+    ListSchemaVersions: _grpc.UnaryUnaryMultiCallable[_admin_pb2.TopicRequest, _admin_pb2.ListSchemaVersionsResponse]
+    UploadSchema: _grpc.UnaryUnaryMultiCallable[_admin_pb2.UploadSchemaRequest, _admin_pb2.UploadSchemaResponse]
+    """A new version, checked by the topic's compatibility strategy (even with auto update off);
+    INCOMPATIBLE_SCHEMA with the reason when refused.
+    """
+    DeleteSchema: _grpc.UnaryUnaryMultiCallable[_admin_pb2.TopicRequest, _admin_pb2.DeleteSchemaResponse]
+    """every version"""
+    TestSchemaCompatibility: _grpc.UnaryUnaryMultiCallable[_admin_pb2.UploadSchemaRequest, _admin_pb2.TestSchemaCompatibilityResponse]
+    """Would UploadSchema accept this schema? (Nothing is stored.)"""
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -162,6 +177,21 @@ class AdminServiceAsyncStub(AdminServiceStub):
     GetPermissions: _aio.UnaryUnaryMultiCallable[_admin_pb2.PermissionsRequest, _admin_pb2.PermissionsResponse]  # type: ignore[assignment]
     ListBrokers: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListBrokersRequest, _admin_pb2.ListBrokersResponse]  # type: ignore[assignment]
     """---- brokers ----"""
+    GetSchema: _aio.UnaryUnaryMultiCallable[_broker_pb2.GetSchemaRequest, _broker_pb2.GetSchemaResponse]  # type: ignore[assignment]
+    """---- schemas ----
+    A topic's schemas (a partition's are its partitioned topic's), versioned 0, 1, 2... Reading
+    them needs what reading the topic's stats does; changing them, what its policies do.
+    NOT_FOUND: no such version
+    """
+    ListSchemaVersions: _aio.UnaryUnaryMultiCallable[_admin_pb2.TopicRequest, _admin_pb2.ListSchemaVersionsResponse]  # type: ignore[assignment]
+    UploadSchema: _aio.UnaryUnaryMultiCallable[_admin_pb2.UploadSchemaRequest, _admin_pb2.UploadSchemaResponse]  # type: ignore[assignment]
+    """A new version, checked by the topic's compatibility strategy (even with auto update off);
+    INCOMPATIBLE_SCHEMA with the reason when refused.
+    """
+    DeleteSchema: _aio.UnaryUnaryMultiCallable[_admin_pb2.TopicRequest, _admin_pb2.DeleteSchemaResponse]  # type: ignore[assignment]
+    """every version"""
+    TestSchemaCompatibility: _aio.UnaryUnaryMultiCallable[_admin_pb2.UploadSchemaRequest, _admin_pb2.TestSchemaCompatibilityResponse]  # type: ignore[assignment]
+    """Would UploadSchema accept this schema? (Nothing is stored.)"""
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -427,5 +457,50 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.ListBrokersResponse, _abc.Awaitable[_admin_pb2.ListBrokersResponse]]:
         """---- brokers ----"""
+
+    @_abc_1.abstractmethod
+    def GetSchema(
+        self,
+        request: _broker_pb2.GetSchemaRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_broker_pb2.GetSchemaResponse, _abc.Awaitable[_broker_pb2.GetSchemaResponse]]:
+        """---- schemas ----
+        A topic's schemas (a partition's are its partitioned topic's), versioned 0, 1, 2... Reading
+        them needs what reading the topic's stats does; changing them, what its policies do.
+        NOT_FOUND: no such version
+        """
+
+    @_abc_1.abstractmethod
+    def ListSchemaVersions(
+        self,
+        request: _admin_pb2.TopicRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.ListSchemaVersionsResponse, _abc.Awaitable[_admin_pb2.ListSchemaVersionsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def UploadSchema(
+        self,
+        request: _admin_pb2.UploadSchemaRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.UploadSchemaResponse, _abc.Awaitable[_admin_pb2.UploadSchemaResponse]]:
+        """A new version, checked by the topic's compatibility strategy (even with auto update off);
+        INCOMPATIBLE_SCHEMA with the reason when refused.
+        """
+
+    @_abc_1.abstractmethod
+    def DeleteSchema(
+        self,
+        request: _admin_pb2.TopicRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.DeleteSchemaResponse, _abc.Awaitable[_admin_pb2.DeleteSchemaResponse]]:
+        """every version"""
+
+    @_abc_1.abstractmethod
+    def TestSchemaCompatibility(
+        self,
+        request: _admin_pb2.UploadSchemaRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.TestSchemaCompatibilityResponse, _abc.Awaitable[_admin_pb2.TestSchemaCompatibilityResponse]]:
+        """Would UploadSchema accept this schema? (Nothing is stored.)"""
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

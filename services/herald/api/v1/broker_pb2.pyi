@@ -119,6 +119,7 @@ class RegisterProducer(_message.Message):
     TOPIC_FIELD_NUMBER: _builtins.int
     PRODUCER_NAME_FIELD_NUMBER: _builtins.int
     PROPERTIES_FIELD_NUMBER: _builtins.int
+    SCHEMA_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     producer_name: _builtins.str
     """empty: the broker assigns a unique name"""
@@ -126,16 +127,21 @@ class RegisterProducer(_message.Message):
     def properties(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """the application's, shown in the topic's stats"""
 
+    @_builtins.property
+    def schema(self) -> _common_pb2.SchemaDefinition:
+        """unset: raw bytes (checked against the topic's schemas)"""
+
     def __init__(
         self,
         *,
         topic: _builtins.str = ...,
         producer_name: _builtins.str = ...,
         properties: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        schema: _common_pb2.SchemaDefinition | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["schema", b"schema"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["producer_name", b"producer_name", "properties", b"properties", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["producer_name", b"producer_name", "properties", b"properties", "schema", b"schema", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -240,22 +246,28 @@ class ProducerRegistered(_message.Message):
     PRODUCER_NAME_FIELD_NUMBER: _builtins.int
     LAST_SEQUENCE_ID_FIELD_NUMBER: _builtins.int
     MAX_MESSAGE_SIZE_FIELD_NUMBER: _builtins.int
+    SCHEMA_VERSION_FIELD_NUMBER: _builtins.int
     producer_name: _builtins.str
     last_sequence_id: _builtins.int
     """highest persisted sequence id for this name, -1 if none"""
     max_message_size: _builtins.int
+    schema_version: _builtins.int
+    """the version of the producer's schema (unset: it gave none)"""
     def __init__(
         self,
         *,
         producer_name: _builtins.str = ...,
         last_sequence_id: _builtins.int = ...,
         max_message_size: _builtins.int = ...,
+        schema_version: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_schema_version", b"_schema_version", "schema_version", b"schema_version"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["last_sequence_id", b"last_sequence_id", "max_message_size", b"max_message_size", "producer_name", b"producer_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_schema_version", b"_schema_version", "last_sequence_id", b"last_sequence_id", "max_message_size", b"max_message_size", "producer_name", b"producer_name", "schema_version", b"schema_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__schema_version: _TypeAlias = _typing.Literal["schema_version"]  # noqa: Y015
+    _WhichOneofArgType__schema_version: _TypeAlias = _typing.Literal["_schema_version", b"_schema_version"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__schema_version) -> _WhichOneofReturnType__schema_version | None: ...
 
 Global___ProducerRegistered: _TypeAlias = ProducerRegistered  # noqa: Y015
 
@@ -436,6 +448,7 @@ class Subscribe(_message.Message):
     START_INCLUSIVE_FIELD_NUMBER: _builtins.int
     DEAD_LETTER_POLICY_FIELD_NUMBER: _builtins.int
     PROPERTIES_FIELD_NUMBER: _builtins.int
+    SCHEMA_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     subscription: _builtins.str
     type: Global___SubscriptionType.ValueType
@@ -458,6 +471,10 @@ class Subscribe(_message.Message):
     def dead_letter_policy(self) -> Global___DeadLetterPolicy: ...
     @_builtins.property
     def properties(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    @_builtins.property
+    def schema(self) -> _common_pb2.SchemaDefinition:
+        """unset: raw bytes (checked against the topic's schemas)"""
+
     def __init__(
         self,
         *,
@@ -472,10 +489,11 @@ class Subscribe(_message.Message):
         start_inclusive: _builtins.bool = ...,
         dead_letter_policy: Global___DeadLetterPolicy | None = ...,
         properties: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        schema: _common_pb2.SchemaDefinition | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["dead_letter_policy", b"dead_letter_policy", "start_position", b"start_position"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["dead_letter_policy", b"dead_letter_policy", "schema", b"schema", "start_position", b"start_position"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_name", b"consumer_name", "dead_letter_policy", b"dead_letter_policy", "initial_position", b"initial_position", "non_durable", b"non_durable", "priority_level", b"priority_level", "properties", b"properties", "start_inclusive", b"start_inclusive", "start_position", b"start_position", "subscription", b"subscription", "topic", b"topic", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_name", b"consumer_name", "dead_letter_policy", b"dead_letter_policy", "initial_position", b"initial_position", "non_durable", b"non_durable", "priority_level", b"priority_level", "properties", b"properties", "schema", b"schema", "start_inclusive", b"start_inclusive", "start_position", b"start_position", "subscription", b"subscription", "topic", b"topic", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -954,3 +972,53 @@ class GetLastMessageIdResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetLastMessageIdResponse: _TypeAlias = GetLastMessageIdResponse  # noqa: Y015
+
+@_typing.final
+class GetSchemaRequest(_message.Message):
+    """---- schemas ----"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    version: _builtins.int
+    """unset: the latest"""
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        version: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_version", b"_version", "version", b"version"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_version", b"_version", "topic", b"topic", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__version: _TypeAlias = _typing.Literal["version"]  # noqa: Y015
+    _WhichOneofArgType__version: _TypeAlias = _typing.Literal["_version", b"_version"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__version) -> _WhichOneofReturnType__version | None: ...
+
+Global___GetSchemaRequest: _TypeAlias = GetSchemaRequest  # noqa: Y015
+
+@_typing.final
+class GetSchemaResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VERSION_FIELD_NUMBER: _builtins.int
+    SCHEMA_FIELD_NUMBER: _builtins.int
+    version: _builtins.int
+    @_builtins.property
+    def schema(self) -> _common_pb2.SchemaDefinition: ...
+    def __init__(
+        self,
+        *,
+        version: _builtins.int = ...,
+        schema: _common_pb2.SchemaDefinition | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["schema", b"schema"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["schema", b"schema", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetSchemaResponse: _TypeAlias = GetSchemaResponse  # noqa: Y015

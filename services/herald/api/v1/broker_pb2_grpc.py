@@ -55,6 +55,11 @@ class BrokerServiceStub:
                 request_serializer=herald_dot_v1_dot_broker__pb2.GetLastMessageIdRequest.SerializeToString,
                 response_deserializer=herald_dot_v1_dot_broker__pb2.GetLastMessageIdResponse.FromString,
                 _registered_method=True)
+        self.GetSchema = channel.unary_unary(
+                '/herald.v1.BrokerService/GetSchema',
+                request_serializer=herald_dot_v1_dot_broker__pb2.GetSchemaRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_broker__pb2.GetSchemaResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServiceServicer:
@@ -87,6 +92,14 @@ class BrokerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetSchema(self, request, context):
+        """A version of the topic's schema (the latest when version is unset): consumers decode a message
+        written with another version than theirs with it. NOT_FOUND when the topic has no such version.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -109,6 +122,11 @@ def add_BrokerServiceServicer_to_server(servicer, server):
                     servicer.GetLastMessageId,
                     request_deserializer=herald_dot_v1_dot_broker__pb2.GetLastMessageIdRequest.FromString,
                     response_serializer=herald_dot_v1_dot_broker__pb2.GetLastMessageIdResponse.SerializeToString,
+            ),
+            'GetSchema': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSchema,
+                    request_deserializer=herald_dot_v1_dot_broker__pb2.GetSchemaRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_broker__pb2.GetSchemaResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -219,6 +237,33 @@ class BrokerService:
             '/herald.v1.BrokerService/GetLastMessageId',
             herald_dot_v1_dot_broker__pb2.GetLastMessageIdRequest.SerializeToString,
             herald_dot_v1_dot_broker__pb2.GetLastMessageIdResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSchema(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.BrokerService/GetSchema',
+            herald_dot_v1_dot_broker__pb2.GetSchemaRequest.SerializeToString,
+            herald_dot_v1_dot_broker__pb2.GetSchemaResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -42,6 +42,10 @@ class BrokerServiceStub:
     """
     GetLastMessageId: _grpc.UnaryUnaryMultiCallable[_broker_pb2.GetLastMessageIdRequest, _broker_pb2.GetLastMessageIdResponse]
     """The topic's last stored message (ledger_id -1 when it has none)."""
+    GetSchema: _grpc.UnaryUnaryMultiCallable[_broker_pb2.GetSchemaRequest, _broker_pb2.GetSchemaResponse]
+    """A version of the topic's schema (the latest when version is unset): consumers decode a message
+    written with another version than theirs with it. NOT_FOUND when the topic has no such version.
+    """
 
 @_typing.type_check_only
 class BrokerServiceAsyncStub(BrokerServiceStub):
@@ -54,6 +58,10 @@ class BrokerServiceAsyncStub(BrokerServiceStub):
     """
     GetLastMessageId: _aio.UnaryUnaryMultiCallable[_broker_pb2.GetLastMessageIdRequest, _broker_pb2.GetLastMessageIdResponse]  # type: ignore[assignment]
     """The topic's last stored message (ledger_id -1 when it has none)."""
+    GetSchema: _aio.UnaryUnaryMultiCallable[_broker_pb2.GetSchemaRequest, _broker_pb2.GetSchemaResponse]  # type: ignore[assignment]
+    """A version of the topic's schema (the latest when version is unset): consumers decode a message
+    written with another version than theirs with it. NOT_FOUND when the topic has no such version.
+    """
 
 class BrokerServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -87,5 +95,15 @@ class BrokerServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_broker_pb2.GetLastMessageIdResponse, _abc.Awaitable[_broker_pb2.GetLastMessageIdResponse]]:
         """The topic's last stored message (ledger_id -1 when it has none)."""
+
+    @_abc_1.abstractmethod
+    def GetSchema(
+        self,
+        request: _broker_pb2.GetSchemaRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_broker_pb2.GetSchemaResponse, _abc.Awaitable[_broker_pb2.GetSchemaResponse]]:
+        """A version of the topic's schema (the latest when version is unset): consumers decode a message
+        written with another version than theirs with it. NOT_FOUND when the topic has no such version.
+        """
 
 def add_BrokerServiceServicer_to_server(servicer: BrokerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

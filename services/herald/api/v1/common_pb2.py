@@ -25,19 +25,25 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16herald/v1/common.proto\x12\therald.v1\"/\n\x08Position\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x03\"\\\n\rMessageIdData\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x03\x12\x11\n\tpartition\x18\x03 \x01(\x05\x12\x13\n\x0b\x62\x61tch_index\x18\x04 \x01(\x05\"<\n\x05\x45rror\x12\"\n\x04\x63ode\x18\x01 \x01(\x0e\x32\x14.herald.v1.ErrorCode\x12\x0f\n\x07message\x18\x02 \x01(\t*\x9a\x05\n\tErrorCode\x12\x1a\n\x16\x45RROR_CODE_UNSPECIFIED\x10\x00\x12\x11\n\rUNKNOWN_ERROR\x10\x01\x12\x14\n\x10INVALID_ARGUMENT\x10\x02\x12\x12\n\x0e\x43HECKSUM_ERROR\x10\x03\x12\x15\n\x11PERSISTENCE_ERROR\x10\x04\x12\x12\n\x0eMETADATA_ERROR\x10\x05\x12\r\n\tNOT_OWNER\x10\x06\x12\x13\n\x0fTOPIC_NOT_FOUND\x10\x07\x12\x11\n\rPRODUCER_BUSY\x10\x08\x12\x11\n\rCONSUMER_BUSY\x10\t\x12\x15\n\x11MESSAGE_TOO_LARGE\x10\n\x12\x14\n\x10TOPIC_TERMINATED\x10\x0b\x12\n\n\x06\x46\x45NCED\x10\x0c\x12\x14\n\x10LEDGER_NOT_FOUND\x10\r\x12\x13\n\x0f\x45NTRY_NOT_FOUND\x10\x0e\x12\x15\n\x11SERVICE_NOT_READY\x10\x0f\x12\x0b\n\x07TIMEOUT\x10\x10\x12\x15\n\x11\x44UPLICATE_UNKNOWN\x10\x11\x12\x16\n\x12PRODUCER_NOT_FOUND\x10\x12\x12\x16\n\x12\x43ONSUMER_NOT_FOUND\x10\x13\x12\x0f\n\x0bNOT_ALLOWED\x10\x14\x12\x0f\n\x0b\x42\x41\x44_VERSION\x10\x15\x12\x15\n\x11TOO_MANY_REQUESTS\x10\x16\x12\x1a\n\x16\x42\x41\x43KLOG_QUOTA_EXCEEDED\x10\x17\x12\r\n\tNOT_FOUND\x10\x18\x12\x12\n\x0e\x41LREADY_EXISTS\x10\x19\x12\x17\n\x13PRECONDITION_FAILED\x10\x1a\x12\x18\n\x14\x41UTHENTICATION_ERROR\x10\x1b\x12\x17\n\x13\x41UTHORIZATION_ERROR\x10\x1c\x12\x13\n\x0fPRODUCER_FENCED\x10\x1d\x12\x17\n\x13INCOMPATIBLE_SCHEMA\x10\x1e\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16herald/v1/common.proto\x12\therald.v1\"/\n\x08Position\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x03\"\\\n\rMessageIdData\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x03\x12\x11\n\tpartition\x18\x03 \x01(\x05\x12\x13\n\x0b\x62\x61tch_index\x18\x04 \x01(\x05\"<\n\x05\x45rror\x12\"\n\x04\x63ode\x18\x01 \x01(\x0e\x32\x14.herald.v1.ErrorCode\x12\x0f\n\x07message\x18\x02 \x01(\t\"\xa2\x01\n\x10SchemaDefinition\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12?\n\nproperties\x18\x03 \x03(\x0b\x32+.herald.v1.SchemaDefinition.PropertiesEntry\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01*\x9a\x05\n\tErrorCode\x12\x1a\n\x16\x45RROR_CODE_UNSPECIFIED\x10\x00\x12\x11\n\rUNKNOWN_ERROR\x10\x01\x12\x14\n\x10INVALID_ARGUMENT\x10\x02\x12\x12\n\x0e\x43HECKSUM_ERROR\x10\x03\x12\x15\n\x11PERSISTENCE_ERROR\x10\x04\x12\x12\n\x0eMETADATA_ERROR\x10\x05\x12\r\n\tNOT_OWNER\x10\x06\x12\x13\n\x0fTOPIC_NOT_FOUND\x10\x07\x12\x11\n\rPRODUCER_BUSY\x10\x08\x12\x11\n\rCONSUMER_BUSY\x10\t\x12\x15\n\x11MESSAGE_TOO_LARGE\x10\n\x12\x14\n\x10TOPIC_TERMINATED\x10\x0b\x12\n\n\x06\x46\x45NCED\x10\x0c\x12\x14\n\x10LEDGER_NOT_FOUND\x10\r\x12\x13\n\x0f\x45NTRY_NOT_FOUND\x10\x0e\x12\x15\n\x11SERVICE_NOT_READY\x10\x0f\x12\x0b\n\x07TIMEOUT\x10\x10\x12\x15\n\x11\x44UPLICATE_UNKNOWN\x10\x11\x12\x16\n\x12PRODUCER_NOT_FOUND\x10\x12\x12\x16\n\x12\x43ONSUMER_NOT_FOUND\x10\x13\x12\x0f\n\x0bNOT_ALLOWED\x10\x14\x12\x0f\n\x0b\x42\x41\x44_VERSION\x10\x15\x12\x15\n\x11TOO_MANY_REQUESTS\x10\x16\x12\x1a\n\x16\x42\x41\x43KLOG_QUOTA_EXCEEDED\x10\x17\x12\r\n\tNOT_FOUND\x10\x18\x12\x12\n\x0e\x41LREADY_EXISTS\x10\x19\x12\x17\n\x13PRECONDITION_FAILED\x10\x1a\x12\x18\n\x14\x41UTHENTICATION_ERROR\x10\x1b\x12\x17\n\x13\x41UTHORIZATION_ERROR\x10\x1c\x12\x13\n\x0fPRODUCER_FENCED\x10\x1d\x12\x17\n\x13INCOMPATIBLE_SCHEMA\x10\x1e\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'herald.v1.common_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ERRORCODE']._serialized_start=243
-  _globals['_ERRORCODE']._serialized_end=909
+  _globals['_SCHEMADEFINITION_PROPERTIESENTRY']._loaded_options = None
+  _globals['_SCHEMADEFINITION_PROPERTIESENTRY']._serialized_options = b'8\001'
+  _globals['_ERRORCODE']._serialized_start=408
+  _globals['_ERRORCODE']._serialized_end=1074
   _globals['_POSITION']._serialized_start=37
   _globals['_POSITION']._serialized_end=84
   _globals['_MESSAGEIDDATA']._serialized_start=86
   _globals['_MESSAGEIDDATA']._serialized_end=178
   _globals['_ERROR']._serialized_start=180
   _globals['_ERROR']._serialized_end=240
+  _globals['_SCHEMADEFINITION']._serialized_start=243
+  _globals['_SCHEMADEFINITION']._serialized_end=405
+  _globals['_SCHEMADEFINITION_PROPERTIESENTRY']._serialized_start=356
+  _globals['_SCHEMADEFINITION_PROPERTIESENTRY']._serialized_end=405
 # @@protoc_insertion_point(module_scope)

@@ -15,10 +15,10 @@ import builtins as _builtins
 import sys
 import typing as _typing
 
-if sys.version_info >= (3, 11):
-    from typing import TypeAlias as _TypeAlias, Never as _Never
+if sys.version_info >= (3, 10):
+    from typing import TypeAlias as _TypeAlias
 else:
-    from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
+    from typing_extensions import TypeAlias as _TypeAlias
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -70,6 +70,7 @@ class EntryMetadata(_message.Message):
     NUM_CHUNKS_FIELD_NUMBER: _builtins.int
     TOTAL_CHUNK_SIZE_FIELD_NUMBER: _builtins.int
     TRACEPARENT_FIELD_NUMBER: _builtins.int
+    SCHEMA_VERSION_FIELD_NUMBER: _builtins.int
     producer_name: _builtins.str
     sequence_id: _builtins.int
     highest_sequence_id: _builtins.int
@@ -99,6 +100,8 @@ class EntryMetadata(_message.Message):
     """W3C trace context (traceparent) of the producer's send span for this entry, when the producer
     traced it: the broker's deliver spans are its children (docs/tracing.md). Empty: not traced.
     """
+    schema_version: _builtins.int
+    """The version of the topic's schema the producer wrote these messages with (unset: none given)."""
     @_builtins.property
     def encryption_keys(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
@@ -121,11 +124,14 @@ class EntryMetadata(_message.Message):
         num_chunks: _builtins.int = ...,
         total_chunk_size: _builtins.int = ...,
         traceparent: _builtins.str = ...,
+        schema_version: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_schema_version", b"_schema_version", "schema_version", b"schema_version"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batched", b"batched", "chunk_id", b"chunk_id", "compression", b"compression", "deliver_at_time", b"deliver_at_time", "encryption_keys", b"encryption_keys", "highest_sequence_id", b"highest_sequence_id", "num_chunks", b"num_chunks", "num_messages", b"num_messages", "ordering_key", b"ordering_key", "partition_key", b"partition_key", "producer_name", b"producer_name", "publish_time", b"publish_time", "sequence_id", b"sequence_id", "total_chunk_size", b"total_chunk_size", "traceparent", b"traceparent", "uncompressed_size", b"uncompressed_size", "uuid", b"uuid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_schema_version", b"_schema_version", "batched", b"batched", "chunk_id", b"chunk_id", "compression", b"compression", "deliver_at_time", b"deliver_at_time", "encryption_keys", b"encryption_keys", "highest_sequence_id", b"highest_sequence_id", "num_chunks", b"num_chunks", "num_messages", b"num_messages", "ordering_key", b"ordering_key", "partition_key", b"partition_key", "producer_name", b"producer_name", "publish_time", b"publish_time", "schema_version", b"schema_version", "sequence_id", b"sequence_id", "total_chunk_size", b"total_chunk_size", "traceparent", b"traceparent", "uncompressed_size", b"uncompressed_size", "uuid", b"uuid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__schema_version: _TypeAlias = _typing.Literal["schema_version"]  # noqa: Y015
+    _WhichOneofArgType__schema_version: _TypeAlias = _typing.Literal["_schema_version", b"_schema_version"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__schema_version) -> _WhichOneofReturnType__schema_version | None: ...
 
 Global___EntryMetadata: _TypeAlias = EntryMetadata  # noqa: Y015

@@ -28,7 +28,7 @@ SUPERUSER_CALLS = {
 }
 
 # Schema calls a role that may look the topic up (produce or consume) may make.
-SCHEMA_READ_CALLS = frozenset({"GetSchema", "TestSchemaCompatibility"})
+SCHEMA_READ_CALLS = frozenset({"GetSchema", "ListSchemaVersions", "TestSchemaCompatibility"})
 
 
 def tenants_of(tenants: tuple[str, ...] = (), namespaces: tuple[str, ...] = (),

@@ -36,6 +36,7 @@ from herald.broker.grpc.admin_messages import (
     topic_stats_from_proto,
     topic_stats_to_proto,
 )
+from herald.broker.grpc.admin_schemas import SchemaAdmin
 from herald.common import errors
 from herald.common.bounded import Pacer, map_bounded
 from herald.common.codec.names import TopicName
@@ -86,7 +87,7 @@ def _tenant_from_proto(tenant: admin_pb2.Tenant) -> Tenant:
     return Tenant(tenant.name, list(tenant.admin_roles), list(tenant.allowed_clusters))
 
 
-class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
+class AdminServicer(SchemaAdmin, admin_pb2_grpc.AdminServiceServicer):  # schema calls: admin_schemas
     def __init__(self, service: BrokerService, own_address: str, dialer: Dialer = PLAINTEXT) -> None:
         self.service = service
         self.resources = Resources(service.store)
@@ -247,7 +248,8 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         self, request: admin_pb2.DeleteTopicRequest, context: Context,
     ) -> admin_pb2.DeleteTopicResponse:
         await self._topic_call(context, "DeleteTopic", request, request.topic,
-                               lambda: self.service.delete_topic(request.topic, request.force))
+                               lambda: self.service.delete_topic(request.topic, request.force,
+                                                                  delete_schema=not request.keep_schema))
         return admin_pb2.DeleteTopicResponse()
 
     async def GetTopicStats(self, request: admin_pb2.TopicStatsRequest, context: Context) -> admin_pb2.TopicStats:

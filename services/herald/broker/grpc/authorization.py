@@ -6,7 +6,8 @@ Admin calls are decided by the core's AdminAccess (herald.broker.core.admin_acce
 end shares): this module says what each AdminService request names. A request is decided on EVERY
 resource it names, never on one picked from it: each tenant its topic, namespace or tenant fields
 name, the dead-letter and retry topics of a dead-letter policy, a namespace's max_partitions_per_topic.
-Pull and GetLastMessageId need consume; dead letters are the dlq-workers'."""
+Pull and GetLastMessageId need consume, GetSchema produce or consume (as Pulsar's GET_SCHEMA needs
+a lookup's permission: producers read the topic's schema too); dead letters are the dlq-workers'."""
 
 from __future__ import annotations
 
@@ -73,9 +74,13 @@ class BrokerAuthorization:
         self.access = AdminAccess(authorizer, max_partitions_per_topic)  # shared with the REST front end
 
     async def decide_data(self, method: str, request: Any, role: str | None) -> None:
-        """BrokerService: Pull and GetLastMessageId here; Produce and Consume in the servicer."""
-        if request is not None:
-            await self.authorizer.check(role, request.topic, CONSUME)
+        """BrokerService: Pull, GetLastMessageId and GetSchema here; Produce and Consume in the servicer."""
+        if request is None:
+            return
+        if method == "GetSchema":
+            await self.authorizer.check_lookup(role, request.topic)
+            return
+        await self.authorizer.check(role, request.topic, CONSUME)
 
     async def decide_dead_letters(self, method: str, request: Any, role: str | None) -> None:
         self.authorizer.check_dlq_worker(role)

@@ -1,6 +1,7 @@
 """The BrokerService gRPC servicer, a translation table: Produce and Consume stream messages into calls
 on the core's sessions (herald.broker.core.producer_session, .consumer_session) and their results
-into replies; Pull and GetLastMessageId into the core's administration calls. Stream I/O is all it
+into replies (schemas included: SchemaDefinition <-> SchemaInfo); Pull and GetLastMessageId into the
+core's administration calls, GetSchema into the schema registry's (broker.core.schema_registry). Stream I/O is all it
 owns: reading requests, one writer per stream, racing a read against the session's end.
 
 The payload path: a SendEntry's bytes are read once (upb hands out a fresh copy at each access) and
@@ -28,6 +29,7 @@ from herald.broker.core.producer_session import ProducerSession
 from herald.broker.core.pull import PullResult
 from herald.broker.core.service import BrokerService
 from herald.common import errors, tracing
+from herald.common.codec.schema_proto import schema_from_proto, schema_to_proto
 from herald.common.security.authentication import current_role
 from herald.common.tasks import cancel_and_wait
 from herald.common.transport.rpc import EOF, abort, error_to_proto
@@ -72,15 +74,16 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         session = ProducerSession(self.service, self.admission, current_role())
         try:
             with handshake_span(context, "herald.v1.BrokerService/Produce"):
-                registered = await session.register(register.topic, register.producer_name or None,
-                                                    register.properties)
+                registered = await session.register(
+                    register.topic, register.producer_name or None, register.properties,
+                    schema=schema_from_proto(register.schema) if register.HasField("schema") else None)
         except errors.HeraldError as error:
             await replies.write(_produce_error(error))
             return
         try:
             await replies.write(broker_pb2.ProduceResponse(registered=broker_pb2.ProducerRegistered(
                 producer_name=registered.producer_name, last_sequence_id=registered.last_sequence_id,
-                max_message_size=registered.max_message_size,
+                max_message_size=registered.max_message_size, schema_version=registered.schema_version,
             )))
         except BaseException:  # the client vanished while registering: its producer must not linger
             await session.close(drain=False)
@@ -183,6 +186,16 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
             reply.mark_delete.ledger_id, reply.mark_delete.entry_id = mark_delete
         return reply
 
+    async def GetSchema(self, request: broker_pb2.GetSchemaRequest, context: Context) -> broker_pb2.GetSchemaResponse:
+        try:
+            version, schema = await self.service.schemas.get(
+                request.topic, request.version if request.HasField("version") else None)
+        except errors.HeraldError as error:
+            await abort(context, error)
+        reply = broker_pb2.GetSchemaResponse(version=version)
+        schema_to_proto(schema, reply.schema)
+        return reply
+
 
 def _pull_reply(result: PullResult) -> broker_pb2.PullResponse:
     """The entries read, built in place: each entry's bytes are copied once, into the reply."""
@@ -222,7 +235,8 @@ def _subscribe_request(sub: broker_pb2.Subscribe) -> SubscribeRequest:
         start_position=_position(sub.start_position) if sub.HasField("start_position") else None,
         start_inclusive=sub.start_inclusive, properties=sub.properties,
         max_redeliver_count=policy.max_redeliver_count, dead_letter_topic=policy.dead_letter_topic,
-        retry_letter_topic=policy.retry_letter_topic)
+        retry_letter_topic=policy.retry_letter_topic,
+        schema=schema_from_proto(sub.schema) if sub.HasField("schema") else None)
 
 
 def _consumer_command(session: ConsumerSession, command: str | None, request: broker_pb2.ConsumeRequest) -> None:

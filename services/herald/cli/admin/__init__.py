@@ -2,7 +2,7 @@
 
     herald admin [--url URL] [--json] <group> <command> [arguments]
 
-Groups: tenants, namespaces, topics, subscriptions, tokens, brokers, dlq (dead letters). Output is for
+Groups: tenants, namespaces, topics, subscriptions, schemas, tokens, brokers, dlq (dead letters). Output is for
 people (tables and key: value lines) or, with --json, one JSON document for scripts (snake_case keys
 named as in the admin contract, every field present, unset policies as null). A failed call prints one
 line "error: <CODE>: <message>" on stderr and exits with status 1; a usage error exits with status 2.

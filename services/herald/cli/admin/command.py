@@ -15,6 +15,7 @@ from herald.cli.admin.brokers import add_broker_commands
 from herald.cli.admin.dlq import add_dlq_commands
 from herald.cli.admin.namespaces import add_namespace_commands
 from herald.cli.admin.render import print_json
+from herald.cli.admin.schemas import add_schema_commands
 from herald.cli.admin.subscriptions import add_subscription_commands
 from herald.cli.admin.tenants import add_tenant_commands
 from herald.cli.admin.tokens import add_token_commands
@@ -31,6 +32,7 @@ examples:
   herald admin topics create persistent://acme/orders/created --partitions 4
   herald admin --json topics stats persistent://acme/orders/created
   herald admin subscriptions reset persistent://acme/orders/created billing --time 2024-05-01T00:00:00Z
+  herald admin schemas upload persistent://acme/orders/created --type AVRO --file order.avsc
   herald admin dlq peek persistent://acme/orders/created --subscription billing
   herald admin dlq replay persistent://acme/orders/created --subscription billing --limit 100
 
@@ -38,7 +40,7 @@ A failed call prints "error: <CODE>: <message>" on stderr and exits with status 
 """
 # The groups in the order `herald admin --help` lists them.
 _GROUPS = (add_tenant_commands, add_namespace_commands, add_topic_commands, add_subscription_commands,
-           add_token_commands, add_broker_commands, add_dlq_commands)
+           add_schema_commands, add_token_commands, add_broker_commands, add_dlq_commands)
 
 
 def add_admin_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

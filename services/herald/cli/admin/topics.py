@@ -35,7 +35,7 @@ async def topics_create(admin: AdminClient, args: argparse.Namespace) -> Any:
 
 
 async def topics_delete(admin: AdminClient, args: argparse.Namespace) -> Any:
-    await admin.delete_topic(args.topic, args.force)
+    await admin.delete_topic(args.topic, args.force, keep_schema=args.keep_schema)
     return {"deleted": args.topic} if args.json else print(f"topic {args.topic} deleted")
 
 
@@ -103,6 +103,8 @@ def add_topic_commands(groups: CommandGroup) -> None:
     sub = topics.command("delete", "delete a topic and its data", topics_delete)
     sub.add_argument("topic", help="topic name")
     sub.add_argument("--force", action="store_true", help="disconnect its producers and consumers first")
+    sub.add_argument("--keep-schema", action="store_true",
+                     help="keep its schemas (a topic made again under the name has them)")
     sub = topics.command("stats", "show a topic's stats (a partitioned topic's sum its partitions')", topics_stats)
     sub.add_argument("topic", help="topic name")
     sub = topics.command("internal-stats", "show a topic's ledgers and cursors", topics_internal_stats)

@@ -86,7 +86,7 @@ class Producer(Generic[T]):
         broker stored it (error None) or it failed. Raises at once if the producer is closed, the
         value does not encode or the message is too large; a full queue is reported to the
         callback (or waited out with block_if_queue_full)."""
-        data = self._async.encode(value)
+        data, key = self._async.encode_keyed(value, key)
         at = None if deliver_at is None and deliver_after is None else deliver_at_ms(deliver_at, deliver_after)
         if tracing.ENABLED:  # the create span on the caller's thread, in its context (herald.client.tracing)
             properties = client_tracing.with_creation_context(self._async.topic, properties,

@@ -137,12 +137,27 @@ def to_entry_metadata(metadata: pulsar.MessageMetadata) -> EntryMetadata:
             converted.ordering_key = base64.b64decode(metadata.partition_key, validate=True)
         except binascii.Error:
             pass  # not base64 after all: the text is the key
+    version = schema_version_from_bytes(metadata.schema_version)
+    if version is not None:
+        converted.schema_version = version
     if metadata.HasField("num_chunks_from_msg") and metadata.num_chunks_from_msg > 1:
         converted.uuid = metadata.uuid
         converted.chunk_id = metadata.chunk_id
         converted.num_chunks = metadata.num_chunks_from_msg
         converted.total_chunk_size = metadata.total_chunk_msg_size
     return converted
+
+
+def schema_version_bytes(version: int) -> bytes:
+    """A schema version as Pulsar's messages carry it: a long, 8 bytes big-endian (what Pulsar's
+    broker hands out and GET_SCHEMA takes back)."""
+    return version.to_bytes(8, "big", signed=True)
+
+
+def schema_version_from_bytes(data: bytes) -> int | None:
+    """The version in a Pulsar message's schema_version; None when it carries none, or not one
+    this broker gave (another length): such a message is decoded with the reader's own schema."""
+    return int.from_bytes(data, "big", signed=True) if len(data) == 8 else None
 
 
 def records_of(metadata: pulsar.MessageMetadata, payload: bytes | memoryview) -> Iterator[Record]:
@@ -216,6 +231,8 @@ def from_herald_entry(entry: bytes, max_size: int) -> bytes:
         converted.ordering_key = metadata.ordering_key
     if metadata.deliver_at_time:
         converted.deliver_at_time = metadata.deliver_at_time
+    if metadata.HasField("schema_version"):
+        converted.schema_version = schema_version_bytes(metadata.schema_version)
     if not metadata.batched and len(records) == 1:
         record = records[0]
         if record.key is not None:
