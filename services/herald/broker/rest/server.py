@@ -6,7 +6,7 @@ import ssl
 
 from aiohttp import web
 
-from herald.broker.rest import lookup, tenants, topics
+from herald.broker.rest import compaction, lookup, tenants, topics
 from herald.broker.rest.app import CONTEXT, RestContext, middleware
 from herald.common.errors import AddressInUseError
 
@@ -16,6 +16,7 @@ def make_app(context: RestContext) -> web.Application:
     app[CONTEXT] = context
     tenants.add_routes(app.router)
     topics.add_routes(app.router)
+    compaction.add_routes(app.router)
     lookup.add_routes(app.router)
     return app
 
