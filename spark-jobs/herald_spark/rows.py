@@ -93,8 +93,8 @@ class Columns:
         count = 0
         # Never more records than the entry claims; all read before any is added.
         records = list(opened.records(payload))
-        for index, (value, key, event_time, _sequence_id, props) in enumerate(records):
-            if index < low or index >= high:
+        for index, (value, key, event_time, _sequence_id, props, compacted_out, _) in enumerate(records):
+            if index < low or index >= high or compacted_out:
                 continue
             keys.append(key)
             values.append(value)

@@ -272,6 +272,16 @@ class AdminClient:
         last: common_pb2.Position = reply.last
         return last
 
+    async def compact_topic(self, topic: str) -> None:
+        """Start compacting the topic (each partition of a partitioned topic) on its owner;
+        AlreadyExistsError (CompactionInProgressError's kind) while a compaction of it runs."""
+        await self._call("CompactTopic", admin_pb2.TopicRequest(topic=topic))
+
+    async def compaction_status(self, topic: str) -> admin_pb2.CompactionStatus:
+        """The topic's (a partition's) compaction: NOT_RUN, RUNNING, SUCCESS or ERROR with its error."""
+        reply: admin_pb2.CompactionStatus = await self._call("GetCompactionStatus", admin_pb2.TopicRequest(topic=topic))
+        return reply
+
     async def topic_policies(self, topic: str) -> admin_pb2.Policies:
         """The topic's own policy overrides."""
         reply: admin_pb2.Policies = await self._call("GetTopicPolicies", admin_pb2.TopicRequest(topic=topic))

@@ -71,7 +71,7 @@ class ChunkedMessages:
         records = list(opened.records(restore_payload(metadata, assembled.payload, self._max_size), 1))
         if len(records) != 1:
             raise InvalidArgumentError(f"chunked message {metadata.uuid} holds {len(records)} records, not one")
-        value, key, event_time, sequence_id, properties = records[0]
+        value, key, event_time, sequence_id, properties, _, _ = records[0]
         info = EntryInfo(self._topic, position[0], position[1], self._partition, metadata.producer_name,
                          metadata.publish_time, redelivery_count, 1, decode or self._decode, schema_version)
         if len(assembled.positions) > 1:

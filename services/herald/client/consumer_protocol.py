@@ -372,13 +372,18 @@ class ConsumerProtocol(Generic[T]):
         messages: list[Message[T]] = []
         append = messages.append
         if not metadata.batched:
-            for value, key, event_time, sequence_id, properties in records:
+            for value, key, event_time, sequence_id, properties, _, _ in records:
                 append(Message(value, key, properties or None, event_time,
                                first_sequence_id if sequence_id is None else sequence_id, -1, info))
             return messages, permits - count
         unacked = self.tracker.track(ledger_id, entry_id, count)
         full = unacked == (1 << count) - 1
-        for index, (value, key, event_time, sequence_id, properties) in enumerate(records):
+        for index, (value, key, event_time, sequence_id, properties, compacted_out, _) in enumerate(records):
+            if compacted_out:
+                # Compaction removed it from a compacted ledger's entry (its place kept): never
+                # delivered, and counted acknowledged so that the entry's ack completes.
+                self.tracker.acknowledge(ledger_id, entry_id, index, count)
+                continue
             if full or (unacked >> index) & 1:
                 append(Message(value, key, properties or None, event_time,
                                first_sequence_id + index if sequence_id is None else sequence_id, index, info))

@@ -201,6 +201,12 @@ class AlreadyExistsError(HeraldError):
     code = ErrorCode.ALREADY_EXISTS
 
 
+class CompactionInProgressError(AlreadyExistsError):
+    """A topic compaction was asked for while one is running on the topic (Pulsar's 409)."""
+
+    retryable = True
+
+
 class PreconditionFailedError(HeraldError):
     """The operation needs a state the resource is not in (e.g. no clients connected)."""
 

@@ -69,6 +69,8 @@ def letter_publication(letter: deadletter_pb2.DeadLetter, max_message_size: int 
     ledger_id, entry_id = letter.position.ledger_id, letter.position.entry_id
     messages = []
     for index, record in enumerate(records):
+        if record.compacted_out:  # removed by compaction: not a message any more
+            continue
         properties = dict(record.properties)
         properties.setdefault(REAL_TOPIC, letter.topic)
         properties.setdefault(ORIGIN_MESSAGE_ID, str(MessageId(

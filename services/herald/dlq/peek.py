@@ -72,6 +72,8 @@ async def _peek_subscription(admin: AdminClient, topic: str, count: int, max_mes
             log.warning("dead letter entry %d:%d of %s is not shown: %s", entry.ledger_id, entry.entry_id, topic, exc)
             continue
         for index, record in enumerate(records):
+            if record.compacted_out:  # removed by compaction
+                continue
             found.append(DeadMessage(
                 MessageId(entry.ledger_id, entry.entry_id, -1, index if metadata.batched else -1),
                 bytes(record.value), record.key, record.event_time, metadata.publish_time, dict(record.properties)))

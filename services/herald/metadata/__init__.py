@@ -34,6 +34,9 @@ resources.py's, which lookup and brokers both read):
                                                        individually acked ranges
     /dedup/<managed ledger>                broker: dedup snapshot (position, highest sequence id
                                            per producer)
+    /compaction/<managed ledger>           broker: the topic's compaction: its compacted ledger
+                                           and horizon, the ledger a run is writing, the last
+                                           run's status (broker.core.compaction.state)
     /counters/producer-name                broker: numbers for the producer names it gives
     /topic-epochs/<topic>                  broker: the topic epoch of exclusive producers (a
                                            partition's own; broker.core.access_modes)

@@ -1862,3 +1862,68 @@ class TestSchemaCompatibilityResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___TestSchemaCompatibilityResponse: _TypeAlias = TestSchemaCompatibilityResponse  # noqa: Y015
+
+@_typing.final
+class CompactTopicResponse(_message.Message):
+    """---- compaction ----"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompactTopicResponse: _TypeAlias = CompactTopicResponse  # noqa: Y015
+
+@_typing.final
+class CompactionStatus(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATUS_FIELD_NUMBER: _builtins.int
+    LAST_ERROR_FIELD_NUMBER: _builtins.int
+    COMPACTED_LEDGER_ID_FIELD_NUMBER: _builtins.int
+    HORIZON_FIELD_NUMBER: _builtins.int
+    COMPACTED_ENTRIES_FIELD_NUMBER: _builtins.int
+    STARTED_AT_FIELD_NUMBER: _builtins.int
+    FINISHED_AT_FIELD_NUMBER: _builtins.int
+    PENDING_LEDGER_ID_FIELD_NUMBER: _builtins.int
+    status: _builtins.str
+    """NOT_RUN, RUNNING, SUCCESS or ERROR (Pulsar's names)"""
+    last_error: _builtins.str
+    """the last run's error when ERROR"""
+    compacted_ledger_id: _builtins.int
+    """the published compacted ledger; -1: none"""
+    compacted_entries: _builtins.int
+    started_at: _builtins.float
+    """unix seconds, the last run's start (0: never)"""
+    finished_at: _builtins.float
+    pending_ledger_id: _builtins.int
+    """the ledger a running compaction writes; -1: none"""
+    @_builtins.property
+    def horizon(self) -> _common_pb2.Position:
+        """the topic's last position it covers"""
+
+    def __init__(
+        self,
+        *,
+        status: _builtins.str = ...,
+        last_error: _builtins.str = ...,
+        compacted_ledger_id: _builtins.int = ...,
+        horizon: _common_pb2.Position | None = ...,
+        compacted_entries: _builtins.int = ...,
+        started_at: _builtins.float = ...,
+        finished_at: _builtins.float = ...,
+        pending_ledger_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["horizon", b"horizon"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["compacted_entries", b"compacted_entries", "compacted_ledger_id", b"compacted_ledger_id", "finished_at", b"finished_at", "horizon", b"horizon", "last_error", b"last_error", "pending_ledger_id", b"pending_ledger_id", "started_at", b"started_at", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompactionStatus: _TypeAlias = CompactionStatus  # noqa: Y015

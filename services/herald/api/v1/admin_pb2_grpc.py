@@ -231,6 +231,16 @@ class AdminServiceStub:
                 request_serializer=herald_dot_v1_dot_admin__pb2.UploadSchemaRequest.SerializeToString,
                 response_deserializer=herald_dot_v1_dot_admin__pb2.TestSchemaCompatibilityResponse.FromString,
                 _registered_method=True)
+        self.CompactTopic = channel.unary_unary(
+                '/herald.v1.AdminService/CompactTopic',
+                request_serializer=herald_dot_v1_dot_admin__pb2.TopicRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_admin__pb2.CompactTopicResponse.FromString,
+                _registered_method=True)
+        self.GetCompactionStatus = channel.unary_unary(
+                '/herald.v1.AdminService/GetCompactionStatus',
+                request_serializer=herald_dot_v1_dot_admin__pb2.TopicRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_admin__pb2.CompactionStatus.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -501,6 +511,21 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CompactTopic(self, request, context):
+        """---- compaction ----
+        Start compacting a topic (each partition of a partitioned topic) on its owner; ALREADY_EXISTS
+        while a compaction of it runs.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetCompactionStatus(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -698,6 +723,16 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.TestSchemaCompatibility,
                     request_deserializer=herald_dot_v1_dot_admin__pb2.UploadSchemaRequest.FromString,
                     response_serializer=herald_dot_v1_dot_admin__pb2.TestSchemaCompatibilityResponse.SerializeToString,
+            ),
+            'CompactTopic': grpc.unary_unary_rpc_method_handler(
+                    servicer.CompactTopic,
+                    request_deserializer=herald_dot_v1_dot_admin__pb2.TopicRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_admin__pb2.CompactTopicResponse.SerializeToString,
+            ),
+            'GetCompactionStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetCompactionStatus,
+                    request_deserializer=herald_dot_v1_dot_admin__pb2.TopicRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_admin__pb2.CompactionStatus.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1753,6 +1788,60 @@ class AdminService:
             '/herald.v1.AdminService/TestSchemaCompatibility',
             herald_dot_v1_dot_admin__pb2.UploadSchemaRequest.SerializeToString,
             herald_dot_v1_dot_admin__pb2.TestSchemaCompatibilityResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CompactTopic(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.AdminService/CompactTopic',
+            herald_dot_v1_dot_admin__pb2.TopicRequest.SerializeToString,
+            herald_dot_v1_dot_admin__pb2.CompactTopicResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetCompactionStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.AdminService/GetCompactionStatus',
+            herald_dot_v1_dot_admin__pb2.TopicRequest.SerializeToString,
+            herald_dot_v1_dot_admin__pb2.CompactionStatus.FromString,
             options,
             channel_credentials,
             insecure,

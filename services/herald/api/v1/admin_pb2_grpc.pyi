@@ -113,6 +113,12 @@ class AdminServiceStub:
     """every version"""
     TestSchemaCompatibility: _grpc.UnaryUnaryMultiCallable[_admin_pb2.UploadSchemaRequest, _admin_pb2.TestSchemaCompatibilityResponse]
     """Would UploadSchema accept this schema? (Nothing is stored.)"""
+    CompactTopic: _grpc.UnaryUnaryMultiCallable[_admin_pb2.TopicRequest, _admin_pb2.CompactTopicResponse]
+    """---- compaction ----
+    Start compacting a topic (each partition of a partitioned topic) on its owner; ALREADY_EXISTS
+    while a compaction of it runs.
+    """
+    GetCompactionStatus: _grpc.UnaryUnaryMultiCallable[_admin_pb2.TopicRequest, _admin_pb2.CompactionStatus]
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -192,6 +198,12 @@ class AdminServiceAsyncStub(AdminServiceStub):
     """every version"""
     TestSchemaCompatibility: _aio.UnaryUnaryMultiCallable[_admin_pb2.UploadSchemaRequest, _admin_pb2.TestSchemaCompatibilityResponse]  # type: ignore[assignment]
     """Would UploadSchema accept this schema? (Nothing is stored.)"""
+    CompactTopic: _aio.UnaryUnaryMultiCallable[_admin_pb2.TopicRequest, _admin_pb2.CompactTopicResponse]  # type: ignore[assignment]
+    """---- compaction ----
+    Start compacting a topic (each partition of a partitioned topic) on its owner; ALREADY_EXISTS
+    while a compaction of it runs.
+    """
+    GetCompactionStatus: _aio.UnaryUnaryMultiCallable[_admin_pb2.TopicRequest, _admin_pb2.CompactionStatus]  # type: ignore[assignment]
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -502,5 +514,23 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.TestSchemaCompatibilityResponse, _abc.Awaitable[_admin_pb2.TestSchemaCompatibilityResponse]]:
         """Would UploadSchema accept this schema? (Nothing is stored.)"""
+
+    @_abc_1.abstractmethod
+    def CompactTopic(
+        self,
+        request: _admin_pb2.TopicRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.CompactTopicResponse, _abc.Awaitable[_admin_pb2.CompactTopicResponse]]:
+        """---- compaction ----
+        Start compacting a topic (each partition of a partitioned topic) on its owner; ALREADY_EXISTS
+        while a compaction of it runs.
+        """
+
+    @_abc_1.abstractmethod
+    def GetCompactionStatus(
+        self,
+        request: _admin_pb2.TopicRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.CompactionStatus, _abc.Awaitable[_admin_pb2.CompactionStatus]]: ...
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

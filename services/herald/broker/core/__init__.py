@@ -152,6 +152,14 @@ next lookup assigns the topic elsewhere, and a late request here gets NotOwner. 
 watches /ownership/ and checks everything again every 30 s: a served topic whose key vanished or
 names another broker is closed here without writing anything.
 
+Compaction (the `compaction` package): `TopicCompaction`, each persistent topic's `compaction`:
+its published `CompactedView` (the latest message of each key up to a horizon, in a compacted
+ledger, read by original position), runs by admin trigger or past the compaction_threshold policy
+(checked on retention's periodic pass), their status in the metadata store by CAS, the
+"__compaction" cursor that holds retention at the horizon, and recovery on load (a pending ledger
+left by a killed run is deleted and the run started again). The two-phase compactor rewrites
+entries with herald.common.codec.compaction.
+
 Stats and metrics:
 - stats: the stats dataclasses (TopicStats and the rest, InternalStats, LastMessageId);
   `sum_partitions` adds a partitioned topic's up. A persistent topic adds backlogs in entries, in

@@ -5,7 +5,9 @@
 A check reads each subscription's backlog from its oldest unacknowledged entry on and stops at the
 first entry still young, so over time every entry is read at most once for expiry (the expired
 ones are acknowledged and never read for it again). The cutoff is the producer's publish time.
-Readers (non-durable subscriptions) never expire anything: they hold nothing back.
+Readers (non-durable subscriptions) never expire anything: they hold nothing back. Nor does the
+compaction's "__compaction" cursor (as in Pulsar since 3.0.3): expiring it would let retention
+delete messages no compaction has read yet.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import time
 from collections.abc import Mapping
 from typing import Protocol
 
+from herald.broker.core.compaction.topic_compaction import COMPACTION_CURSOR
 from herald.broker.core.ledger_list import Position
 from herald.broker.core.managed_ledger import ManagedLedger
 from herald.broker.core.subscription import Subscription
@@ -75,7 +78,7 @@ class MessageExpiry:
         cutoff = (int(time.time() * 1000) if now_ms is None else now_ms) - ttl * 1000
         expired = 0
         for sub in list(self._topic.subscriptions.values()):
-            if sub.durable and not sub.closed:
+            if sub.durable and not sub.closed and sub.name != COMPACTION_CURSOR:
                 expired += await self._expire_subscription(sub, cutoff)
         return expired
 

@@ -577,6 +577,11 @@ class ManagedLedger:
         return self._list.size_after(position)
 
     @property
+    def storage(self) -> LedgerStorage:
+        """Where its ledgers live (a compaction writes its compacted ledgers there too)."""
+        return self._storage
+
+    @property
     def ledgers(self) -> list[LedgerInfo]:
         return list(self._list)
 

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from herald.broker.core.compaction.metrics import CompactionMetrics
 from herald.broker.core.entry_cache import EntryCacheManager
 from herald.broker.core.topic_base import Topic
 from herald.common.collectors import HotHistogram, LoopCollector, MonotonicCounters
@@ -61,6 +62,7 @@ class BrokerMetrics:
         self.throttled_sends = Counter(
             "herald_broker_throttled_sends", "Times a producer stream reached max_pending_sends sends without "
             "receipts and the broker stopped reading it until receipts went out.", registry=self.registry)
+        self.compaction = CompactionMetrics(self.registry)
         self._collector: BrokerCollector | None = None
 
     # ---- the core's BrokerObserver port ----
@@ -71,6 +73,11 @@ class BrokerMetrics:
 
     def sends_throttled(self) -> None:
         self.throttled_sends.inc()
+
+    def compaction_finished(self, result: str, seconds: float, messages_read: int, keys_kept: int,
+                            keys_removed: int, entries_written: int, bytes_written: int) -> None:
+        self.compaction.finished(result, seconds, messages_read, keys_kept, keys_removed, entries_written,
+                                 bytes_written)
 
     def watch(self, service: ServedTopics, loop: asyncio.AbstractEventLoop) -> None:
         self.unwatch()

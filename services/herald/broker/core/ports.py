@@ -18,6 +18,10 @@ class BrokerObserver(Protocol):
     def sends_throttled(self) -> None:
         """A producer reached max_pending_sends sends without receipts: its front end stops reading."""
 
+    def compaction_finished(self, result: str, seconds: float, messages_read: int, keys_kept: int,
+                            keys_removed: int, entries_written: int, bytes_written: int) -> None:
+        """A topic compaction ended: result "success" or "error", its duration and figures."""
+
 
 @dataclass(frozen=True, slots=True)
 class BrokerUrls:

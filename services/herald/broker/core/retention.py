@@ -82,6 +82,8 @@ class RetentionTrimmer:
         self._wakeup = asyncio.Event()
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
+        # Called after each periodic pass: the topic's compaction checks its threshold here.
+        self.after_pass: Callable[[], object] | None = None
 
     def start(self) -> None:
         if self._task is None:
@@ -110,6 +112,11 @@ class RetentionTrimmer:
                 log.warning("managed ledger %s: trimming consumed ledgers failed: %s", self._ledger.name, exc)
             except Exception:
                 log.exception("managed ledger %s: trimming consumed ledgers failed", self._ledger.name)
+            if self.after_pass is not None:
+                try:
+                    self.after_pass()
+                except HeraldError as exc:
+                    log.warning("managed ledger %s: periodic check failed: %s", self._ledger.name, exc)
 
     async def trim(self) -> list[int]:
         """One pass: delete what retention lets go; returns the ledger ids deleted."""

@@ -17,6 +17,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from herald.broker.core.backlog_quota import BacklogQuotaGuard
+from herald.broker.core.compaction.topic_compaction import TopicCompaction
 from herald.broker.core.consumer import Consumer
 from herald.broker.core.cursor import InitialPosition, ManagedCursor, ResetTarget
 from herald.broker.core.dead_letters import DeadLetterPolicy, DeadLetterQueue
@@ -106,11 +107,18 @@ class PersistentTopic(Topic[Subscription]):
         self.add_waiters = AddWaiters()  # long-polling pulls, woken by each add
         self._held_readers: dict[Subscription, asyncio.TimerHandle] = {}  # readers reset, kept a while
         self._background: set[asyncio.Task[None]] = set()
+        # Its compacted view and compaction runs; the threshold is checked on retention's passes.
+        self.compaction = TopicCompaction(self, ledger, store, settings, observer)
+        self.retention.after_pass = self.compaction.check_threshold
 
     async def load(self) -> None:
         """Attach the subscriptions that already exist and start persisting cursors."""
         for cursor in await ManagedCursor.load_all(self.ledger, self._store, self.ledger.name):
             self._attach(cursor)
+        try:
+            await self.compaction.load()
+        except HeraldError as exc:  # the topic serves on; read_compacted readers see no compacted view
+            log.warning("topic %s: loading its compaction state failed: %s", self.name, exc)
         self._flush_task = asyncio.get_running_loop().create_task(
             self._flush_cursors(), name=f"cursor flush {self.name}")
         self.retention.start()
@@ -130,6 +138,7 @@ class PersistentTopic(Topic[Subscription]):
         assert retention is not None and policies.persistence is not None and policies.backlog_quota is not None
         self.retention.policy = RetentionPolicy(float(retention.time_seconds), retention.size_bytes)
         self.message_ttl_seconds = int(policies.message_ttl_seconds or 0)
+        self.compaction.threshold = int(policies.compaction_threshold or 0)
         persistence = policies.persistence
         self.ledger.persistence = (persistence.ensemble_size, persistence.write_quorum, persistence.ack_quorum)
         self.backlog_quota.update(policies.backlog_quota)
@@ -551,6 +560,7 @@ class PersistentTopic(Topic[Subscription]):
         if task is not None:
             await task
         await self.retention.stop()
+        await self.compaction.close()
         await self.expiry.stop()
         self.add_waiters.wake()  # long polls see the topic closed
         for timer in self._held_readers.values():

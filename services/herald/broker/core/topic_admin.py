@@ -11,6 +11,7 @@ import logging
 from typing import Protocol
 
 from herald.broker.core.access_modes import EPOCHS_PREFIX
+from herald.broker.core.compaction.topic_compaction import CompactionInfo
 from herald.broker.core.consumer import Consumer
 from herald.broker.core.cursor import InitialPosition, ResetTarget
 from herald.broker.core.dead_letters import DeadLetterPolicy
@@ -294,6 +295,13 @@ class TopicAdmin:
 
     async def terminate(self, topic: str) -> Position:
         return await (await self._persistent(topic, "terminating a topic")).terminate()
+
+    async def compact(self, topic: str) -> None:
+        """Start compacting the topic (its owner runs it); CompactionInProgressError while it runs."""
+        (await self._persistent(topic, "compaction")).compaction.trigger()
+
+    async def compaction_status(self, topic: str) -> CompactionInfo:
+        return (await self._persistent(topic, "compaction")).compaction.info()
 
     async def pull(
         self, topic: str, queue: int = -1, start: Position | None = None, max_entries: int = 0, max_bytes: int = 0,

@@ -18,6 +18,7 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import ClassVar, Generic, Protocol, TypeVar
 
 from herald.broker.core.access_modes import ProducerAccess, ProducerAccessMode
+from herald.broker.core.compaction.topic_compaction import TopicCompaction
 from herald.broker.core.consumer import Consumer
 from herald.broker.core.cursor import InitialPosition, ResetTarget
 from herald.broker.core.dead_letters import DeadLetterPolicy
@@ -90,6 +91,8 @@ class PersistentOps(Protocol):
     async def get_last_message_id(self) -> LastMessageId: ...
     async def terminate(self) -> Position: ...
     def internal_stats(self) -> InternalStats: ...
+    @property
+    def compaction(self) -> TopicCompaction: ...
 
 
 S = TypeVar("S", bound=TopicSubscription)

@@ -1,5 +1,6 @@
 """Deleting a persistent topic's stored state once nobody serves it any more: its cursors, dedup
-snapshot and ledger list from the metadata store, then its ledgers from storage.
+snapshot, compaction state and ledger list from the metadata store, then its ledgers (compacted
+ledgers included) from storage.
 
 Metadata goes first and the ledger list last of it, so a deletion cut short leaves at worst a topic
 with fewer subscriptions (it loads again) or ledgers no list names (garbage in storage, never read).
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 
+from herald.broker.core.compaction.state import NO_LEDGER, CompactionState, state_key
 from herald.broker.core.cursor import cursor_key
 from herald.broker.core.dedup import dedup_key
 from herald.broker.core.managed_ledger import LedgerStorage
@@ -28,6 +30,11 @@ async def delete_topic_data(store: MetadataStore, storage: LedgerStorage, ledger
     for key in await store.list(cursor_key(ledger_name, "")):
         await store.delete(key)
     await store.delete(dedup_key(ledger_name))
+    compaction = await store.get(state_key(ledger_name))
+    if compaction is not None:  # the compacted ledger (and one a run left pending) go with the topic
+        state = CompactionState.from_json(compaction.value)
+        ledger_ids += [i for i in (state.ledger_id, state.pending_ledger_id) if i != NO_LEDGER]
+        await store.delete(state_key(ledger_name))
     await store.delete(ledger_key)
     deleted = []
     for ledger_id in ledger_ids:

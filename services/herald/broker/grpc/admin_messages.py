@@ -5,6 +5,7 @@ both ways: a partitioned topic's stats sum partitions that other brokers report 
 from __future__ import annotations
 
 from herald.api.v1 import admin_pb2, broker_pb2, common_pb2
+from herald.broker.core.compaction.topic_compaction import CompactionInfo
 from herald.broker.core.cursor import InitialPosition, PublishTime, ResetTarget
 from herald.broker.core.ledger_list import Position
 from herald.broker.core.stats import (
@@ -179,3 +180,10 @@ def dead_letter_policy_from_proto(
         return None
     return StoredDeadLetterPolicy(policy.max_redeliver_count, policy.dead_letter_topic, policy.retry_letter_topic,
                                   role)
+
+
+def compaction_status_to_proto(info: CompactionInfo) -> admin_pb2.CompactionStatus:
+    return admin_pb2.CompactionStatus(
+        status=info.status.value, last_error=info.error, compacted_ledger_id=info.ledger_id,
+        horizon=position_to_proto(info.horizon), compacted_entries=info.entries, started_at=info.started_at,
+        finished_at=info.finished_at, pending_ledger_id=info.pending_ledger_id)

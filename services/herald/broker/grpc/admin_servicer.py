@@ -27,6 +27,7 @@ from herald.broker.core.service import BrokerService
 from herald.broker.core.stats import sum_partitions
 from herald.broker.grpc.admin_forwarding import AdminForwarder, is_forwarded
 from herald.broker.grpc.admin_messages import (
+    compaction_status_to_proto,
     dead_letter_policy_from_proto,
     dead_letter_policy_to_proto,
     internal_stats_to_proto,
@@ -501,3 +502,29 @@ class AdminServicer(SchemaAdmin, admin_pb2_grpc.AdminServiceServicer):  # schema
             namespace=request.namespace, topic=request.topic))
         return admin_pb2.PermissionsResponse(permissions=[
             admin_pb2.RolePermissions(role=role, actions=actions) for role, actions in sorted(grants.items())])
+
+    # ---- compaction ----
+
+    async def CompactTopic(self, request: admin_pb2.TopicRequest, context: Context) -> admin_pb2.CompactTopicResponse:
+        async def compact() -> None:
+            partitions = await self._partitions_of(request.topic)
+            if not partitions:
+                await self._on_owner(context, "CompactTopic", request, request.topic,
+                                     lambda: self.service.compact(request.topic))
+                return
+            await self._on_each_partition(context, "CompactTopic", request.topic, partitions,
+                                          lambda p: admin_pb2.TopicRequest(topic=p), self.service.compact)
+
+        await self._answer(context, "CompactTopic", compact)
+        return admin_pb2.CompactTopicResponse()
+
+    async def GetCompactionStatus(
+        self, request: admin_pb2.TopicRequest, context: Context,
+    ) -> admin_pb2.CompactionStatus:
+        async def local() -> admin_pb2.CompactionStatus:
+            if await self._partitions_of(request.topic):
+                raise errors.NotAllowedError(
+                    f"{request.topic} is a partitioned topic: each partition is compacted on its own, ask each one")
+            return compaction_status_to_proto(await self.service.compaction_status(request.topic))
+
+        return await self._topic_call(context, "GetCompactionStatus", request, request.topic, local)

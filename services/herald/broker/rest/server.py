@@ -6,7 +6,7 @@ import ssl
 
 from aiohttp import web
 
-from herald.broker.rest import lookup, schemas, tenants, topics
+from herald.broker.rest import compaction, lookup, schemas, tenants, topics
 from herald.broker.rest.app import CONTEXT, RestContext, middleware
 from herald.common.errors import AddressInUseError
 
@@ -17,6 +17,7 @@ def make_app(context: RestContext) -> web.Application:
     tenants.add_routes(app.router)
     topics.add_routes(app.router)
     schemas.add_routes(app.router)
+    compaction.add_routes(app.router)
     lookup.add_routes(app.router)
     return app
 

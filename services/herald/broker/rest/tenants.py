@@ -181,6 +181,11 @@ def _dedup(doc: Any) -> bool:
     return enabled
 
 
+def _threshold(doc: Any) -> int:
+    threshold: int = typed(doc, int, "the compaction threshold in bytes")
+    return threshold
+
+
 def _strategy(doc: Any) -> str:
     strategy: str = typed(doc, str, "the schema compatibility strategy")
     return strategy
@@ -254,6 +259,7 @@ def add_routes(router: web.UrlDispatcher) -> None:
         ("retention", "retention", retention_to_json, retention_from_json),
         ("messageTTL", "message_ttl_seconds", None, _ttl),
         ("deduplication", "deduplication_enabled", None, _dedup),
+        ("compactionThreshold", "compaction_threshold", None, _threshold),
         ("schemaCompatibilityStrategy", "schema_compatibility_strategy",
          lambda value: value or "UNDEFINED", _strategy),
         # Unset, they are the broker's defaults (Pulsar's: not enforced, auto update allowed).

@@ -27,12 +27,13 @@ _CLEARABLE = {
     "max_message_size": ("max_message_size", "max message size"),
     "max_topics": ("max_topics", "max topics per namespace"),
     "max_partitions": ("max_partitions_per_topic", "max partitions per topic"),
+    "compaction_threshold": ("compaction_threshold", "compaction threshold"),
 }
 # The destinations of add_policy_flags' flags.
 _POLICY_FLAGS = ("retention_time", "retention_size", "ttl", "backlog_quota_size", "backlog_quota_age",
                  "backlog_quota_policy", "max_producers", "max_consumers", "max_consumers_per_subscription",
                  "deduplication", "encryption_required", "ensemble", "write_quorum", "ack_quorum", "max_message_size",
-                 "max_topics", "max_partitions")
+                 "max_topics", "max_partitions", "compaction_threshold")
 
 
 def add_policy_flags(parser: argparse.ArgumentParser) -> None:
@@ -69,6 +70,9 @@ def add_policy_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--max-partitions", type=positive, metavar="N",
                        help="partitions of one partitioned topic (at least 1; above the broker's "
                             "max_partitions_per_topic only by a super-user; namespaces only)")
+    group.add_argument("--compaction-threshold", type=size, metavar="SIZE",
+                       help="compact a topic once this much was written since its last compaction, e.g. 100M "
+                            "(0: never automatically)")
 
 
 def any_policy_flag(args: argparse.Namespace) -> bool:
@@ -117,6 +121,8 @@ def policies_from_flags(args: argparse.Namespace, current: admin_pb2.Policies) -
         policies.persistence.ack_quorum = _first(args.ack_quorum, current.persistence.ack_quorum)
     if args.max_message_size is not None:
         policies.max_message_size = args.max_message_size
+    if args.compaction_threshold is not None:
+        policies.compaction_threshold = args.compaction_threshold
     if not policies.ListFields():
         raise HeraldUsageError("no policy given: see --help for the policy flags")
     return policies

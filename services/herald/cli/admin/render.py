@@ -237,6 +237,8 @@ def decoded_entries(entries: Sequence[Any]) -> list[dict[str, Any]]:
             continue
         messages = []
         for index, record in enumerate(records):
+            if record.compacted_out:  # removed by compaction (its batch index kept)
+                continue
             value = bytes(record.value)
             try:
                 text: str | None = value.decode()

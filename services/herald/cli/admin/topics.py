@@ -1,5 +1,6 @@
-"""`herald admin topics`: list, create, delete, stats, internal-stats, unload, terminate, partitions
-(get, update), and their policies (policies, set-policy, clear-policy) and grants."""
+"""`herald admin topics`: list, create, delete, stats, internal-stats, unload, terminate, compact,
+compaction-status, partitions (get, update), and their policies (policies, set-policy,
+clear-policy) and grants."""
 
 from __future__ import annotations
 
@@ -54,6 +55,27 @@ async def topics_unload(admin: AdminClient, args: argparse.Namespace) -> Any:
     return {"unloaded": args.topic} if args.json else print(f"topic {args.topic} unloaded")
 
 
+async def topics_compact(admin: AdminClient, args: argparse.Namespace) -> Any:
+    await admin.compact_topic(args.topic)
+    if args.json:
+        return {"compacting": args.topic}
+    print(f"compaction of {args.topic} started (see: herald admin topics compaction-status {args.topic})")
+    return None
+
+
+async def topics_compaction_status(admin: AdminClient, args: argparse.Namespace) -> Any:
+    status = await admin.compaction_status(args.topic)
+    if args.json:
+        return to_json(status)
+    print(f"status: {status.status}")
+    if status.last_error:
+        print(f"last error: {status.last_error}")
+    if status.compacted_ledger_id >= 0:
+        print(f"compacted ledger: {status.compacted_ledger_id} ({status.compacted_entries} entries) up to "
+              f"{as_text(status.horizon)}")
+    return None
+
+
 async def topics_terminate(admin: AdminClient, args: argparse.Namespace) -> Any:
     last = await admin.terminate_topic(args.topic)
     if args.json:
@@ -93,7 +115,7 @@ async def topics_clear_policy(admin: AdminClient, args: argparse.Namespace) -> A
 
 def add_topic_commands(groups: CommandGroup) -> None:
     topics = groups.group("topics", "topics: list, create, delete, stats, internal-stats, unload, terminate, "
-                                    "partitions, policies, set-policy, clear-policy")
+                                    "compact, compaction-status, partitions, policies, set-policy, clear-policy")
     sub = topics.command("list", "list a namespace's topics", topics_list)
     sub.add_argument("namespace", help="tenant/namespace")
     sub = topics.command("create", "create a topic", topics_create)
@@ -113,6 +135,12 @@ def add_topic_commands(groups: CommandGroup) -> None:
                          topics_unload)
     sub.add_argument("topic", help="topic name")
     sub = topics.command("terminate", "refuse further writes to a topic", topics_terminate)
+    sub.add_argument("topic", help="topic name")
+    sub = topics.command("compact", "compact a topic: keep the latest message of each key (each partition of a "
+                         "partitioned topic)", topics_compact)
+    sub.add_argument("topic", help="topic name")
+    sub = topics.command("compaction-status", "show a topic's (a partition's) compaction: NOT_RUN, RUNNING, "
+                         "SUCCESS or ERROR", topics_compaction_status)
     sub.add_argument("topic", help="topic name")
     partitions = topics.group("partitions", "get or grow a topic's partition count", dest="partitions_command")
     sub = partitions.command("get", "show the partition count (0: not partitioned)", topics_partitions_get)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from herald.common.codec import herald_entry, pulsar_entry
 from herald.common.codec.compression import decompress
 from herald.common.codec.herald_entry import ENTRY_FRAMING_ALLOWANCE as ENTRY_FRAMING_ALLOWANCE
+from herald.common.codec.herald_entry import FLAG_COMPACTED_OUT as FLAG_COMPACTED_OUT
 from herald.common.codec.herald_entry import FLAG_EVENT_TIME as FLAG_EVENT_TIME
 from herald.common.codec.herald_entry import FLAG_KEY as FLAG_KEY
 from herald.common.codec.herald_entry import FLAG_PROPERTIES as FLAG_PROPERTIES

@@ -7,6 +7,9 @@ reads this format and Pulsar's alike; pulsar_entry is Pulsar's.)
     record  = value_length:u32 | flags:u8 | [key_length:u16 key] | [event_time:i64]
               | [sequence_id:i64] | [property_count:u16 (key_length:u16 key value_length:u32 value)*]
               | value
+    flags   = FLAG_KEY 1 | FLAG_EVENT_TIME 2 | FLAG_SEQUENCE_ID 4 | FLAG_PROPERTIES 8
+              | FLAG_COMPACTED_OUT 16 (an empty value: the compactor removed the message from its
+                entry in a compacted ledger, keeping its place so batch indexes stay stable)
 
 The checksum covers everything after itself. Records are packed with struct, never one protobuf
 object per message: this is the client's hot path.
@@ -39,6 +42,7 @@ FLAG_KEY = 1
 FLAG_EVENT_TIME = 2
 FLAG_SEQUENCE_ID = 4
 FLAG_PROPERTIES = 8
+FLAG_COMPACTED_OUT = 16
 _U16 = struct.Struct("<H")
 _U32 = struct.Struct("<I")
 _I64 = struct.Struct("<q")
@@ -138,6 +142,10 @@ class Record(NamedTuple):
     event_time: int
     sequence_id: int | None
     properties: dict[str, str]
+    # Removed by topic compaction (its place in the batch kept): consumers skip it.
+    compacted_out: bool = False
+    # Pulsar's null value (a message sent with no value at all); Herald's records have none.
+    null_value: bool = False
 
 
 _NO_PROPERTIES: dict[str, str] = {}
@@ -196,7 +204,8 @@ def iter_records(payload: bytes | memoryview, max_records: int | None = None) ->
             stop = offset + length
             if stop > end:
                 raise InvalidArgumentError("batch record runs past the end of the entry")
-            yield Record(data[offset:stop], key, event_time, sequence_id, properties)
+            yield Record(data[offset:stop], key, event_time, sequence_id, properties,
+                         bool(flags & FLAG_COMPACTED_OUT))
             offset = stop
     except (struct.error, UnicodeDecodeError) as exc:
         raise InvalidArgumentError(f"malformed batch payload: {exc}") from exc

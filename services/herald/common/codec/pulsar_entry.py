@@ -16,7 +16,7 @@ from __future__ import annotations
 import base64
 import binascii
 import struct
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 
 from google.protobuf.message import DecodeError
 
@@ -182,7 +182,7 @@ def iter_pulsar_records(
         properties = {p.key: p.value for p in metadata.properties} or _NO_PROPERTIES
         key = _key(metadata.partition_key, metadata.partition_key_b64_encoded) \
             if metadata.HasField("partition_key") else None
-        yield Record(bytes(payload), key, metadata.event_time, None, properties)
+        yield Record(bytes(payload), key, metadata.event_time, None, properties, False, metadata.null_value)
         return
     data = memoryview(payload)
     offset, end, count = 0, len(data), 0
@@ -209,7 +209,8 @@ def iter_pulsar_records(
         key = _key(single.partition_key, single.partition_key_b64_encoded) if single.HasField("partition_key") else None
         sequence_id = single.sequence_id if single.HasField("sequence_id") else None
         properties = {p.key: p.value for p in single.properties} or _NO_PROPERTIES
-        yield Record(value, key, single.event_time or metadata.event_time, sequence_id, properties)
+        yield Record(value, key, single.event_time or metadata.event_time, sequence_id, properties,
+                     single.compacted_out, single.null_value)
 
 
 def from_herald_entry(entry: bytes, max_size: int) -> bytes:
@@ -247,6 +248,8 @@ def from_herald_entry(entry: bytes, max_size: int) -> bytes:
     parts: list[bytes] = []
     for index, record in enumerate(records):
         single = pulsar.SingleMessageMetadata(payload_size=len(record.value))
+        if record.compacted_out:  # a compacted ledger's entry: the message keeps its place, flagged
+            single.compacted_out = True
         if record.key is not None:
             single.partition_key = record.key
         if record.event_time:
@@ -259,3 +262,38 @@ def from_herald_entry(entry: bytes, max_size: int) -> bytes:
     body = b"".join(parts)
     converted.uncompressed_size = len(body)
     return encode(converted, body)
+
+
+def compact_batch(entry: bytes, keep: Collection[int], limit: int) -> bytes:
+    """For topic compaction (herald.common.codec.compaction): a Pulsar batch with the messages not
+    in `keep` flagged compacted_out, their payloads dropped; every other byte of their
+    SingleMessageMetadata kept (Pulsar's RawBatchConverter)."""
+    metadata, payload = split(entry, verify=False)
+    data = memoryview(decompress(metadata.compression, payload, metadata.uncompressed_size, limit)
+                      if metadata.compression else bytes(payload))
+    parts: list[bytes] = []
+    offset, end, index, changed = 0, len(data), 0, False
+    while offset < end:
+        if end - offset < 4:
+            raise InvalidArgumentError("a batched message's size runs past the end of the payload")
+        (size,) = _U32.unpack_from(data, offset)
+        offset += 4
+        single = pulsar.SingleMessageMetadata()
+        single.ParseFromString(bytes(data[offset:offset + size]))
+        offset += size
+        value = bytes(data[offset:offset + single.payload_size])
+        offset += single.payload_size
+        if index not in keep and not single.compacted_out:
+            single.compacted_out = True
+            single.payload_size = 0
+            value = b""
+            changed = True
+        meta = single.SerializeToString()
+        parts += (_U32.pack(len(meta)), meta, value)
+        index += 1
+    if not changed:
+        return entry
+    body = b"".join(parts)
+    metadata.compression = pulsar.NONE
+    metadata.uncompressed_size = len(body)
+    return encode(metadata, body)
