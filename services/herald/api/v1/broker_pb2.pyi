@@ -436,6 +436,7 @@ class Subscribe(_message.Message):
     START_INCLUSIVE_FIELD_NUMBER: _builtins.int
     DEAD_LETTER_POLICY_FIELD_NUMBER: _builtins.int
     PROPERTIES_FIELD_NUMBER: _builtins.int
+    READ_COMPACTED_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     subscription: _builtins.str
     type: Global___SubscriptionType.ValueType
@@ -450,6 +451,10 @@ class Subscribe(_message.Message):
     """
     start_inclusive: _builtins.bool
     """with start_position: read that entry too"""
+    read_compacted: _builtins.bool
+    """Read the topic's compacted view (the latest message per key) up to its compaction horizon, then
+    the live log. Exclusive and Failover subscriptions only (a Shared or Key_Shared one is refused).
+    """
     @_builtins.property
     def start_position(self) -> _common_pb2.Position:
         """non-durable only: first entry to read (else initial_position)"""
@@ -472,10 +477,11 @@ class Subscribe(_message.Message):
         start_inclusive: _builtins.bool = ...,
         dead_letter_policy: Global___DeadLetterPolicy | None = ...,
         properties: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        read_compacted: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["dead_letter_policy", b"dead_letter_policy", "start_position", b"start_position"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_name", b"consumer_name", "dead_letter_policy", b"dead_letter_policy", "initial_position", b"initial_position", "non_durable", b"non_durable", "priority_level", b"priority_level", "properties", b"properties", "start_inclusive", b"start_inclusive", "start_position", b"start_position", "subscription", b"subscription", "topic", b"topic", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_name", b"consumer_name", "dead_letter_policy", b"dead_letter_policy", "initial_position", b"initial_position", "non_durable", b"non_durable", "priority_level", b"priority_level", "properties", b"properties", "read_compacted", b"read_compacted", "start_inclusive", b"start_inclusive", "start_position", b"start_position", "subscription", b"subscription", "topic", b"topic", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -838,6 +844,7 @@ class PullRequest(_message.Message):
     MAX_BYTES_FIELD_NUMBER: _builtins.int
     TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     SUBSCRIPTION_FIELD_NUMBER: _builtins.int
+    READ_COMPACTED_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     """The queue (partition) of a partitioned topic; -1 reads `topic` as named. A non-partitioned
@@ -851,6 +858,8 @@ class PullRequest(_message.Message):
     """long polling: how long to wait when nothing is there yet"""
     subscription: _builtins.str
     """optional consumer group: NOT_FOUND when it does not exist"""
+    read_compacted: _builtins.bool
+    """Read the compacted view up to the topic's compaction horizon, then the log (see Subscribe)."""
     @_builtins.property
     def start(self) -> _common_pb2.Position:
         """first entry wanted; unset: the earliest"""
@@ -865,10 +874,11 @@ class PullRequest(_message.Message):
         max_bytes: _builtins.int = ...,
         timeout_ms: _builtins.int = ...,
         subscription: _builtins.str = ...,
+        read_compacted: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["start", b"start"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_bytes", b"max_bytes", "max_entries", b"max_entries", "partition", b"partition", "start", b"start", "subscription", b"subscription", "timeout_ms", b"timeout_ms", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_bytes", b"max_bytes", "max_entries", b"max_entries", "partition", b"partition", "read_compacted", b"read_compacted", "start", b"start", "subscription", b"subscription", "timeout_ms", b"timeout_ms", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

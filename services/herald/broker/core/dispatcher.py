@@ -27,6 +27,7 @@ from typing import Protocol
 
 from herald.broker.core import tracing as broker_tracing
 from herald.broker.core.batch_acks import BatchAcks
+from herald.broker.core.compacted_reads import CompactedSource, read_compacted
 from herald.broker.core.consumer import Consumer
 from herald.broker.core.cursor import ManagedCursor
 from herald.broker.core.dead_letters import DeadLetterPolicy, DeadLetterQueue
@@ -56,6 +57,10 @@ class DispatchSource(Protocol):
     redelivered_counter: int
     dead_letter_policy: DeadLetterPolicy | None
     dead_letters: DeadLetterQueue | None
+
+    @property
+    def compaction(self) -> CompactedSource:
+        """The topic's compacted view, for read_compacted consumers."""
 
     @property
     def dead_letter_count(self) -> int: ...
@@ -268,6 +273,10 @@ class Dispatcher(abc.ABC):
             if not self._may_read_ahead():
                 return False
         start = self._cursor.read_position
+        if self._reads_compacted():
+            done = await self._dispatch_compacted(start, budget)
+            if done is not None:
+                return done
         if not self._ledger.has_entries_from(start):
             return False
         epoch = self._epoch
@@ -292,6 +301,27 @@ class Dispatcher(abc.ABC):
     def _may_read_ahead(self) -> bool:
         """Whether to read new entries while the replay set holds entries nobody can take now."""
         return True
+
+    def _reads_compacted(self) -> bool:
+        """Whether reads at or before the compaction horizon go to the compacted view (the consumer
+        entries go to asked for read_compacted; only single-active dispatchers allow it)."""
+        return False
+
+    async def _dispatch_compacted(self, start: Position, budget: int) -> bool | None:
+        """Read and dispatch from the compacted view (broker.core.compacted_reads); None when
+        `start` is past the view's horizon (or there is no view): read the log."""
+        epoch = self._epoch
+        read = await read_compacted(self._sub.compaction, start, budget)
+        if read is None:
+            return None
+        if epoch != self._epoch:
+            return True  # rewound or reset meanwhile: read again from the new position
+        self._cursor.advance_read_position(read.next)
+        if read.entries:
+            leftovers = self._dispatch(self._admit([ReadEntry(position, data) for position, data in read.entries]))
+            if leftovers:
+                self._leftovers(leftovers)
+        return True  # an empty read moved the read position past the horizon: the log goes on
 
     def _admit(self, entries: Entries) -> Entries:
         """The entries to dispatch: not acknowledged, not dead letters, not delayed."""

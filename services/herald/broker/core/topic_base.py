@@ -18,6 +18,7 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import ClassVar, Generic, Protocol, TypeVar
 
 from herald.broker.core.access_modes import ProducerAccess, ProducerAccessMode
+from herald.broker.core.compacted_reads import CompactedSource
 from herald.broker.core.consumer import Consumer
 from herald.broker.core.cursor import InitialPosition, ResetTarget
 from herald.broker.core.dead_letters import DeadLetterPolicy
@@ -75,6 +76,10 @@ class PersistentOps(Protocol):
     ledger: ManagedLedger
     add_waiters: AddWaiters
     closed: bool
+
+    @property
+    def compaction(self) -> CompactedSource:
+        """Its compacted view, for read_compacted pulls."""
 
     @property
     def terminated(self) -> bool: ...
@@ -266,10 +271,12 @@ class Topic(abc.ABC, Generic[S]):
         start_position: Position | None = None,
         start_inclusive: bool = False,
         key_shared: KeySharedMeta | None = None,
+        read_compacted: bool = False,
     ) -> Consumer:
         """Attach a consumer, making the subscription when it does not exist (where it starts,
         and whether it is a reader's, matter on a stored topic only). `key_shared`: a Key_Shared
-        consumer's mode and ranges."""
+        consumer's mode and ranges; `read_compacted`: read the compacted view (a stored topic's,
+        Exclusive and Failover only: broker.core.compacted_reads)."""
 
     def _check_subscribe(self, subscription: str, priority_level: int) -> None:
         """The checks before a subscription is touched, so a refused consumer leaves nothing behind."""
