@@ -16,7 +16,9 @@ from herald.broker.core.managed_ledger import Position
 from herald.broker.core.service import BrokerService
 from herald.broker.core.subscription import SubscriptionType
 from herald.broker.core.topic import PersistentTopic
-from herald.common.codec.entry import read_metadata
+from herald.common.codec.compacted_out import FLAG_COMPACTED_OUT
+from herald.common.codec.entry import EntryMetadata, encode_entry, pack_record, read_metadata
+from herald.common.codec.herald_entry import RECORD_HEADER
 from herald.common.errors import EntryNotFoundError, NotAllowedError
 
 from tests.integration.test_broker_core import Cluster, cluster, publish_all  # noqa: F401 - the fixture
@@ -250,3 +252,25 @@ async def test_a_compacted_pull_reads_the_view_then_the_log(service: BrokerServi
     assert got == [15, 16, 17, 18, 19, 100, 101, 102]
     plain = await service.pull(TOPIC, -1, None, max_entries=100)
     assert len(plain.entries) == 23  # without read_compacted: every entry
+
+
+async def test_a_compacted_batch_is_delivered_with_the_mask_of_the_messages_it_keeps(service: BrokerService) -> None:
+    # Pulsar's C++ client shows compacted-out messages (as empty ones) unless MESSAGE.ack_set leaves them out.
+    topic, compaction = await compacted_topic(service, 3)
+    payload = bytearray()
+    pack_record(payload, b"kept", "a")
+    payload += RECORD_HEADER.pack(0, FLAG_COMPACTED_OUT)
+    pack_record(payload, b"kept too", "b")
+    rewritten = encode_entry(EntryMetadata(producer_name="p", sequence_id=0, highest_sequence_id=2, num_messages=3,
+                                           batched=True, uncompressed_size=len(payload)), bytes(payload))
+    view = StandInView(topic.ledger.last_confirmed_position, [])
+    first = (await topic.ledger.read_entries(topic.ledger.first_position, 1))[0][0]
+    view.entries = [(first, rewritten)]
+    compaction.view = view
+    consumer = await service.subscribe(TOPIC, "compacted", EXCLUSIVE, EARLIEST, read_compacted=True)
+    consumer.flow(1000)
+    (delivery,) = await receive(consumer, 1)
+    assert delivery.ack_set == 0b101 and delivery.data == rewritten
+    plain = await service.subscribe(TOPIC, "plain", EXCLUSIVE, EARLIEST)
+    plain.flow(1000)
+    assert all(d.ack_set is None for d in await receive(plain, 3))  # the log's entries: every message

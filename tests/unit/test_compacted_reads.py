@@ -1,10 +1,15 @@
 """broker.core.compacted_reads without I/O: what a read_compacted read takes from a compacted view
 (an in-memory stand-in with the compactor's read interface) and where reading goes on: the view
-from the start asked, past its horizon the log, a view replaced while read, and the refusals."""
+from the start asked, past its horizon the log, a view replaced while read, and the refusals; and
+the mask of the messages a compacted batch keeps (common.codec.compacted_out)."""
 
 from __future__ import annotations
 
+import struct
+from typing import Any
+
 import pytest
+from herald.api.pulsar import PulsarApi_pb2 as pulsar
 from herald.broker.core.compacted_reads import (
     NO_COMPACTION,
     CompactedRead,
@@ -15,6 +20,11 @@ from herald.broker.core.compacted_reads import (
 )
 from herald.broker.core.ledger_list import Position
 from herald.broker.core.subscription_type import SubscriptionType
+from herald.common.codec import pulsar_entry
+from herald.common.codec.compacted_out import FLAG_COMPACTED_OUT, kept_messages
+from herald.common.codec.compression import NONE, ZLIB, compress
+from herald.common.codec.entry import EntryMetadata, decode_entry, encode_entry, pack_record
+from herald.common.codec.herald_entry import RECORD_HEADER
 from herald.common.errors import EntryNotFoundError, NotAllowedError
 
 
@@ -113,3 +123,55 @@ def test_shared_types_may_not(sub_type: SubscriptionType) -> None:
 def test_a_non_persistent_topic_may_not() -> None:
     with pytest.raises(NotAllowedError, match=r"^read_compacted needs a persistent topic"):
         check_read_compacted(SubscriptionType.EXCLUSIVE, persistent=False)
+
+
+# ---- which messages of a compacted batch are delivered (common.codec.compacted_out) ----
+
+def herald_batch(records: list[tuple[str, bytes] | None], compression: int = NONE) -> bytes:
+    """A Herald batch; None: a record flagged compacted-out (empty, as the compactor writes it)."""
+    payload = bytearray()
+    for record in records:
+        if record is None:
+            payload += RECORD_HEADER.pack(0, FLAG_COMPACTED_OUT)
+        else:
+            pack_record(payload, record[1], record[0], 7, 3, {"p": "v"})
+    data = bytes(payload)
+    metadata = EntryMetadata(producer_name="p", sequence_id=0, highest_sequence_id=len(records) - 1,
+                             num_messages=len(records), batched=True, uncompressed_size=len(data))
+    if compression != NONE:
+        metadata.compression = compression  # type: ignore[assignment]
+        data = compress(compression, data)
+    return encode_entry(metadata, data)
+
+
+def pulsar_batch(records: list[tuple[str, bytes] | None]) -> bytes:
+    parts = []
+    for record in records:
+        single = pulsar.SingleMessageMetadata(compacted_out=record is None)
+        value = b"" if record is None else record[1]
+        if record is not None:
+            single.partition_key = record[0]
+        single.payload_size = len(value)
+        meta = single.SerializeToString()
+        parts.append(struct.pack(">I", len(meta)) + meta + value)
+    payload = b"".join(parts)
+    metadata = pulsar.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1,
+                                      num_messages_in_batch=len(records), uncompressed_size=len(payload))
+    return pulsar_entry.encode(metadata, payload)
+
+
+@pytest.mark.parametrize("make", [herald_batch, pulsar_batch], ids=["herald", "pulsar"])
+def test_a_batch_is_delivered_with_the_mask_of_the_messages_it_keeps(make: Any) -> None:
+    assert kept_messages(make([None, ("a", b"1"), None, ("b", b"2")])) == 0b1010
+    assert kept_messages(make([("a", b"1"), ("b", b"2")])) is None  # all kept: no mask
+    assert kept_messages(make([("a", b"1")] + [None] * 69)) == 1  # past 64 messages
+
+
+def test_an_unbatched_compressed_or_unreadable_entry_is_delivered_whole() -> None:
+    plain = EntryMetadata(producer_name="p", sequence_id=0, highest_sequence_id=0, num_messages=1)
+    assert kept_messages(encode_entry(plain, b"value")) is None
+    assert kept_messages(herald_batch([("a", b"1"), ("b", b"2")], compression=ZLIB)) is None
+    assert kept_messages(b"not an entry") is None
+    torn = herald_batch([None, ("a", b"1")])
+    metadata, payload = decode_entry(torn)
+    assert kept_messages(encode_entry(metadata, bytes(payload)[:-1])) is None  # framing runs past the end

@@ -8,6 +8,12 @@ Protocols below, so that dispatchers and pulls only know "a view with a horizon 
 Positions are original positions, hence monotonic across views: when a new compaction publishes
 another view while a reader is in the compacted range, the next read continues from its read
 position in the new view. Acks, redelivery and seeks all work on those original positions.
+
+A view's batch keeps its compacted-out messages in place, flagged (Herald's record flag
+FLAG_COMPACTED_OUT, Pulsar's SingleMessageMetadata.compacted_out), so that batch indexes stay
+stable. Herald's client skips them; Pulsar's C++ client does not, so each such entry is delivered
+with the mask of the messages it keeps (common.codec.compacted_out), which a Pulsar front end sends as the
+MESSAGE's ack_set: the client skips the others, as it does for messages acknowledged by index.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from typing import Protocol
 
 from herald.broker.core.ledger_list import Position
 from herald.broker.core.subscription_type import SubscriptionType
+from herald.common.codec.compacted_out import kept_messages as kept_messages  # re-exported for dispatchers
 from herald.common.errors import HeraldError, NotAllowedError
 
 # Subscription types that may read the compacted view (Pulsar's rule: one consumer reads in order;
@@ -107,3 +114,4 @@ async def read_compacted(source: CompactedSource, start: Position, max_entries: 
             return CompactedRead([], after(horizon))
         return CompactedRead(entries, after(entries[-1][0]))
     raise AssertionError("unreachable")  # the loop returns or raises
+

@@ -27,7 +27,7 @@ from typing import Protocol
 
 from herald.broker.core import tracing as broker_tracing
 from herald.broker.core.batch_acks import BatchAcks
-from herald.broker.core.compacted_reads import CompactedSource, read_compacted
+from herald.broker.core.compacted_reads import CompactedSource, kept_messages, read_compacted
 from herald.broker.core.consumer import Consumer
 from herald.broker.core.cursor import ManagedCursor
 from herald.broker.core.dead_letters import DeadLetterPolicy, DeadLetterQueue
@@ -77,11 +77,12 @@ class ReadEntry:
     """An entry read for dispatch (either format: herald.common.codec.entry); its metadata is parsed
     once, when first needed."""
 
-    __slots__ = ("_metadata", "_parsed", "_permits", "data", "position")
+    __slots__ = ("_metadata", "_parsed", "_permits", "data", "kept", "position")
 
-    def __init__(self, position: Position, data: bytes) -> None:
+    def __init__(self, position: Position, data: bytes, kept: int | None = None) -> None:
         self.position = position
         self.data = data
+        self.kept = kept  # a compacted view's batch: the messages it keeps (compacted_reads.kept_messages)
         self._metadata: EntryMetadata | None = None
         self._permits = 1
         self._parsed = False
@@ -318,7 +319,8 @@ class Dispatcher(abc.ABC):
             return True  # rewound or reset meanwhile: read again from the new position
         self._cursor.advance_read_position(read.next)
         if read.entries:
-            leftovers = self._dispatch(self._admit([ReadEntry(position, data) for position, data in read.entries]))
+            leftovers = self._dispatch(self._admit(
+                [ReadEntry(position, data, kept_messages(data)) for position, data in read.entries]))
             if leftovers:
                 self._leftovers(leftovers)
         return True  # an empty read moved the read position past the horizon: the log goes on
@@ -405,8 +407,10 @@ class Dispatcher(abc.ABC):
                 span = broker_tracing.start_deliver(self._sub.topic_name, self._sub.name, consumer.name, position,
                                                     metadata.traceparent, messages, redelivery_count)
         batch_acks = self._sub.batch_acks
-        consumer.push(position, entry.data, messages, redelivery_count, span,
-                      batch_acks.unacked(position) if batch_acks else None)
+        unacked = batch_acks.unacked(position) if batch_acks else None
+        if entry.kept is not None:  # a compacted batch: its compacted-out messages are not to be delivered
+            unacked = entry.kept if unacked is None else unacked & entry.kept
+        consumer.push(position, entry.data, messages, redelivery_count, span, unacked)
 
     def _add_replay(self, positions: Iterable[Position]) -> None:
         is_acked = self._cursor.is_acked
