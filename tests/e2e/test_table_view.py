@@ -60,9 +60,12 @@ async def test_an_empty_topic_gives_an_empty_view_that_fills_from_the_tail(clien
         await producer.close()
 
 
+@pytest.mark.parametrize("compacted", [False, True], ids=["log", "compacted-then-log"])
 async def test_it_converges_while_several_producers_write_every_partition(
-    client: AsyncClient, admin: AdminClient,
+    client: AsyncClient, admin: AdminClient, compacted: bool,
 ) -> None:
+    # compacted-then-log needs the compactor (`herald admin topics compact`): the view is loaded
+    # from each partition's compacted view, then the log the producers keep writing.
     topic = unique_topic("converges")
     await admin.create_topic(topic, partitions=3)
     written: list[list[tuple[str | None, bytes]]] = [
@@ -79,6 +82,8 @@ async def test_it_converges_while_several_producers_write_every_partition(
 
     first_half = [items[:300] for items in written]
     await asyncio.gather(*(publish(client, topic, items) for items in first_half))
+    if compacted:
+        await compact(admin, topic, partitions=3)
     writers = [asyncio.ensure_future(produce(items[300:])) for items in written]
     view = await client.create_table_view(topic)  # while they write
     try:
@@ -153,6 +158,14 @@ def test_the_blocking_table_view(shared_standalone: StandaloneProcess) -> None:
 
 # ---- built from a compacted view (needs the compactor: `herald admin topics compact`) ----
 
+async def compact(admin: AdminClient, topic: str, partitions: int = 0) -> None:
+    """Compact (each partition of a partitioned topic) and wait until each one succeeded."""
+    await admin.compact_topic(topic)
+    for name in [f"{topic}-partition-{i}" for i in range(partitions)] or [topic]:
+        await eventually(lambda name=name: admin.compaction_status(name), f"the compaction of {name}",
+                         until=lambda status: status.status == "SUCCESS")
+
+
 async def test_after_a_compaction_it_is_built_from_the_view_even_when_the_last_message_deleted_a_key(
     client: AsyncClient, admin: AdminClient,
 ) -> None:
@@ -164,8 +177,6 @@ async def test_after_a_compaction_it_is_built_from_the_view_even_when_the_last_m
     await producer.send(b"", key="k9")
     await producer.close()
     items.append(("k9", b""))
-    await admin.compact_topic(topic)
-    await eventually(lambda: admin.compaction_status(topic), "the compaction",
-                     until=lambda status: status.status == "SUCCESS")
+    await compact(admin, topic)
     async with await client.create_table_view(topic) as view:  # returns: nothing is left to read up to it
         assert dict(view.items()) == latest(items)
