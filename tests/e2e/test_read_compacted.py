@@ -218,3 +218,22 @@ async def test_a_compacted_pull_reads_the_view_then_the_log(client: AsyncClient,
         entries += result.entries
         start = result.next
     assert len(entries) == len(table) + 1  # one unbatched entry per key kept, then the tail's
+
+
+async def test_acknowledging_each_message_of_compacted_batches_leaves_nothing_to_redeliver(
+    client: AsyncClient, admin: AdminClient,
+) -> None:
+    # A compacted batch keeps its compacted-out messages in place: the consumer counts them acknowledged.
+    topic = unique_topic("batch-acks")
+    items = updates(rounds=4, keys=10)
+    await publish(client, topic, items, batched=True)
+    await compact(admin, topic)
+    table = latest(items)
+    consumer = await client.subscribe(topic, "s", ConsumerType.Exclusive, EARLIEST, read_compacted=True,
+                                      ack_group_time=0)
+    for message in await drain(consumer, len(table)):
+        consumer.acknowledge(message)
+    await consumer.close()
+    await publish(client, topic, [("marker", b"after")])
+    again = await client.subscribe(topic, "s", ConsumerType.Exclusive, EARLIEST, read_compacted=True)
+    assert pairs(await drain(again, 1)) == [("marker", b"after")]  # nothing of the view came again first
