@@ -104,3 +104,31 @@ def test_after_a_compaction_a_read_compacted_reader_sees_the_latest_value_per_ke
     assert read(reader, len(tail)) == tail
     plain = client.subscribe(topic, "everything", initial_position=pulsar.InitialPosition.Earliest)
     assert read(plain, len(items)) == items  # without read_compacted: every message
+
+
+def test_a_durable_consumer_gets_compacted_batches_whole_and_its_acks_complete_them(
+    client: pulsar.Client, admin: SyncAdminClient,
+) -> None:
+    # The C++ client acknowledges a batch once it acknowledged each of its messages: a durable
+    # subscription's consumer is sent the compacted-out ones too (as Pulsar's broker does), empty.
+    topic = unique_topic("pulsar-rc-acks")
+    items = [(f"k{i % 6}", f"v{i}".encode()) for i in range(48)]
+    produce(client, topic, items, batched=True)
+    admin.compact_topic(topic)
+    eventually_sync(lambda: admin.compaction_status(topic), "the compaction",
+                    until=lambda status: status.status == "SUCCESS")
+    table = latest(items)
+    consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest, is_read_compacted=True)
+    seen: dict[str, bytes] = {}
+    while seen != table:
+        message = consumer.receive(RECEIVE_MS)
+        consumer.acknowledge(message)
+        key, value = message.partition_key(), message.data()
+        if value:
+            seen[key] = value
+        else:  # a compacted-out message: as a delete, which the key's latest value (if any) follows
+            seen.pop(key, None)
+    consumer.close()
+    produce(client, topic, [("marker", b"after")])
+    again = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest, is_read_compacted=True)
+    assert read(again, 1) == [("marker", b"after")]  # nothing of the view came again first

@@ -11,9 +11,11 @@ position in the new view. Acks, redelivery and seeks all work on those original 
 
 A view's batch keeps its compacted-out messages in place, flagged (Herald's record flag
 FLAG_COMPACTED_OUT, Pulsar's SingleMessageMetadata.compacted_out), so that batch indexes stay
-stable. Herald's client skips them; Pulsar's C++ client does not, so each such entry is delivered
-with the mask of the messages it keeps (common.codec.compacted_out), which a Pulsar front end sends as the
-MESSAGE's ack_set: the client skips the others, as it does for messages acknowledged by index.
+stable. Herald's client skips them; Pulsar's C++ client does not, so to a reader each such entry
+is delivered with the mask of the messages it keeps (common.codec.compacted_out), which a Pulsar
+front end sends as the MESSAGE's ack_set: the client skips the others, as it does for messages
+acknowledged by index. A durable subscription's consumer gets the batch whole (as from Pulsar's
+broker): that client acknowledges a batch only once it acknowledged each of its messages.
 """
 
 from __future__ import annotations

@@ -57,6 +57,7 @@ class DispatchSource(Protocol):
     redelivered_counter: int
     dead_letter_policy: DeadLetterPolicy | None
     dead_letters: DeadLetterQueue | None
+    durable: bool  # False: a reader's subscription, which acknowledges nothing
 
     @property
     def compaction(self) -> CompactedSource:
@@ -319,8 +320,13 @@ class Dispatcher(abc.ABC):
             return True  # rewound or reset meanwhile: read again from the new position
         self._cursor.advance_read_position(read.next)
         if read.entries:
+            # A reader is told which messages of a compacted batch to leave out (Pulsar's C++ client
+            # shows compacted-out ones otherwise). Not a durable subscription's consumer: that client
+            # acknowledges a batch only once it has acknowledged every message, those left out
+            # included, so it gets them all (as from Pulsar's broker) and skips them itself or not.
+            mask = not self._sub.durable
             leftovers = self._dispatch(self._admit(
-                [ReadEntry(position, data, kept_messages(data)) for position, data in read.entries]))
+                [ReadEntry(position, data, kept_messages(data) if mask else None) for position, data in read.entries]))
             if leftovers:
                 self._leftovers(leftovers)
         return True  # an empty read moved the read position past the horizon: the log goes on

@@ -1,8 +1,9 @@
 """Which messages of a compacted view's batch were compacted out, in either entry format: compaction
 keeps a batch's dropped messages in place, flagged (Herald's record flag FLAG_COMPACTED_OUT, Pulsar's
 SingleMessageMetadata.compacted_out), so batch indexes stay stable. The broker delivers such a batch
-with the mask of the messages it keeps, which a Pulsar front end sends as MESSAGE.ack_set (Pulsar's
-C++ client does not skip flagged messages itself, but skips those outside the ack_set)."""
+to a reader with the mask of the messages it keeps, which a Pulsar front end sends as
+MESSAGE.ack_set (Pulsar's C++ client does not skip flagged messages itself, but skips those
+outside the ack_set): broker.core.compacted_reads."""
 
 from __future__ import annotations
 
