@@ -27,6 +27,7 @@ READ_OPTIONS = {
     "maxmessagespertrigger": "a positive integer (streaming only)",
     "pullmaxentries": "entries per pull, 1..10000",
     "operationtimeout": "seconds, > 0",
+    "read_compacted": "true | false: the compacted view (latest message per key) up to the horizon, then the log",
 }
 WRITE_OPTIONS = {
     "service_url": READ_OPTIONS["service_url"],
@@ -37,7 +38,7 @@ WRITE_OPTIONS = {
 
 _SPELLED = {name.lower(): name for name in (
     "service_url", "topic", "topics", "topicsPattern", "startingOffsets", "endingOffsets", "failOnDataLoss",
-    "maxMessagesPerTrigger", "pullMaxEntries", "operationTimeout")}
+    "maxMessagesPerTrigger", "pullMaxEntries", "operationTimeout", "read_compacted")}
 
 
 def _check_known(options: Mapping[str, str], known: Mapping[str, str], what: str) -> None:
@@ -111,6 +112,7 @@ class ReadOptions:
     max_messages_per_trigger: int | None
     pull_max_entries: int
     operation_timeout: float
+    read_compacted: bool = False
 
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool) -> ReadOptions:
@@ -139,6 +141,7 @@ class ReadOptions:
                 _number(options, "maxmessagespertrigger", 0, 1, 2**62)),
             pull_max_entries=int(_number(options, "pullmaxentries", 1000, 1, 10_000)),
             operation_timeout=_number(options, "operationtimeout", 30.0, 0.001, 86400.0, integer=False),
+            read_compacted=_boolean(options, "read_compacted", False),
         )
 
 

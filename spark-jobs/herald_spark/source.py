@@ -61,7 +61,7 @@ class HeraldDataSource(DataSource):
 
 def _settings(options: ReadOptions) -> ReadSettings:
     return ReadSettings(options.service_url, options.fail_on_data_loss, options.pull_max_entries,
-                        options.operation_timeout)
+                        options.operation_timeout, options.read_compacted)
 
 
 class Planner:

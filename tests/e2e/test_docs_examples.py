@@ -1,7 +1,8 @@
-"""The guide's examples run: every ```python block of docs/client.md, docs/pulsar.md, docs/schemas.md and README.md
-is run as a script of its own against a real `herald standalone` (its `herald://localhost:6660` and
-`pulsar://localhost:6650` replaced by the standalone's URLs) and must exit 0. Fragments that are
-not whole programs are fenced ```py instead, so nothing a reader may copy and run goes untested."""
+"""The guide's examples run: every ```python block of docs/client.md, docs/pulsar.md, docs/schemas.md,
+docs/compaction.md and README.md is run as a script of its own against a real `herald standalone`
+(its `herald://localhost:6660` and `pulsar://localhost:6650` replaced by the standalone's URLs) and
+must exit 0. Fragments that are not whole programs are fenced ```py instead, so nothing a reader
+may copy and run goes untested."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ def examples(path: Path) -> list[tuple[str, str]]:
 
 
 EXAMPLES = [*examples(ROOT / "docs" / "client.md"), *examples(ROOT / "docs" / "pulsar.md"),
-            *examples(ROOT / "docs" / "schemas.md"), *examples(ROOT / "README.md")]
+            *examples(ROOT / "docs" / "schemas.md"), *examples(ROOT / "docs" / "compaction.md"),
+            *examples(ROOT / "README.md")]
 
 
 def test_the_guide_has_examples_for_both_apis() -> None:

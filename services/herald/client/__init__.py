@@ -137,7 +137,12 @@ Consuming:
   GetLastMessageId with the last message returned or, before any, with the subscription's
   mark-delete position (answered in the same call), which also covers seeks by time. A
   partitioned topic is refused. reader_pull: Pull and GetLastMessageId without a subscription
-  (the Spark source's reads).
+  (the Spark source's reads; read_compacted pulls read the compacted view first).
+- table_view (+ sync.table_view): `AsyncTableView`, Pulsar's TableView: a read_compacted reader
+  per partition from the earliest position fills a dict of key -> latest value (an empty value
+  removes the key) and follows the tail; creation returns once each partition was read up to its
+  last message as of creation (a one-entry read_compacted pull tells whether anything is left up
+  to it). Listeners get every later update; one that raises is logged.
 
 Transport:
 - stream: `BrokerStream`, the transport producers and consumers share (Pulsar's ConnectionHandler),
@@ -192,7 +197,8 @@ from herald.client.schemas import (
     Schema,
     StringSchema,
 )
-from herald.client.sync import Client, Consumer, Producer, Reader
+from herald.client.sync import Client, Consumer, Producer, Reader, TableView
+from herald.client.table_view import AsyncTableView
 from herald.common.codec.message_id import MessageId
 from herald.common.errors import (
     AlreadyClosedError,
@@ -224,6 +230,7 @@ __all__ = [
     "AsyncConsumer",
     "AsyncProducer",
     "AsyncReader",
+    "AsyncTableView",
     "AuthenticationError",
     "AuthenticationTls",
     "AuthenticationToken",
@@ -277,6 +284,7 @@ __all__ = [
     "SchemaError",
     "SendTimeoutError",
     "StringSchema",
+    "TableView",
     "TopicNotFoundError",
     "TopicTerminatedError",
 ]

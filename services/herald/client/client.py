@@ -33,6 +33,7 @@ from herald.client.reader_pull import PullResult, last_message_id, pull
 from herald.client.retry_letters import RetryLetters, retry_policy
 from herald.client.schema import BYTES, Schema
 from herald.client.schema_decoders import separated
+from herald.client.table_view import AsyncTableView
 from herald.client.topic_consumer import TopicConsumer
 from herald.client.topic_producer import TopicProducer
 from herald.common.codec.message_id import MessageId
@@ -230,6 +231,33 @@ class AsyncClient:
             raise
         return reader
 
+    # ---- table views ----
+
+    @overload
+    async def create_table_view(self, topic: str, *, schema: None = None) -> AsyncTableView[bytes]: ...
+
+    @overload
+    async def create_table_view(self, topic: str, *, schema: Schema[T]) -> AsyncTableView[T]: ...
+
+    async def create_table_view(self, topic: str, *, schema: Schema[Any] | None = None) -> AsyncTableView[Any]:
+        """A live dict of key -> latest value of `topic` (every partition), read from the earliest
+        position with read_compacted and kept up to date (herald.client.table_view); returns once
+        it holds everything the topic had when called. `schema` decodes the values (bytes by
+        default); a message with an empty value removes its key."""
+        self._check_open()
+        name = str(TopicName.parse(topic))
+        if not TopicName.parse(name).persistent:
+            raise InvalidArgumentError(
+                f"a table view reads a topic's compacted view: {name} is non-persistent and stores nothing; "
+                "use a persistent topic")
+        view: AsyncTableView[Any] = AsyncTableView(self, name, _check_schema(schema))
+        try:
+            await view._start()
+        except BaseException:
+            await view.close()
+            raise
+        return view
+
     async def get_partitions_for_topic(self, topic: str) -> list[str]:
         """The topic's partitions' names, or the topic itself when it is not partitioned."""
         self._check_open()
@@ -248,13 +276,15 @@ class AsyncClient:
     async def pull(
         self, topic: str, start: MessageId | None = None, *, max_entries: int = 0, max_bytes: int = 0,
         timeout: float = 0.0,  # noqa: ASYNC109 - the broker's long polling, not a local wait
+        read_compacted: bool = False,
     ) -> PullResult:
         """Read `topic` (a partition by its own name) by offset, without a subscription: the stored
         entries from the first at or after `start` (None: the earliest kept) and where to go on
-        (see herald.client.reader_pull.pull). Each entry is one producer batch, undecoded."""
+        (see herald.client.reader_pull.pull). Each entry is one producer batch, undecoded.
+        read_compacted: the compacted view up to the compaction horizon, then the log."""
         self._check_open()
         return await pull(self._pool, self._lookup, self._config, str(TopicName.parse(topic)), start,
-                          max_entries, max_bytes, timeout)
+                          max_entries, max_bytes, timeout, read_compacted)
 
     # ---- closing ----
 

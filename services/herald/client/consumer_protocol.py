@@ -146,6 +146,7 @@ class ConsumerProtocol(Generic[T]):
         subscribe.initial_position = config.initial_position.value
         subscribe.consumer_name = self.name
         subscribe.priority_level = config.priority_level
+        subscribe.read_compacted = config.read_compacted
         if config.properties:
             subscribe.properties.update(config.properties)
         if self._schema is not None and not self._schema.raw:

@@ -29,18 +29,21 @@ class PullResult(NamedTuple):
 async def pull(
     pool: ConnectionPool, lookup: LookupService, config: ClientConfig, topic: str, start: MessageId | None,
     max_entries: int, max_bytes: int, timeout: float,  # noqa: ASYNC109 - the broker's long polling
+    read_compacted: bool = False,
 ) -> PullResult:
     """Up to max_entries entries (0: 100; the broker serves at most 10,000) and, past the first,
     max_bytes (0: 4 MiB) of `topic` (a partition by its own name) from the first entry at or after
     `start`'s (ledger, entry) (None or MessageId.earliest: the earliest kept), waiting up to
     `timeout` seconds for one when there is none yet. A start whose ledger retention deleted
-    begins at the first entry kept: compare the first entry with `start` to notice."""
+    begins at the first entry kept: compare the first entry with `start` to notice. read_compacted:
+    the topic's compacted view up to its horizon (the latest entry per key: positions skip what
+    compaction removed), then the log."""
     if max_entries < 0 or max_bytes < 0 or timeout < 0:
         raise InvalidArgumentError(
             f"pull limits must not be negative (max_entries={max_entries}, max_bytes={max_bytes}, "
             f"timeout={timeout}s): use 0 for the defaults")
     request = broker_pb2.PullRequest(topic=topic, partition=-1, max_entries=max_entries, max_bytes=max_bytes,
-                                     timeout_ms=int(timeout * 1000))
+                                     timeout_ms=int(timeout * 1000), read_compacted=read_compacted)
     if start is not None and start != MessageId.earliest:
         check_position(start.ledger_id, start.entry_id, "pull start")  # the broker's rule, before sending
         request.start.CopyFrom(common_pb2.Position(ledger_id=start.ledger_id, entry_id=max(start.entry_id, 0)))

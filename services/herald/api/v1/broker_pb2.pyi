@@ -449,6 +449,7 @@ class Subscribe(_message.Message):
     DEAD_LETTER_POLICY_FIELD_NUMBER: _builtins.int
     PROPERTIES_FIELD_NUMBER: _builtins.int
     SCHEMA_FIELD_NUMBER: _builtins.int
+    READ_COMPACTED_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     subscription: _builtins.str
     type: Global___SubscriptionType.ValueType
@@ -463,6 +464,10 @@ class Subscribe(_message.Message):
     """
     start_inclusive: _builtins.bool
     """with start_position: read that entry too"""
+    read_compacted: _builtins.bool
+    """Read the topic's compacted view (the latest message per key) up to its compaction horizon, then
+    the live log. Exclusive and Failover subscriptions only (a Shared or Key_Shared one is refused).
+    """
     @_builtins.property
     def start_position(self) -> _common_pb2.Position:
         """non-durable only: first entry to read (else initial_position)"""
@@ -490,10 +495,11 @@ class Subscribe(_message.Message):
         dead_letter_policy: Global___DeadLetterPolicy | None = ...,
         properties: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         schema: _common_pb2.SchemaDefinition | None = ...,
+        read_compacted: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["dead_letter_policy", b"dead_letter_policy", "schema", b"schema", "start_position", b"start_position"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_name", b"consumer_name", "dead_letter_policy", b"dead_letter_policy", "initial_position", b"initial_position", "non_durable", b"non_durable", "priority_level", b"priority_level", "properties", b"properties", "schema", b"schema", "start_inclusive", b"start_inclusive", "start_position", b"start_position", "subscription", b"subscription", "topic", b"topic", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_name", b"consumer_name", "dead_letter_policy", b"dead_letter_policy", "initial_position", b"initial_position", "non_durable", b"non_durable", "priority_level", b"priority_level", "properties", b"properties", "read_compacted", b"read_compacted", "schema", b"schema", "start_inclusive", b"start_inclusive", "start_position", b"start_position", "subscription", b"subscription", "topic", b"topic", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -856,6 +862,7 @@ class PullRequest(_message.Message):
     MAX_BYTES_FIELD_NUMBER: _builtins.int
     TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     SUBSCRIPTION_FIELD_NUMBER: _builtins.int
+    READ_COMPACTED_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     """The queue (partition) of a partitioned topic; -1 reads `topic` as named. A non-partitioned
@@ -869,6 +876,8 @@ class PullRequest(_message.Message):
     """long polling: how long to wait when nothing is there yet"""
     subscription: _builtins.str
     """optional consumer group: NOT_FOUND when it does not exist"""
+    read_compacted: _builtins.bool
+    """Read the compacted view up to the topic's compaction horizon, then the log (see Subscribe)."""
     @_builtins.property
     def start(self) -> _common_pb2.Position:
         """first entry wanted; unset: the earliest"""
@@ -883,10 +892,11 @@ class PullRequest(_message.Message):
         max_bytes: _builtins.int = ...,
         timeout_ms: _builtins.int = ...,
         subscription: _builtins.str = ...,
+        read_compacted: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["start", b"start"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_bytes", b"max_bytes", "max_entries", b"max_entries", "partition", b"partition", "start", b"start", "subscription", b"subscription", "timeout_ms", b"timeout_ms", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_bytes", b"max_bytes", "max_entries", b"max_entries", "partition", b"partition", "read_compacted", b"read_compacted", "start", b"start", "subscription", b"subscription", "timeout_ms", b"timeout_ms", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

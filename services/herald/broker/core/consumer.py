@@ -100,6 +100,8 @@ class Consumer:
         self._event_ready = asyncio.Event()
         self._active = True  # False only for a Failover consumer that is not the active one
         self.key_shared: KeySharedMeta | None = None  # what a Key_Shared consumer asked for
+        # Reads the topic's compacted view up to its horizon (broker.core.compacted_reads).
+        self.read_compacted = False
 
     # ---- the adapter's side ----
 

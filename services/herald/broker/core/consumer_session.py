@@ -59,6 +59,7 @@ class SubscribeRequest:
     hash_ranges: Sequence[tuple[int, int]] = ()
     allow_out_of_order_delivery: bool = False
     schema: Schema | None = None  # the consumer's (broker.core.schemas): must be the topic's
+    read_compacted: bool = False  # read the compacted view up to its horizon (Exclusive, Failover)
 
 
 class ConsumerSession:
@@ -86,7 +87,8 @@ class ConsumerSession:
                 InitialPosition.parse(request.initial_position), request.consumer_name or None,
                 request.priority_level, non_durable=request.non_durable, start_position=request.start_position,
                 start_inclusive=request.start_inclusive, properties=dict(request.properties),
-                dead_letter_policy=dead_letter_policy, key_shared=key_shared, schema=request.schema)
+                dead_letter_policy=dead_letter_policy, key_shared=key_shared, schema=request.schema,
+                read_compacted=request.read_compacted)
         except Exception as exc:
             raise as_herald_error(exc, "subscribing") from exc
         self.consumer = consumer

@@ -27,6 +27,7 @@ from typing import Protocol
 
 from herald.broker.core import tracing as broker_tracing
 from herald.broker.core.batch_acks import BatchAcks
+from herald.broker.core.compacted_reads import CompactedSource, kept_messages, read_compacted
 from herald.broker.core.consumer import Consumer
 from herald.broker.core.cursor import ManagedCursor
 from herald.broker.core.dead_letters import DeadLetterPolicy, DeadLetterQueue
@@ -56,6 +57,11 @@ class DispatchSource(Protocol):
     redelivered_counter: int
     dead_letter_policy: DeadLetterPolicy | None
     dead_letters: DeadLetterQueue | None
+    durable: bool  # False: a reader's subscription, which acknowledges nothing
+
+    @property
+    def compaction(self) -> CompactedSource:
+        """The topic's compacted view, for read_compacted consumers."""
 
     @property
     def dead_letter_count(self) -> int: ...
@@ -72,11 +78,12 @@ class ReadEntry:
     """An entry read for dispatch (either format: herald.common.codec.entry); its metadata is parsed
     once, when first needed."""
 
-    __slots__ = ("_metadata", "_parsed", "_permits", "data", "position")
+    __slots__ = ("_metadata", "_parsed", "_permits", "data", "kept", "position")
 
-    def __init__(self, position: Position, data: bytes) -> None:
+    def __init__(self, position: Position, data: bytes, kept: int | None = None) -> None:
         self.position = position
         self.data = data
+        self.kept = kept  # a compacted view's batch: the messages it keeps (compacted_reads.kept_messages)
         self._metadata: EntryMetadata | None = None
         self._permits = 1
         self._parsed = False
@@ -268,6 +275,10 @@ class Dispatcher(abc.ABC):
             if not self._may_read_ahead():
                 return False
         start = self._cursor.read_position
+        if self._reads_compacted():
+            done = await self._dispatch_compacted(start, budget)
+            if done is not None:
+                return done
         if not self._ledger.has_entries_from(start):
             return False
         epoch = self._epoch
@@ -292,6 +303,33 @@ class Dispatcher(abc.ABC):
     def _may_read_ahead(self) -> bool:
         """Whether to read new entries while the replay set holds entries nobody can take now."""
         return True
+
+    def _reads_compacted(self) -> bool:
+        """Whether reads at or before the compaction horizon go to the compacted view (the consumer
+        entries go to asked for read_compacted; only single-active dispatchers allow it)."""
+        return False
+
+    async def _dispatch_compacted(self, start: Position, budget: int) -> bool | None:
+        """Read and dispatch from the compacted view (broker.core.compacted_reads); None when
+        `start` is past the view's horizon (or there is no view): read the log."""
+        epoch = self._epoch
+        read = await read_compacted(self._sub.compaction, start, budget)
+        if read is None:
+            return None
+        if epoch != self._epoch:
+            return True  # rewound or reset meanwhile: read again from the new position
+        self._cursor.advance_read_position(read.next)
+        if read.entries:
+            # A reader is told which messages of a compacted batch to leave out (Pulsar's C++ client
+            # shows compacted-out ones otherwise). Not a durable subscription's consumer: that client
+            # acknowledges a batch only once it has acknowledged every message, those left out
+            # included, so it gets them all (as from Pulsar's broker) and skips them itself or not.
+            mask = not self._sub.durable
+            leftovers = self._dispatch(self._admit(
+                [ReadEntry(position, data, kept_messages(data) if mask else None) for position, data in read.entries]))
+            if leftovers:
+                self._leftovers(leftovers)
+        return True  # an empty read moved the read position past the horizon: the log goes on
 
     def _admit(self, entries: Entries) -> Entries:
         """The entries to dispatch: not acknowledged, not dead letters, not delayed."""
@@ -375,8 +413,10 @@ class Dispatcher(abc.ABC):
                 span = broker_tracing.start_deliver(self._sub.topic_name, self._sub.name, consumer.name, position,
                                                     metadata.traceparent, messages, redelivery_count)
         batch_acks = self._sub.batch_acks
-        consumer.push(position, entry.data, messages, redelivery_count, span,
-                      batch_acks.unacked(position) if batch_acks else None)
+        unacked = batch_acks.unacked(position) if batch_acks else None
+        if entry.kept is not None:  # a compacted batch: its compacted-out messages are not to be delivered
+            unacked = entry.kept if unacked is None else unacked & entry.kept
+        consumer.push(position, entry.data, messages, redelivery_count, span, unacked)
 
     def _add_replay(self, positions: Iterable[Position]) -> None:
         is_acked = self._cursor.is_acked

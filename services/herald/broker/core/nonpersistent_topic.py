@@ -19,6 +19,7 @@ import secrets
 from collections.abc import Iterable
 from typing import Any
 
+from herald.broker.core.compacted_reads import check_read_compacted
 from herald.broker.core.consumer import (
     DEFAULT_MAX_BATCH_BYTES,
     DEFAULT_MAX_BATCH_ENTRIES,
@@ -307,10 +308,14 @@ class NonPersistentTopic(Topic[NonPersistentSubscription]):
         start_position: Position | None = None,
         start_inclusive: bool = False,
         key_shared: KeySharedMeta | None = None,
+        read_compacted: bool = False,
     ) -> Consumer:
         """Attach a consumer; the subscription is made on first use and lives while it has consumers.
-        Where it starts is moot: it gets what is published from now on."""
+        Where it starts is moot: it gets what is published from now on. Nothing is stored, so
+        nothing is compacted: read_compacted is refused."""
         self._check_subscribe(subscription, priority_level)
+        if read_compacted:
+            check_read_compacted(sub_type, persistent=False)
         sub = self.subscriptions.get(subscription)
         self._check_consumer_limits(sub)
         created = sub is None

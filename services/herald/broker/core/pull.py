@@ -5,6 +5,11 @@ waiting pull costs nothing until an entry arrives.
 
 Pull is stateless on the broker: a named subscription is only checked to exist (RocketMQ checks the
 consumer group's subscription); the reader keeps its own offset.
+
+A read_compacted pull whose start is at or before the compaction horizon reads the compacted view
+(broker.core.compacted_reads): `next` is then just after the last entry returned (original
+positions, not normalized: the view outlives the ledgers retention deletes), or the log after the
+horizon once the view has nothing more.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Protocol
 
+from herald.broker.core.compacted_reads import CompactedSource, after, read_compacted
 from herald.broker.core.ledger_list import Position
 from herald.broker.core.managed_ledger import ManagedLedger
 from herald.broker.core.seek import first_at_or_after
@@ -26,6 +32,7 @@ from herald.metadata.store import MetadataStore
 DEFAULT_MAX_ENTRIES = 100
 MAX_ENTRIES = 10_000  # a larger request is served this many at a time
 DEFAULT_MAX_BYTES = 4 * 1024 * 1024
+EARLIEST = Position(-1, -1)  # before any entry: a compacted read from the start
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,11 +98,12 @@ def check_limits(max_entries: int, max_bytes: int, max_wait: float) -> None:
 
 async def pull(
     topic: PullSource, start: Position | None, max_entries: int = 0, max_bytes: int = 0,
-    max_wait: float = 0.0,
+    max_wait: float = 0.0, *, compacted: CompactedSource | None = None,
 ) -> PullResult:
     """Up to max_entries (0: 100) entries and, past the first, max_bytes (0: 4 MiB) from the first
     entry at or after `start` (None: the earliest; one retention deleted: the first kept), waiting
-    up to `max_wait` seconds for one to arrive when there is none yet."""
+    up to `max_wait` seconds for one to arrive when there is none yet. `compacted`: read its view
+    first while `start` is at or before its horizon."""
     check_limits(max_entries, max_bytes, max_wait)
     if start is not None:
         check_position(start.ledger_id, start.entry_id, "pull start")  # what a seek takes, no more
@@ -104,6 +112,14 @@ async def pull(
     ledger = topic.ledger
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait
+    if compacted is not None:
+        view_start = start if start is not None else EARLIEST
+        read = await read_compacted(compacted, view_start, max_entries)
+        if read is not None and read.entries:
+            entries = _within(read.entries, max_bytes)
+            return PullResult(entries, after(entries[-1][0]), False)
+        if read is not None:
+            start = read.next  # the view holds nothing more: the log after its horizon
     while True:
         if topic.closed:
             raise ServiceNotReadyError(f"topic {topic.name} is being unloaded: look it up again")
@@ -111,15 +127,10 @@ async def pull(
         if ledger.has_entries_from(begin):
             entries = await ledger.read_entries(begin, max_entries)
             if entries:
-                size = len(entries[0][1])
-                kept = 1
-                while kept < len(entries) and size + len(entries[kept][1]) <= max_bytes:
-                    size += len(entries[kept][1])
-                    kept += 1
-                entries = entries[:kept]
+                entries = _within(entries, max_bytes)
                 last = entries[-1][0]
-                after = ledger.normalize(Position(last.ledger_id, last.entry_id + 1))
-                return PullResult(entries, after, topic.terminated and after > ledger.last_confirmed_position)
+                following = ledger.normalize(after(last))
+                return PullResult(entries, following, topic.terminated and following > ledger.last_confirmed_position)
         if topic.terminated:
             return PullResult([], begin, True)
         left = deadline - loop.time()
@@ -127,3 +138,13 @@ async def pull(
             return PullResult([], begin, False)
         # No await between the check above and this wait: an add cannot slip in between.
         await topic.add_waiters.wait(left)
+
+
+def _within(entries: list[tuple[Position, bytes]], max_bytes: int) -> list[tuple[Position, bytes]]:
+    """The first entry, and those after it while they fit in max_bytes."""
+    size = len(entries[0][1])
+    kept = 1
+    while kept < len(entries) and size + len(entries[kept][1]) <= max_bytes:
+        size += len(entries[kept][1])
+        kept += 1
+    return entries[:kept]

@@ -130,18 +130,21 @@ class BrokerService(TopicAdmin):
         dead_letter_policy: DeadLetterPolicy | None = None,
         key_shared: KeySharedMeta | None = None,
         schema: Schema | None = None,
+        read_compacted: bool = False,
     ) -> Consumer:
         """Attach a consumer (see Topic.subscribe; non_durable makes a reader's subscription
         starting at start_position; `properties` are the application's, shown in the topic's stats;
         `key_shared` is a Key_Shared consumer's mode and ranges). On a stored topic the subscription's
         dead-letter policy is then the one an admin set, else `dead_letter_policy` (the subscriber's:
         clients send theirs on every subscribe). A consumer's `schema` must read the topic's
-        (broker.core.schema_registry)."""
+        (broker.core.schema_registry). `read_compacted`: it reads the compacted view up to the
+        horizon, then the log (Exclusive and Failover only: broker.core.compacted_reads)."""
         loaded = await self.topics.get_topic(topic)
         await self.schemas.check_consumer(topic, schema)
         consumer = await loaded.subscribe(subscription, sub_type, initial_position, consumer_name, priority_level,
                                           non_durable=non_durable, start_position=start_position,
-                                          start_inclusive=start_inclusive, key_shared=key_shared)
+                                          start_inclusive=start_inclusive, key_shared=key_shared,
+                                          read_compacted=read_compacted)
         consumer.properties = dict(properties or {})
         if loaded.persistent:  # only a stored topic redelivers, so only it has dead letters
             try:

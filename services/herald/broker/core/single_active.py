@@ -41,6 +41,11 @@ class SingleActiveDispatcher(Dispatcher):
         self._epoch += 1
         self.notify()
 
+    def _reads_compacted(self) -> bool:
+        # As Pulsar's single-active dispatcher: the active consumer's own choice.
+        consumer = self.active_consumer()
+        return consumer is not None and consumer.read_compacted
+
     def _read_budget(self) -> int:
         consumer = self.active_consumer()
         if consumer is None or not consumer.can_receive:

@@ -10,6 +10,7 @@ import secrets
 from collections.abc import Callable
 
 from herald.broker.core.batch_acks import BatchAcks
+from herald.broker.core.compacted_reads import NO_COMPACTION, CompactedSource, check_read_compacted
 from herald.broker.core.consumer import Consumer, EndOfTopic
 from herald.broker.core.cursor import InitialPosition, ManagedCursor
 from herald.broker.core.dead_letters import DeadLetterPolicy, DeadLetterQueue
@@ -40,6 +41,7 @@ class Subscription:
     def __init__(
         self, topic_name: str, cursor: ManagedCursor, ledger: ManagedLedger, settings: BrokerSettings,
         *, dead_letters: DeadLetterQueue | None = None,
+        compaction: Callable[[], CompactedSource] = lambda: NO_COMPACTION,
     ) -> None:
         self.topic_name = topic_name
         self.name = cursor.name
@@ -69,6 +71,12 @@ class Subscription:
         self._told_end_of_topic: set[int] = set()  # consumer ids told ReachedEndOfTopic
         self.closed = False
         self._consumer_ids = itertools.count(1)
+        self._compaction = compaction  # the topic's, looked up on each read: it is loaded with the topic
+
+    @property
+    def compaction(self) -> CompactedSource:
+        """The topic's compacted view, for read_compacted consumers (broker.core.compacted_reads)."""
+        return self._compaction()
 
     def set_dead_letter_policies(
         self, *, admin: DeadLetterPolicy | None, subscriber: DeadLetterPolicy | None = None,
@@ -87,11 +95,13 @@ class Subscription:
 
     async def add_consumer(
         self, sub_type: SubscriptionType, consumer_name: str | None, priority_level: int = 0,
-        key_shared: KeySharedMeta | None = None,
+        key_shared: KeySharedMeta | None = None, *, read_compacted: bool = False,
     ) -> Consumer:
         if self.closed:
             raise NotAllowedError(f"subscription {self.name} on {self.topic_name} is closed")
         validate_priority_level(priority_level)
+        if read_compacted:
+            check_read_compacted(sub_type, persistent=True)
         dispatcher_class = _DISPATCHERS[sub_type]
         has_consumers = self.dispatcher is not None and bool(self.dispatcher.consumers)
         check_can_join(self.name, self.type, has_consumers, sub_type)
@@ -106,6 +116,7 @@ class Subscription:
         consumer = Consumer(self, next(self._consumer_ids), consumer_name or secrets.token_hex(5),
                             priority_level, self._settings.consumer_max_buffered_entries)
         consumer.key_shared = key_shared
+        consumer.read_compacted = read_compacted  # before it joins: the dispatcher reads for it at once
         assert self.dispatcher is not None
         self.dispatcher.add_consumer(consumer)
         if self.ledger.terminated:

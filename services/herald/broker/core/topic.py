@@ -262,12 +262,14 @@ class PersistentTopic(Topic[Subscription]):
         start_position: Position | None = None,
         start_inclusive: bool = False,
         key_shared: KeySharedMeta | None = None,
+        read_compacted: bool = False,
     ) -> Consumer:
         """Attach a consumer, creating the subscription when it does not exist: a durable one at
         initial_position, or with non_durable a reader's, in memory only, starting at
         start_position (inclusive or not; past the end: the end; None: initial_position), that
         holds no data back and is dropped when its last consumer leaves. `key_shared`: a
-        Key_Shared consumer's mode and ranges."""
+        Key_Shared consumer's mode and ranges; `read_compacted`: the consumer reads the compacted
+        view up to its horizon (Exclusive and Failover only: broker.core.compacted_reads)."""
         self._check_subscribe(subscription, priority_level)
         if start_position is not None:
             check_position(start_position.ledger_id, start_position.entry_id, "reader start")
@@ -296,7 +298,8 @@ class PersistentTopic(Topic[Subscription]):
                 self._check_open()
                 sub = self._attach(cursor)
             try:
-                return await sub.add_consumer(sub_type, consumer_name, priority_level, key_shared)
+                return await sub.add_consumer(sub_type, consumer_name, priority_level, key_shared,
+                                              read_compacted=read_compacted)
             except BaseException:
                 self._subscription_idle(sub)  # a reader's subscription nobody could join goes
                 raise
@@ -311,7 +314,8 @@ class PersistentTopic(Topic[Subscription]):
 
     def _attach(self, cursor: ManagedCursor) -> Subscription:
         sub = self.subscriptions[cursor.name] = Subscription(
-            self.name, cursor, self.ledger, self.settings, dead_letters=self.dead_letters)
+            self.name, cursor, self.ledger, self.settings, dead_letters=self.dead_letters,
+            compaction=lambda: self.compaction)
         sub.on_idle = self._subscription_idle
         return sub
 

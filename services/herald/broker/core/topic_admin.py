@@ -305,14 +305,16 @@ class TopicAdmin:
 
     async def pull(
         self, topic: str, queue: int = -1, start: Position | None = None, max_entries: int = 0, max_bytes: int = 0,
-        max_wait: float = 0.0, subscription: str | None = None,
+        max_wait: float = 0.0, subscription: str | None = None, *, read_compacted: bool = False,
     ) -> PullResult:
         """Read queue `queue` of `topic` (-1: the topic as named) by offset, long polling up to
-        max_wait seconds (see broker.core.pull). INVALID_ARGUMENT "queue id out of range" for a queue
-        the topic does not have, NOT_FOUND for a named subscription that does not exist."""
+        max_wait seconds (see broker.core.pull); read_compacted: the compacted view up to its
+        horizon, then the log. INVALID_ARGUMENT "queue id out of range" for a queue the topic does
+        not have, NOT_FOUND for a named subscription that does not exist."""
         check_pull_limits(max_entries, max_bytes, max_wait)
         name = await resolve_queue(self.store, self.parse_topic(topic), queue)
         loaded = await self._persistent(str(name), "pull")
         if subscription:
             loaded.mark_delete_position(subscription)  # NotFoundError when it does not exist
-        return await pull(loaded, start, max_entries, max_bytes, max_wait)
+        return await pull(loaded, start, max_entries, max_bytes, max_wait,
+                          compacted=loaded.compaction if read_compacted else None)

@@ -269,10 +269,12 @@ class Topic(abc.ABC, Generic[S]):
         start_position: Position | None = None,
         start_inclusive: bool = False,
         key_shared: KeySharedMeta | None = None,
+        read_compacted: bool = False,
     ) -> Consumer:
         """Attach a consumer, making the subscription when it does not exist (where it starts,
         and whether it is a reader's, matter on a stored topic only). `key_shared`: a Key_Shared
-        consumer's mode and ranges."""
+        consumer's mode and ranges; `read_compacted`: read the compacted view (a stored topic's,
+        Exclusive and Failover only: broker.core.compacted_reads)."""
 
     def _check_subscribe(self, subscription: str, priority_level: int) -> None:
         """The checks before a subscription is touched, so a refused consumer leaves nothing behind."""

@@ -167,7 +167,8 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         try:
             result = await self.service.pull(
                 request.topic, request.partition, _position(request.start) if request.HasField("start") else None,
-                request.max_entries, request.max_bytes, request.timeout_ms / 1000, request.subscription or None)
+                request.max_entries, request.max_bytes, request.timeout_ms / 1000, request.subscription or None,
+                read_compacted=request.read_compacted)
         except errors.HeraldError as error:
             await abort(context, error)
         return _pull_reply(result)
@@ -235,7 +236,7 @@ def _subscribe_request(sub: broker_pb2.Subscribe) -> SubscribeRequest:
         start_position=_position(sub.start_position) if sub.HasField("start_position") else None,
         start_inclusive=sub.start_inclusive, properties=sub.properties,
         max_redeliver_count=policy.max_redeliver_count, dead_letter_topic=policy.dead_letter_topic,
-        retry_letter_topic=policy.retry_letter_topic,
+        retry_letter_topic=policy.retry_letter_topic, read_compacted=sub.read_compacted,
         schema=schema_from_proto(sub.schema) if sub.HasField("schema") else None)
 
 

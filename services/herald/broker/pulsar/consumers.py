@@ -82,9 +82,6 @@ class ConsumerEndpoint:
         if request.replicate_subscription_state:
             raise NotAllowedError("replicated subscriptions are not supported by this broker (Herald has no "
                                   "geo-replication): subscribe without replicateSubscriptionState")
-        if request.read_compacted:
-            raise NotAllowedError("read_compacted is not supported yet (topic compaction is not implemented): "
-                                  "subscribe without readCompacted")
         if request.subscription_properties:
             raise NotAllowedError("subscription properties are not kept by this broker yet: subscribe without "
                                   "subscriptionProperties (a consumer's own properties are kept)")
@@ -106,6 +103,7 @@ class ConsumerEndpoint:
             properties={kv.key: kv.value for kv in request.metadata},
             **_key_shared(request),
             schema=schemas.from_wire(request.schema) if request.HasField("schema") else None,
+            read_compacted=request.read_compacted,
         )
 
     def answer_again(self, request_id: int) -> None:

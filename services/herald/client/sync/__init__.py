@@ -14,11 +14,14 @@ wait; calls that do not (send_async, acknowledge) are queued onto it without wai
   seek); acks and nacks go through the Submitter without waiting; listeners run on a thread of the
   consumer's own, with the blocking Consumer.
 - reader: `Reader`, AsyncReader's API; a reader_listener runs on a thread of the reader's own.
+- table_view: `TableView`, AsyncTableView's API; reads answer from a copy taken on the loop, actions
+  run on a thread of the view's own.
 """
 
 from herald.client.sync.client import Client
 from herald.client.sync.consumer import Consumer
 from herald.client.sync.producer import Producer
 from herald.client.sync.reader import Reader
+from herald.client.sync.table_view import TableView
 
-__all__ = ["Client", "Consumer", "Producer", "Reader"]
+__all__ = ["Client", "Consumer", "Producer", "Reader", "TableView"]

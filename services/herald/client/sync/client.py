@@ -13,11 +13,13 @@ from herald.client.sync.consumer import Consumer
 from herald.client.sync.loop import LoopThread
 from herald.client.sync.producer import Producer
 from herald.client.sync.reader import Reader
+from herald.client.sync.table_view import TableView
 from herald.common.codec.message_id import MessageId
 from herald.common.errors import AlreadyClosedError, InvalidArgumentError
 
 if TYPE_CHECKING:
     from herald.client.client import Topics
+    from herald.client.schema import Schema
 
 
 class Client:
@@ -67,6 +69,11 @@ class Client:
         A reader_listener runs on a thread of the reader's own and gets the blocking Reader."""
         return Reader._create(self._thread, self._core(), topic, start_message_id, dict(options))
 
+    def create_table_view(self, topic: str, *, schema: Schema[Any] | None = None) -> TableView[Any]:
+        """A live dict of key -> latest value of `topic`; as AsyncClient.create_table_view. Its
+        listeners run on a thread of the view's own."""
+        return TableView._create(self._thread, self._core(), topic, schema)
+
     def get_partitions_for_topic(self, topic: str) -> list[str]:
         core = self._core()
         return self._thread.run(core.get_partitions_for_topic(topic))
@@ -78,12 +85,12 @@ class Client:
 
     def pull(
         self, topic: str, start: MessageId | None = None, *, max_entries: int = 0, max_bytes: int = 0,
-        timeout: float = 0.0,
+        timeout: float = 0.0, read_compacted: bool = False,
     ) -> PullResult:
         """As AsyncClient.pull."""
         core = self._core()
         return self._thread.run(core.pull(topic, start, max_entries=max_entries, max_bytes=max_bytes,
-                                          timeout=timeout))
+                                          timeout=timeout, read_compacted=read_compacted))
 
     def close(self) -> None:
         """Close every producer and consumer, then the connections and the client's thread.
