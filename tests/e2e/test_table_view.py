@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from herald.client import AsyncClient, Client, InvalidArgumentError, StringSchema
 from herald.client.admin import AdminClient
 
-from tests.conftest import StandaloneProcess
+from tests.conftest import StandaloneProcess, service_env
 from tests.helpers import eventually, eventually_sync, unique_topic
 
 
@@ -180,3 +182,57 @@ async def test_after_a_compaction_it_is_built_from_the_view_even_when_the_last_m
     await compact(admin, topic)
     async with await client.create_table_view(topic) as view:  # returns: nothing is left to read up to it
         assert dict(view.items()) == latest(items)
+
+
+# ---- after retention deleted the ledgers before the compaction horizon ----
+
+@pytest.fixture
+def trimming_standalone(tmp_path: Path) -> Iterator[StandaloneProcess]:
+    """A standalone of its own that keeps nothing consumed (retention 0 / 0), rolls a ledger every
+    10 entries and runs retention every 0.2 s: compacted ledgers go soon after a compaction."""
+    env = service_env()
+    env.update({
+        "HERALD_BROKER_MAX_ENTRIES_PER_LEDGER": "10", "HERALD_BROKER_MIN_LEDGER_ROLLOVER_SECONDS": "0",
+        "HERALD_BROKER_RETENTION_TIME_SECONDS": "0", "HERALD_BROKER_RETENTION_SIZE_BYTES": "0",
+        "HERALD_BROKER_RETENTION_CHECK_INTERVAL": "0.2",
+    })
+    server = StandaloneProcess(tmp_path / "data", env)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+async def test_a_new_view_holds_every_key_after_retention_deleted_the_compacted_ledgers(
+    trimming_standalone: StandaloneProcess,
+) -> None:
+    url = trimming_standalone.service_url
+    async with AsyncClient(url) as client, AdminClient(url) as admin:
+        topic = unique_topic("trimmed-view")
+        # Compacted while empty: from then on the compaction cursor holds what it has not read, so
+        # retention 0 / 0 deletes nothing before the next compaction.
+        producer = await client.create_producer(topic, batching_enabled=False)
+        await compact(admin, topic)
+        items: list[tuple[str | None, bytes]] = [(f"k{i}", f"v{i}".encode()) for i in range(60)]  # six ledgers
+        items += [(f"k{i}", f"v{i}-again".encode()) for i in range(0, 60, 7)]
+        items += [("k5", b""), ("k13", b"")]  # deletes
+        for key, value in items:
+            await producer.send(value, key=key)
+        before = (await admin.compaction_status(topic)).finished_at
+        await admin.compact_topic(topic)
+        await eventually(lambda: admin.compaction_status(topic), "the second compaction",
+                         until=lambda status: status.status == "SUCCESS" and status.finished_at > before)
+        assert sum(ledger.entries for ledger in (await admin.internal_stats(topic)).ledgers) >= len(items)
+
+        async def trimmed() -> bool:  # at most the horizon's ledger is left of what was compacted
+            return sum(ledger.entries for ledger in (await admin.internal_stats(topic)).ledgers) <= 10
+
+        await eventually(trimmed, "retention to delete the ledgers before the horizon")
+        tail: list[tuple[str | None, bytes]] = [("k1", b"v1-tail"), ("k99", b"v99")]
+        for key, value in tail:
+            await producer.send(value, key=key)
+        await producer.close()
+        async with await client.create_table_view(topic) as view:  # every key, not just the kept ledgers'
+            assert dict(view.items()) == latest(items + tail)
+            assert len(view) == 60 - 2 + 1

@@ -12,12 +12,16 @@ import pytest
 from herald.api.pulsar import PulsarApi_pb2 as pulsar
 from herald.broker.core.compacted_reads import (
     NO_COMPACTION,
+    VIEW_START,
     CompactedRead,
     CompactedView,
     after,
     check_read_compacted,
+    compacted_start,
     read_compacted,
+    wanted_start,
 )
+from herald.broker.core.cursor import InitialPosition, PublishTime
 from herald.broker.core.ledger_list import Position
 from herald.broker.core.subscription_type import SubscriptionType
 from herald.common.codec import pulsar_entry
@@ -175,3 +179,26 @@ def test_an_unbatched_compressed_or_unreadable_entry_is_delivered_whole() -> Non
     torn = herald_batch([None, ("a", b"1")])
     metadata, payload = decode_entry(torn)
     assert kept_messages(encode_entry(metadata, bytes(payload)[:-1])) is None  # framing runs past the end
+
+
+# ---- where a read_compacted cursor starts (ledgers before first_kept were deleted) ----
+
+FIRST_KEPT = Position(7, 0)
+
+
+def test_the_earliest_is_before_every_original_position() -> None:
+    assert wanted_start(InitialPosition.EARLIEST) == VIEW_START < Position(0, 0)
+    assert compacted_start(VIEW_START, FIRST_KEPT, FIRST_KEPT) == VIEW_START
+
+
+def test_a_start_in_a_deleted_ledger_is_kept_not_snapped_forward() -> None:
+    assert wanted_start(Position(3, 5)) == Position(3, 5)
+    assert compacted_start(Position(3, 5), FIRST_KEPT, FIRST_KEPT) == Position(3, 5)
+    assert compacted_start(Position(-1, -1), FIRST_KEPT, FIRST_KEPT) == VIEW_START  # never before it
+
+
+def test_a_start_in_the_log_and_targets_the_view_does_not_change_resolve_as_the_log_does() -> None:
+    assert compacted_start(Position(7, 3), Position(7, 3), FIRST_KEPT) == Position(7, 3)
+    assert compacted_start(Position(99, 0), Position(8, 2), FIRST_KEPT) == Position(8, 2)  # past the end
+    assert wanted_start(InitialPosition.LATEST) is None and wanted_start(PublishTime(5)) is None
+    assert compacted_start(None, Position(8, 2), FIRST_KEPT) == Position(8, 2)

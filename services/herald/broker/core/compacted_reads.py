@@ -9,6 +9,17 @@ Positions are original positions, hence monotonic across views: when a new compa
 another view while a reader is in the compacted range, the next read continues from its read
 position in the new view. Acks, redelivery and seeks all work on those original positions.
 
+Starting before the log: once a topic is compacted, the "__compaction" cursor holds retention only
+from the horizon on, so retention deletes the ledgers before it while the view still holds the
+latest message of their keys. A read_compacted cursor asked for the earliest therefore starts at
+VIEW_START, a position before every original position a view can hold, not at the log's first kept
+entry (that would skip every key whose latest message lies in a deleted ledger); likewise a reader's
+start, or a seek, in a deleted ledger stays where it was asked (compacted_start) instead of being
+snapped forward into the log. The log, the cursor's backlog and retention see such a position as
+"before the first kept entry" (the ledger list normalizes it), so nothing else changes for them.
+Only new positions are chosen so: a cursor that already has a position keeps it (a subscription that
+read the deleted range is not given it again).
+
 A view's batch keeps its compacted-out messages in place, flagged (Herald's record flag
 FLAG_COMPACTED_OUT, Pulsar's SingleMessageMetadata.compacted_out), so that batch indexes stay
 stable. Herald's client skips them; Pulsar's C++ client does not, so to a reader each such entry
@@ -23,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from herald.broker.core.cursor import InitialPosition, ResetTarget
 from herald.broker.core.ledger_list import Position
 from herald.broker.core.subscription_type import SubscriptionType
 from herald.common.codec.compacted_out import kept_messages as kept_messages  # re-exported for dispatchers
@@ -31,6 +43,10 @@ from herald.common.errors import HeraldError, NotAllowedError
 # Subscription types that may read the compacted view (Pulsar's rule: one consumer reads in order;
 # Shared and Key_Shared spread a topic's messages, which a per-key view cannot keep in order).
 READ_COMPACTED_TYPES = (SubscriptionType.EXCLUSIVE, SubscriptionType.FAILOVER)
+
+# Where a read_compacted cursor asked for the earliest reads first: before every original position
+# (ledger ids are >= 0), so the whole view is read, then the log after its horizon.
+VIEW_START = Position(-1, 0)
 
 # Attempts to read a view that a new compaction replaced (and deleted) while the read was in flight.
 _VIEW_SWAP_RETRIES = 3
@@ -77,6 +93,24 @@ class CompactedRead:
 def after(position: Position) -> Position:
     """The position right after `position` (readers normalize it across ledgers)."""
     return Position(position.ledger_id, position.entry_id + 1)
+
+
+def wanted_start(target: ResetTarget) -> Position | None:
+    """The first position a read_compacted cursor moved to `target` asks for, before the log
+    resolves it (None: a target the view does not change, the latest or a publish time)."""
+    if target is InitialPosition.EARLIEST:
+        return VIEW_START
+    return target if isinstance(target, Position) else None
+
+
+def compacted_start(wanted: Position | None, resolved: Position, first_kept: Position) -> Position:
+    """Where a read_compacted cursor starts: `resolved` (the log's answer: the first kept entry at
+    or after what was asked), unless what was asked (`wanted`) lies before the log's first kept
+    entry, in ledgers retention deleted whose latest messages per key the view may still hold:
+    then there (never before VIEW_START), so that the view is read from that point on."""
+    if wanted is None or wanted >= first_kept:
+        return resolved
+    return max(wanted, VIEW_START)
 
 
 def check_read_compacted(sub_type: SubscriptionType, persistent: bool) -> None:

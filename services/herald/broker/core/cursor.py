@@ -200,17 +200,19 @@ class ManagedCursor:
     @classmethod
     async def open(
         cls, ledger: LedgerView, store: MetadataStore, ledger_name: str, name: str,
-        initial_position: InitialPosition,
+        initial_position: InitialPosition, *, earliest: Position | None = None,
     ) -> ManagedCursor:
-        """Load the cursor, or create and persist it at its initial position."""
+        """Load the cursor, or create and persist it at its initial position. `earliest`: the
+        first entry EARLIEST reads (None: the log's first kept entry; a read_compacted
+        subscription's starts before it, broker.core.compacted_reads.VIEW_START). A loaded
+        cursor keeps its position whatever these say."""
         key = cursor_key(ledger_name, name)
         for _ in range(3):
             got = await store.get(key)
             if got is not None:
                 return cls._parse(ledger, store, ledger_name, name, got.value, got.version)
             if initial_position is InitialPosition.EARLIEST:
-                first = ledger.first_position
-                mark_delete = Position(first.ledger_id, first.entry_id - 1)
+                mark_delete = before(ledger.first_position if earliest is None else earliest)
             else:
                 mark_delete = ledger.last_confirmed_position
             cursor = cls(ledger, store, ledger_name, name, mark_delete)

@@ -78,6 +78,12 @@ class Subscription:
         """The topic's compacted view, for read_compacted consumers (broker.core.compacted_reads)."""
         return self._compaction()
 
+    @property
+    def reads_compacted(self) -> bool:
+        """Whether a consumer reads it compacted (Exclusive and Failover only: one consumer at a
+        time reads, so a seek from any of them moves a read_compacted subscription)."""
+        return any(consumer.read_compacted for consumer in self.consumers)
+
     def set_dead_letter_policies(
         self, *, admin: DeadLetterPolicy | None, subscriber: DeadLetterPolicy | None = None,
         keep_subscriber: bool = False,

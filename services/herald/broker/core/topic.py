@@ -17,6 +17,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from herald.broker.core.backlog_quota import BacklogQuotaGuard
+from herald.broker.core.compacted_reads import VIEW_START, after, compacted_start, wanted_start
 from herald.broker.core.compaction.topic_compaction import TopicCompaction
 from herald.broker.core.consumer import Consumer
 from herald.broker.core.cursor import InitialPosition, ManagedCursor, ResetTarget
@@ -284,17 +285,26 @@ class PersistentTopic(Topic[Subscription]):
             self._check_consumer_limits(sub)
             if sub is None:
                 if non_durable:
+                    wanted: Position | None
                     if start_position is None:
+                        wanted = wanted_start(initial_position)
                         read_from = await resolve_target(self.ledger, initial_position)
                     elif start_inclusive:
+                        wanted = start_position
                         read_from = first_at_or_after(self.ledger, start_position)
                     else:
+                        wanted = after(start_position)
                         read_from = first_after(self.ledger, start_position)
+                    if read_compacted:  # a start in deleted ledgers reads the view from there
+                        read_from = compacted_start(wanted, read_from, self.ledger.first_position)
                     cursor = ManagedCursor.non_durable(
                         self.ledger, self._store, self.ledger.name, subscription, read_from)
                 else:
+                    # A new read_compacted subscription at EARLIEST reads the whole view, whose
+                    # oldest keys may lie in ledgers retention deleted (broker.core.compacted_reads).
                     cursor = await ManagedCursor.open(
-                        self.ledger, self._store, self.ledger.name, subscription, initial_position)
+                        self.ledger, self._store, self.ledger.name, subscription, initial_position,
+                        earliest=VIEW_START if read_compacted else None)
                 self._check_open()
                 sub = self._attach(cursor)
             try:
@@ -383,6 +393,8 @@ class PersistentTopic(Topic[Subscription]):
         self._check_open()
         sub = self._subscription(subscription)
         read_from = await resolve_target(self.ledger, target)
+        if sub.reads_compacted:  # to the earliest, or into deleted ledgers: the view from there
+            read_from = compacted_start(wanted_start(target), read_from, self.ledger.first_position)
         if self.subscriptions.get(subscription) is not sub:
             raise NotFoundError(f"subscription {subscription!r} was deleted from {self.name} during the reset")
         if not sub.durable:
