@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from herald.api.v1 import entry_pb2
+from herald.api.v1 import admin_pb2, entry_pb2
 from herald.client import (
     AsyncClient,
     AsyncConsumer,
@@ -737,9 +737,12 @@ class Order:
 
 
 async def test_messages_expose_their_fields_and_decode_through_the_schema(
-    client: AsyncClient, wire: WireClient,
+    client: AsyncClient, wire: WireClient, admin: AdminClient,
 ) -> None:
     topic = unique_topic("consumer")
+    # One message read through two unrelated schemas: only a topic that takes any schema allows it.
+    await admin.create_topic(topic)
+    await admin.set_topic_policies(topic, admin_pb2.Policies(schema_compatibility_strategy="ALWAYS_COMPATIBLE"))
     texts = await client.subscribe(topic, "text", initial_position=EARLIEST, schema=StringSchema())
     orders = await client.subscribe(topic, "json", initial_position=EARLIEST, schema=JsonSchema(Order))
     producer = await wire.producer(topic, name="orders-app")

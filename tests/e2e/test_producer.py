@@ -118,13 +118,15 @@ class Order:
 
 
 async def test_a_schema_encodes_the_values_sent(client: AsyncClient) -> None:
-    topic = unique_topic("schema")
-    consumer = await client.subscribe(topic, "sub", initial_position=EARLIEST)
-    text = await client.create_producer(topic, schema=StringSchema())
-    orders = await client.create_producer(topic, schema=JsonSchema(Order))
+    texts, orders_topic = unique_topic("schema-text"), unique_topic("schema-orders")
+    text_consumer = await client.subscribe(texts, "sub", initial_position=EARLIEST)
+    orders_consumer = await client.subscribe(orders_topic, "sub", initial_position=EARLIEST)
+    text = await client.create_producer(texts, schema=StringSchema())
+    orders = await client.create_producer(orders_topic, schema=JsonSchema(Order))
     await text.send("héllo")
     await orders.send(Order(7, 9.5))
-    first, second = await drain(consumer, 2)
+    (first,) = await drain(text_consumer, 1)
+    (second,) = await drain(orders_consumer, 1)
     assert first.data() == "héllo".encode()
     assert JsonSchema(Order).decode(second.data()) == Order(7, 9.5)
     assert text.encode("x") == b"x"
