@@ -158,6 +158,7 @@ def test_key_shared_is_accepted_with_pulsars_spelling_and_the_old_one_with_a_not
     (["consume", "t", "--consumers-per-topic", "2"], "an Exclusive subscription takes one consumer per topic"),
     (["produce", "t", "--report-interval", "0"], "--report-interval must be a positive number of seconds"),
     (["produce", "t", "--size", "99999999999"], "--size must be between 0 and"),
+    (["produce", "bad topic"], "'bad topic' is invalid"),
     (["produce"], "the following arguments are required: TOPIC"),
 ])
 def test_bad_arguments_exit_2_with_the_reason(args: list[str], message: str) -> None:
@@ -227,3 +228,15 @@ def test_docs_example_runs(command: str, shared_standalone: StandaloneProcess) -
     result = perf(*args[2:], *urls(shared_standalone))
     assert result.returncode == 0, f"{command}\n{result.stdout}\n{result.stderr}"
     assert "summary" in result.stdout
+
+
+@pytest.mark.parametrize(("protocol", "reason"), [("herald", "is larger than the maximum message size"),
+                                                  ("pulsar", "MessageTooBig")])
+def test_failed_sends_end_the_run_with_exit_1_the_reason_and_the_summary(
+        protocol: str, reason: str, shared_standalone: StandaloneProcess) -> None:
+    result = perf("produce", unique_topic("perf-big"), *urls(shared_standalone), "--protocol", protocol,
+                  "--size", str(6 * 1024 * 1024), "--json")  # no count: the failures alone end the run
+    assert result.returncode == 1, result
+    assert "error: send failed: " in result.stderr and reason in result.stderr, result.stderr
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary["type"] == "summary" and summary["errors"] >= 1 and summary["produce"]["messages"] == 0

@@ -76,8 +76,9 @@ async def send_loop(run: Run, producer: AsyncProducer[bytes], recorder: Recorder
     def done(sent_ns: int, size: int, failure: HeraldError | None, _message_id: object) -> None:
         if failure is None:
             record((clock() - sent_ns) // 1000, size)
-        else:
+        else:  # the run ends: a producer that fails sends would otherwise fail every later one as fast
             error(f"send failed: {failure}")
+            run.stop()
 
     pacer = RatePacer(rate, time.monotonic())
     sent = 0

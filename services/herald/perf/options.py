@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from herald.common.codec.names import TopicName, validate_subscription_name
 from herald.common.errors import InvalidArgumentError
 
 PROTOCOLS = ("herald", "pulsar")
@@ -59,6 +60,7 @@ class ConsumeOptions:
         _at_least_one("--receiver-queue-size", self.receiver_queue_size)
         if not self.subscription:
             raise InvalidArgumentError("--subscription must not be empty")
+        validate_subscription_name(self.subscription)
         if self.subscription_type == "Exclusive" and self.consumers_per_topic > 1:
             raise InvalidArgumentError(
                 "an Exclusive subscription takes one consumer per topic: use --subscription-type Shared, "
@@ -80,6 +82,8 @@ class PerfOptions:
     def check(self) -> None:
         if not self.topics:
             raise InvalidArgumentError("give at least one topic")
+        for topic in self.topics:
+            TopicName.parse(topic)  # the name's error, before anything is dialled
         if self.protocol not in PROTOCOLS:
             raise InvalidArgumentError(f"--protocol must be one of {', '.join(PROTOCOLS)}, got {self.protocol!r}")
         if self.protocol == "pulsar" and self.security:

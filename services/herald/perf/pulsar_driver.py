@@ -134,6 +134,7 @@ def _send_loop(run: Run, loop: asyncio.AbstractEventLoop, producer: Any, recorde
                         record((clock() - sent_ns) // 1000, size)
                     else:
                         loop.call_soon_threadsafe(run.error, f"send failed: {result}")
+                        loop.call_soon_threadsafe(run.stop)  # as over Herald's protocol: the run ends
 
                 key = keys.next()
                 if key is None:

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
+from herald.common.errors import InvalidArgumentError
 from herald.perf.recorder import Recorder
 from herald.perf.report import interval_line, summary_line
 
@@ -128,14 +129,17 @@ class Run:
 async def execute(run: Run, driver: Callable[[Run], Awaitable[None]]) -> int:
     """Run `driver` with the reporting task beside it until it returns (its count done, or it saw
     `stopping`); Ctrl-C stops it (a second Ctrl-C ends the process at once). Prints the summary;
-    returns the exit status: 0, or 1 when an operation failed."""
+    returns the exit status: 0, 1 when an operation failed, 2 when the run could not start as asked."""
     loop = asyncio.get_running_loop()
     with contextlib.suppress(NotImplementedError, RuntimeError):
         loop.add_signal_handler(signal.SIGINT, _interrupt, run, loop)
     status = 0
     try:
         await driver(run)
-    except Exception as error:
+    except InvalidArgumentError as error:  # the run cannot start as asked (e.g. pulsar-client missing): usage
+        run.error(_describe(error))
+        status = 2
+    except Exception as error:  # any other failure ends the run with its message and status 1
         run.error(_describe(error))
         status = 1
     finally:
@@ -146,7 +150,7 @@ async def execute(run: Run, driver: Callable[[Run], Awaitable[None]]) -> int:
     if run.errors:
         print(f"error: {run.first_error}" + (f" ({run.errors} operations failed)" if run.errors > 1 else ""),
               file=sys.stderr, flush=True)
-        status = 1
+        status = status or 1
     return status
 
 
