@@ -80,6 +80,16 @@ async def send_loop(run: Run, producer: AsyncProducer[bytes], recorder: Recorder
             error(f"send failed: {failure}")
             run.stop()
 
+    try:
+        await _send(run, producer, done, payloads, keys, rate, count, stamped)
+    except BaseException:
+        run.stop()  # the receiving side of an end-to-end run must not wait for messages that will not come
+        raise
+
+
+async def _send(run: Run, producer: AsyncProducer[bytes], done: Callable[..., None], payloads: Payloads,
+                keys: Keys, rate: float, count: int, stamped: bool) -> None:
+    clock = time.monotonic_ns
     pacer = RatePacer(rate, time.monotonic())
     sent = 0
     stopping = run.stopping

@@ -46,8 +46,9 @@ async def _in_threads(run: Run, targets: list[Callable[[threading.Event], None]]
     def body(target: Callable[[threading.Event], None], future: asyncio.Future[None]) -> None:
         try:
             target(stop)
-        except BaseException as error:
+        except BaseException as error:  # handed to the loop, raised there; the other threads stop too
             loop.call_soon_threadsafe(_settle, future, error)
+            loop.call_soon_threadsafe(run.stop)
         else:
             loop.call_soon_threadsafe(_settle, future, None)
 
