@@ -54,7 +54,7 @@ def summary_line(command: str, seconds: float, streams: Sequence[StreamStats], *
         record.update({stats.name: stream_json(stats) for stats in streams})
         return json.dumps(record)
     lines = [f"summary: {command} over {seconds:.1f}s after a {warmup_s:g}s warm-up "
-             f"({warmup_messages} warm-up message(s) left out), {errors} error(s)"
+             f"({warmup_messages:,} warm-up message(s) left out), {errors} error(s)"
              + (", interrupted" if interrupted else "")]
     lines += [f"  {stats.name}: {stats.messages:,} messages, {stats.bytes:,} bytes, "
               f"{stats.msg_per_s:,.1f} msg/s, {stats.mb_per_s:,.3f} MB/s, {_latency_text(stats.latency)}"

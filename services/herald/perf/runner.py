@@ -95,14 +95,10 @@ class Run:
         last_line = self.started
         while True:
             now = time.monotonic()
-            if warming and now >= warmup_end:
-                warming = False
-                for recorder in self.recorders:
-                    recorder.end_warmup()
-                self.measure_started = now
             due = self.started + intervals * limits.report_interval
             if now >= due:
                 # Skipped intervals (a stalled loop) are merged into one line rather than drifting.
+                # Emitted before the warm-up ends at this tick: the interval ran in the warm-up.
                 intervals = int((now - self.started) / limits.report_interval) + 1
                 self.emit(interval_line(now - self.started, [r.interval(now - last_line) for r in self.recorders],
                                         warmup=warming, as_json=limits.as_json))
@@ -111,6 +107,11 @@ class Run:
             else:
                 for recorder in self.recorders:
                     recorder.fold()
+            if warming and now >= warmup_end:
+                warming = False
+                for recorder in self.recorders:
+                    recorder.end_warmup()
+                self.measure_started = now
             if end is not None and now >= end:
                 self.stop()
                 return
