@@ -1,5 +1,6 @@
 """`herald perf produce | consume | end-to-end`: the flags (pulsar-perf's and
-kafka-*-perf-test's, under Herald's spellings), checked into herald.perf's options, and the run.
+kafka-*-perf-test's, under Herald's spellings, with pulsar-perf's short forms: -r, -m, -n, -s, ...),
+checked into herald.perf's options, and the run.
 Usage errors exit with status 2, a failed run with 1 (herald.perf.runner)."""
 
 from __future__ import annotations
@@ -63,13 +64,13 @@ def _common_flags(sub: argparse.ArgumentParser) -> None:
                           "against --pulsar-url")
     sub.add_argument("--pulsar-url", default=env_pulsar,
                      help=f"Pulsar service URL for --protocol pulsar (default {env_pulsar}, env HERALD_PULSAR_URL)")
-    sub.add_argument("--count", type=_count, default=0, metavar="N",
+    sub.add_argument("--count", "-m", type=_count, default=0, metavar="N",
                      help="stop after N messages (produce: sent and acknowledged; consume: received); 0: no limit")
-    sub.add_argument("--duration", type=_positive_float, default=0.0, metavar="SECONDS",
+    sub.add_argument("--duration", "-time", type=_positive_float, default=0.0, metavar="SECONDS",
                      help="stop after this long, warm-up not included; 0: no limit (Ctrl-C ends the run)")
     sub.add_argument("--warmup", type=_positive_float, default=0.0, metavar="SECONDS",
                      help="left out of the summary (default 0)")
-    sub.add_argument("--report-interval", type=_positive_float, default=10.0, metavar="SECONDS",
+    sub.add_argument("--report-interval", "-i", type=_positive_float, default=10.0, metavar="SECONDS",
                      help="a report line this often (default 10)")
     sub.add_argument("--json", action="store_true", help="print one JSON object per line (docs/perf.md)")
     client_security_flags(sub)
@@ -78,31 +79,32 @@ def _common_flags(sub: argparse.ArgumentParser) -> None:
 def _produce_flags(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--partitions", type=_count, default=0, metavar="N",
                      help="create each topic with N partitions unless it exists (default 0: leave it as it is)")
-    sub.add_argument("--producers-per-topic", type=_count, default=1, metavar="N")
-    sub.add_argument("--size", type=_count, default=1024, metavar="BYTES", help="message size (default 1024)")
-    sub.add_argument("--payload-file", metavar="FILE", help="send the messages of this file instead, in turn")
+    sub.add_argument("--producers-per-topic", "-n", type=_count, default=1, metavar="N")
+    sub.add_argument("--size", "-s", type=_count, default=1024, metavar="BYTES", help="message size (default 1024)")
+    sub.add_argument("--payload-file", "-f", metavar="FILE", help="send the messages of this file instead, in turn")
     sub.add_argument("--payload-delimiter", default="\n", metavar="TEXT",
                      help="what separates messages in --payload-file (default a newline; '' sends the whole "
                           "file as one message)")
-    sub.add_argument("--rate", type=_positive_float, default=0.0, metavar="MSG/S",
+    sub.add_argument("--rate", "-r", type=_positive_float, default=0.0, metavar="MSG/S",
                      help="messages per second over all producers (default 0: unlimited)")
-    sub.add_argument("--max-pending", type=_count, default=1000, metavar="N",
+    sub.add_argument("--max-pending", "-o", type=_count, default=1000, metavar="N",
                      help="messages in flight per producer (the send window, default 1000)")
     sub.add_argument("--batching", choices=["on", "off"], default="on")
-    sub.add_argument("--batch-max-messages", type=_count, default=1000, metavar="N")
+    sub.add_argument("--batch-max-messages", "-bm", type=_count, default=1000, metavar="N")
     sub.add_argument("--batch-max-delay-ms", type=_positive_float, default=1.0, metavar="MS")
-    sub.add_argument("--compression", choices=["none", "lz4", "zlib", "zstd", "snappy"], default="none",
+    sub.add_argument("--compression", "-z", choices=["none", "lz4", "zlib", "zstd", "snappy"], default="none",
                      help="snappy: --protocol pulsar only")
     sub.add_argument("--keys", type=_count, default=0, metavar="N", help="N distinct message keys (default 0: none)")
     sub.add_argument("--key-order", choices=["round-robin", "random"], default="round-robin")
 
 
-def _consume_flags(sub: argparse.ArgumentParser, *, subscription: str, position: str) -> None:
-    sub.add_argument("--subscription", default=subscription, help=f"default {subscription}")
-    sub.add_argument("--subscription-type", type=_subscription_type, default="Exclusive",
+def _consume_flags(sub: argparse.ArgumentParser, *, subscription: str, position: str, short_n: bool) -> None:
+    sub.add_argument("--subscription", "-ss", default=subscription, help=f"default {subscription}")
+    sub.add_argument("--subscription-type", "-st", type=_subscription_type, default="Exclusive",
                      metavar="|".join(SUBSCRIPTION_TYPES), help="default Exclusive (KeyShared: deprecated)")
-    sub.add_argument("--consumers-per-topic", type=_count, default=1, metavar="N")
-    sub.add_argument("--receiver-queue-size", type=_count, default=1000, metavar="N")
+    # -n is pulsar-perf's for both; end-to-end gives it to the producers.
+    sub.add_argument("--consumers-per-topic", *(["-n"] if short_n else []), type=_count, default=1, metavar="N")
+    sub.add_argument("--receiver-queue-size", "-q", type=_count, default=1000, metavar="N")
     sub.add_argument("--initial-position", type=str.lower, choices=["earliest", "latest"], default=position,
                      help=f"where a new subscription starts (default {position})")
 
@@ -199,12 +201,12 @@ def add_perf_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
     sub = kinds.add_parser("consume", help="receive and acknowledge; latency from the publish (or event) time")
     sub.add_argument("topics", nargs="+", metavar="TOPIC")
     _common_flags(sub)
-    _consume_flags(sub, subscription="perf-sub", position="latest")
+    _consume_flags(sub, subscription="perf-sub", position="latest", short_n=True)
     sub.set_defaults(func=cmd_perf)
 
     sub = kinds.add_parser("end-to-end", help="produce and consume one topic in this process; latency send to receive")
     sub.add_argument("topics", nargs=1, metavar="TOPIC")
     _common_flags(sub)
     _produce_flags(sub)
-    _consume_flags(sub, subscription="perf-e2e", position="latest")
+    _consume_flags(sub, subscription="perf-e2e", position="latest", short_n=False)
     sub.set_defaults(func=cmd_perf)
