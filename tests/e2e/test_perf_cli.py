@@ -118,6 +118,9 @@ async def test_partitions_are_created_and_consumed_from_on_both_protocols(
                                  "1500", "--initial-position", "earliest", "--subscription-type", "Shared",
                                  "--consumers-per-topic", "2", "--json"))
     check_stream(summary["consume"], 1500, 20)
+    _, summary = json_lines(perf("consume", topic, *urls(shared_standalone), "--count", "1500", "--subscription",
+                                 "herald-side", "--initial-position", "earliest", "--json"))
+    check_stream(summary["consume"], 1500, 20)
 
 
 async def test_payload_file_lines_and_keys_are_sent_in_turn(shared_standalone: StandaloneProcess,
