@@ -76,6 +76,7 @@ bench: setup
 	$(PY) bench/produce_consume.py --messages 100000 --size 1024
 	$(PY) bench/produce_consume.py --messages 200000 --size 100 --cluster 3/2/2
 	$(PY) bench/produce_consume.py --messages 200000 --size 100 --proxy
+	$(PY) bench/perf.py
 	$(PY) bench/failover_gap.py
 	$(PY) bench/dlq_worker.py --letters 5000
 	$(PY) bench/spark_batch_read.py --messages 1000000 --size 100

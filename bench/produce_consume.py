@@ -20,6 +20,7 @@ from pathlib import Path
 
 from herald.client import AsyncClient, ConsumerType, InitialPosition
 from herald.local_cluster import ClusterSettings, LocalCluster, free_port
+from herald.perf.recorder import Recorder
 
 RESULTS = Path(__file__).resolve().parent / "results" / "produce_consume.jsonl"
 
@@ -68,16 +69,12 @@ def peak_rss_mb(pid: int) -> float:
     return 0.0
 
 
-def percentile(sorted_values: list[float], fraction: float) -> float:
-    if not sorted_values:
-        return 0.0
-    return sorted_values[min(len(sorted_values) - 1, int(fraction * len(sorted_values)))]
-
-
 async def run(service_url: str, messages: int, size: int, max_pending: int) -> dict[str, float]:
     topic = f"bench-{os.getpid()}-{int(time.time())}"
     payload = b"x" * size
-    latencies: list[float] = []
+    # Send latencies (µs) in `herald perf`'s HDR histograms, sampled: timing every send would cost
+    # this benchmark's figures the callbacks' time.
+    latencies = Recorder("send")
     async with AsyncClient(service_url) as client:
         producer = await client.create_producer(topic, max_pending_messages=max_pending, block_if_queue_full=True)
         consumer = await client.subscribe(
@@ -89,7 +86,7 @@ async def run(service_url: str, messages: int, size: int, max_pending: int) -> d
             future = await producer.send_async(payload)
             if i % 97 == 0:  # sample latencies without timing every message
                 sent_at = clock()
-                future.add_done_callback(lambda _f, t=sent_at: latencies.append(clock() - t))
+                future.add_done_callback(lambda _f, t=sent_at: latencies.record(int((clock() - t) * 1e6), size))
         await producer.flush()
         produce_seconds = clock() - started
 
@@ -104,15 +101,15 @@ async def run(service_url: str, messages: int, size: int, max_pending: int) -> d
         consume_seconds = clock() - started
         await producer.close()
         await consumer.close()
-    latencies.sort()
+    sent = latencies.summary(produce_seconds).latency
     return {
         "messages": messages, "size": size, "max_pending": max_pending,
         "produce_msg_s": messages / produce_seconds,
         "produce_mb_s": messages * size / produce_seconds / 1e6,
         "consume_msg_s": messages / consume_seconds,
         "consume_mb_s": messages * size / consume_seconds / 1e6,
-        "send_p50_ms": percentile(latencies, 0.50) * 1000,
-        "send_p99_ms": percentile(latencies, 0.99) * 1000,
+        "send_p50_ms": sent.p50 if sent is not None else 0.0,
+        "send_p99_ms": sent.p99 if sent is not None else 0.0,
     }
 
 

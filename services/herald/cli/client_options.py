@@ -9,6 +9,8 @@ from typing import Any
 
 from herald.common.security.credentials import AuthenticationToken
 
+# The service URL of commands that open a client (env HERALD_SERVICE_URL overrides it).
+DEFAULT_SERVICE_URL = "herald://127.0.0.1:6660"
 CLIENT_SECURITY_FLAGS = ("auth_token_file", "tls_trust_certs_file", "tls_cert_file", "tls_key_file")
 
 

@@ -1,5 +1,5 @@
 """The `herald` command: run a service (standalone, lookup, broker, storage, proxy, dlq-worker, operator,
-local-cluster) or use one (produce, consume, admin). This module holds the top-level parser and how
+local-cluster) or use one (produce, consume, admin, perf). This module holds the top-level parser and how
 every command runs (logging, tracing, exit statuses); each command family adds its own subcommands."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import contextlib
 import sys
 
 from herald.cli.admin.command import add_admin_parser
+from herald.cli.perf import add_perf_commands
 from herald.cli.produce_consume import add_produce_consume_commands
 from herald.cli.services import add_service_commands
 from herald.common import tracing
@@ -25,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_service_commands(commands)
     add_produce_consume_commands(commands)
     add_admin_parser(commands)
+    add_perf_commands(commands)
     return parser
 
 

@@ -8,9 +8,7 @@ import os
 import sys
 import time
 
-from herald.cli.client_options import client_security, client_security_flags
-
-DEFAULT_SERVICE_URL = "herald://127.0.0.1:6660"
+from herald.cli.client_options import DEFAULT_SERVICE_URL, client_security, client_security_flags
 
 
 def cmd_produce(args: argparse.Namespace) -> None:
