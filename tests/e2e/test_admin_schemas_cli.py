@@ -5,53 +5,31 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.conftest import VENV_BIN, StandaloneProcess, service_env
+from tests.conftest import StandaloneProcess
+from tests.e2e.test_admin_cli import AdminCli
 from tests.helpers import unique_name, unique_topic
 
 ORDER_V0 = json.dumps({"type": "record", "name": "Order", "fields": [{"name": "id", "type": "long"}]})
 ORDER_TEXT_ID = json.dumps({"type": "record", "name": "Order", "fields": [{"name": "id", "type": "string"}]})
 
 
-class SchemasCli:
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.env = service_env()
-
-    def run(self, *args: str, status: int = 0) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run([str(VENV_BIN / "herald"), "admin", "--url", self.url, *args],
-                                capture_output=True, text=True, env=self.env, timeout=60)
-        assert result.returncode == status, (
-            f"exit {result.returncode}\nstdout: {result.stdout}\nstderr: {result.stderr}")
-        return result
-
-    def json(self, *args: str) -> Any:
-        return json.loads(self.run("--json", *args).stdout)
-
-    def error(self, *args: str, status: int = 1) -> str:
-        result = self.run(*args, status=status)
-        assert result.stdout == ""
-        return result.stderr.strip().splitlines()[-1]
-
-
 @pytest.fixture
-def cli(shared_standalone: StandaloneProcess) -> SchemasCli:
-    return SchemasCli(shared_standalone.service_url)
+def cli(shared_standalone: StandaloneProcess) -> AdminCli:
+    return AdminCli(shared_standalone.service_url)
 
 
-def test_help_lists_the_schema_commands(cli: SchemasCli) -> None:
+def test_help_lists_the_schema_commands(cli: AdminCli) -> None:
     assert "schemas" in cli.run("--help").stdout
     text = cli.run("schemas", "--help").stdout
     assert all(f"    {name}" in text for name in ("get", "versions", "upload", "delete", "test", "compatibility"))
     assert "--keep-schema" in cli.run("topics", "delete", "--help").stdout
 
 
-def test_upload_get_versions_and_delete(cli: SchemasCli) -> None:
+def test_upload_get_versions_and_delete(cli: AdminCli) -> None:
     topic = unique_topic("cli-schema")
     cli.run("topics", "create", topic)
     uploaded = cli.json("schemas", "upload", topic, "--type", "avro", "--definition", ORDER_V0)
@@ -69,7 +47,7 @@ def test_upload_get_versions_and_delete(cli: SchemasCli) -> None:
     assert "it had no schema" in cli.run("schemas", "delete", topic).stdout
 
 
-def test_upload_from_a_file_with_properties(cli: SchemasCli, tmp_path: Path) -> None:
+def test_upload_from_a_file_with_properties(cli: AdminCli, tmp_path: Path) -> None:
     topic = unique_topic("cli-schema-file")
     cli.run("topics", "create", topic)
     definition = tmp_path / "order.avsc"
@@ -80,7 +58,7 @@ def test_upload_from_a_file_with_properties(cli: SchemasCli, tmp_path: Path) -> 
     assert cli.json("schemas", "get", topic)["properties"] == {"owner": "billing", "team": "core"}
 
 
-def test_errors_unknown_namespace_no_schema_bad_file_bad_definition(cli: SchemasCli, tmp_path: Path) -> None:
+def test_errors_unknown_namespace_no_schema_bad_file_bad_definition(cli: AdminCli, tmp_path: Path) -> None:
     missing_tenant = f"persistent://{unique_name('nobody')}/ns/t"
     assert cli.error("schemas", "get", missing_tenant).startswith("error: NOT_FOUND: ")
     assert cli.error("schemas", "upload", missing_tenant, "--type", "AVRO", "--definition", ORDER_V0) \
@@ -100,7 +78,7 @@ def test_errors_unknown_namespace_no_schema_bad_file_bad_definition(cli: Schemas
         "schemas", "compatibility", topic, "--set", "SOMETIMES", status=2).stderr
 
 
-def test_a_refused_upload_and_the_test_command(cli: SchemasCli) -> None:
+def test_a_refused_upload_and_the_test_command(cli: AdminCli) -> None:
     topic = unique_topic("cli-schema-refused")
     cli.run("topics", "create", topic)
     cli.run("schemas", "upload", topic, "--type", "AVRO", "--definition", ORDER_V0)
@@ -115,7 +93,7 @@ def test_a_refused_upload_and_the_test_command(cli: SchemasCli) -> None:
     assert [each["version"] for each in cli.json("schemas", "versions", topic)["versions"]] == [0]
 
 
-def test_compatibility_strategy_set_and_cleared(cli: SchemasCli) -> None:
+def test_compatibility_strategy_set_and_cleared(cli: AdminCli) -> None:
     topic = unique_topic("cli-schema-strategy")
     cli.run("topics", "create", topic)
     inherited = cli.json("schemas", "compatibility", topic)
@@ -127,7 +105,7 @@ def test_compatibility_strategy_set_and_cleared(cli: SchemasCli) -> None:
     assert cleared["topic_strategy"] is None and cleared["strategy"] == inherited["strategy"]
 
 
-def test_topics_delete_keep_schema(cli: SchemasCli) -> None:
+def test_topics_delete_keep_schema(cli: AdminCli) -> None:
     kept, dropped = unique_topic("cli-keep"), unique_topic("cli-drop")
     for topic in (kept, dropped):
         cli.run("topics", "create", topic)
