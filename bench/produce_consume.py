@@ -1,6 +1,11 @@
 """Produce then consume N messages of S bytes through `herald standalone` and print msg/s, MB/s,
 send latency percentiles and the server's peak resident memory.
 
+Two ways to produce: continuously (the default: send_async in a loop, max pending bounding what is
+in flight), or with --window W as the peers' harness does (issue 20): W sends, then await them all,
+then the next W; it prints the window latency percentiles (first send to last receipt).
+--label stores a note with the line (say, which client code ran: before/after a change).
+
 Starts its own standalone on free ports in a temporary directory unless --service-url is given;
 with --proxy the client talks to a `herald proxy` process in front of it instead.
 Results are appended to bench/results/produce_consume.jsonl.
@@ -12,11 +17,13 @@ import argparse
 import asyncio
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from herald.client import AsyncClient, ConsumerType, InitialPosition
 from herald.local_cluster import ClusterSettings, LocalCluster, free_port
@@ -69,7 +76,23 @@ def peak_rss_mb(pid: int) -> float:
     return 0.0
 
 
-async def run(service_url: str, messages: int, size: int, max_pending: int) -> dict[str, float]:
+async def produce_windows(producer: Any, messages: int, payload: bytes, window: int) -> tuple[Recorder, float]:
+    """Send `messages` in windows of `window`, each awaited whole before the next: the latency of
+    every window (µs) goes to the recorder; also returns the median time of a window's send_async
+    calls alone (ms), the client's share of the window."""
+    windows = Recorder("window")
+    sending: list[float] = []
+    clock = time.perf_counter
+    for start in range(0, messages, window):
+        sent_at = clock()
+        futures = [await producer.send_async(payload) for _ in range(min(window, messages - start))]
+        sending.append(clock() - sent_at)
+        await asyncio.gather(*futures)
+        windows.record(int((clock() - sent_at) * 1e6), len(futures) * len(payload))
+    return windows, statistics.median(sending) * 1000
+
+
+async def run(service_url: str, messages: int, size: int, max_pending: int, window: int = 0) -> dict[str, Any]:
     topic = f"bench-{os.getpid()}-{int(time.time())}"
     payload = b"x" * size
     # Send latencies (µs) in `herald perf`'s HDR histograms, sampled: timing every send would cost
@@ -82,13 +105,20 @@ async def run(service_url: str, messages: int, size: int, max_pending: int) -> d
         )
         clock = time.perf_counter
         started = clock()
-        for i in range(messages):
-            future = await producer.send_async(payload)
-            if i % 97 == 0:  # sample latencies without timing every message
-                sent_at = clock()
-                future.add_done_callback(lambda _f, t=sent_at: latencies.record(int((clock() - t) * 1e6), size))
+        sends_ms = 0.0
+        if window:
+            latencies, sends_ms = await produce_windows(producer, messages, payload, window)
+        else:
+            for i in range(messages):
+                future = await producer.send_async(payload)
+                if i % 97 == 0:  # sample latencies without timing every message
+                    sent_at = clock()
+                    future.add_done_callback(lambda _f, t=sent_at: latencies.record(int((clock() - t) * 1e6), size))
         await producer.flush()
         produce_seconds = clock() - started
+        # How full the batches were (messages per stored entry) and each entry's own latency, from
+        # its first message queued to its receipt: what a batching rule trades.
+        stats = producer.stats()
 
         started = clock()
         received = 0
@@ -102,8 +132,14 @@ async def run(service_url: str, messages: int, size: int, max_pending: int) -> d
         await producer.close()
         await consumer.close()
     sent = latencies.summary(produce_seconds).latency
+    figures: dict[str, Any] = {"messages": messages, "size": size, "max_pending": max_pending,
+                               "messages_per_entry": stats.messages_sent / max(stats.receipts, 1),
+                               "entry_p50_ms": stats.send_latency_p50_ms}
+    if window:
+        figures.update({"window": window, "window_p50_ms": sent.p50 if sent is not None else 0.0,
+                        "window_p99_ms": sent.p99 if sent is not None else 0.0, "window_sends_p50_ms": sends_ms})
     return {
-        "messages": messages, "size": size, "max_pending": max_pending,
+        **figures,
         "produce_msg_s": messages / produce_seconds,
         "produce_mb_s": messages * size / produce_seconds / 1e6,
         "consume_msg_s": messages / consume_seconds,
@@ -122,6 +158,9 @@ def main() -> None:
     parser.add_argument("--cluster", metavar="E/QW/QA",
                         help="start a local cluster (1 broker, E storage nodes) with these quorums instead")
     parser.add_argument("--proxy", action="store_true", help="go through a `herald proxy` process")
+    parser.add_argument("--window", type=int, default=0,
+                        help="produce in windows of this many sends, each awaited whole (0: continuously)")
+    parser.add_argument("--label", default="", help="a note stored with the line")
     args = parser.parse_args()
     proc = None
     proxy = None
@@ -141,7 +180,9 @@ def main() -> None:
         try:
             if args.proxy:
                 proxy, url = start_proxy(tmp, url)
-            result = asyncio.run(run(url, args.messages, args.size, args.max_pending))
+            result = asyncio.run(run(url, args.messages, args.size, args.max_pending, args.window))
+            if args.label:
+                result["label"] = args.label
             if proc is not None:
                 result["server_peak_rss_mb"] = peak_rss_mb(proc.pid)
             if cluster is not None:
@@ -162,6 +203,11 @@ def main() -> None:
     where += " through a proxy" if args.proxy else ""
     rss = f", server peak RSS {result['server_peak_rss_mb']:.0f} MB" if "server_peak_rss_mb" in result else ""
     rss += f", proxy peak RSS {result['proxy_peak_rss_mb']:.0f} MB" if "proxy_peak_rss_mb" in result else ""
+    if args.window:
+        rss += (f", windows of {args.window}: latency p50 {result['window_p50_ms']:.2f} ms "
+                f"p99 {result['window_p99_ms']:.2f} ms (its send_async calls {result['window_sends_p50_ms']:.2f} ms)")
+    rss += f", {result['messages_per_entry']:.0f} messages per entry (entry p50 {result['entry_p50_ms']:.2f} ms)"
+    where += f" [{args.label}]" if args.label else ""
     print(
         f"{where}: {args.messages} x {args.size} B: produce {result['produce_msg_s']:,.0f} msg/s "
         f"({result['produce_mb_s']:.1f} MB/s), consume {result['consume_msg_s']:,.0f} msg/s "

@@ -1,7 +1,8 @@
 """The producer's accumulator: packs messages into one batch buffer (herald.common.codec.entry records,
 no object per message beyond the caller's future) and closes the batch into a PendingOp when it
 holds batching_max_messages, would pass batching_max_bytes, or its first message has waited the
-max publish delay. Closing a batch compresses its payload once, sets the entry's key when all its
+max publish delay; or sooner, when the application awaits its sends and nothing earlier is in
+flight (linger.py). Closing a batch compresses its payload once, sets the entry's key when all its
 messages share one, and splits a message too large for the topic into chunks (chunking.py).
 Sequence ids are given here, in the order entries will be sent: the broker's dedup needs every
 entry's ids above the previous entry's. KeyBasedAccumulator keeps one open batch per key. The
@@ -19,6 +20,7 @@ from typing import Any, cast
 from herald.api.v1 import broker_pb2
 from herald.client import chunking
 from herald.client import tracing as client_tracing
+from herald.client.linger import TurnRule
 from herald.common import tracing
 from herald.common.codec.compression import compress
 from herald.common.codec.entry import HEADER_SIZE, RECORD_HEADER, EntryMetadata, encode_entry, pack_record
@@ -147,7 +149,7 @@ def _call(callback: SendCallback, error: HeraldError | None, message_id: Message
         log.exception("send callback %r raised", callback)
 
 
-class BatchAccumulator:
+class BatchAccumulator(TurnRule):
     """The open batch: a bytearray of packed records plus the waiters of its messages.
 
     `emit` receives each closed batch as a PendingOp. With `batched` false every message is closed
@@ -155,11 +157,13 @@ class BatchAccumulator:
     entry_pb2.CompressionType; `chunk_limit` (0: off) is the largest entry allowed, above which a
     message is split into chunks (as it is when its payload is larger before compression).
     `assign` (for KeyBasedAccumulator) gives a closing batch its sequence ids instead of numbering
-    messages as they come.
+    messages as they come. `in_flight` (the producer's count of entries awaiting receipts) turns on
+    the end-of-turn rule (linger.py; the owner calls settled() after receipts);
+    None: a batch closes only when full, after the delay, or on flush().
     """
 
     __slots__ = (
-        "_assign", "_buffer", "_emit", "_key", "_keyed", "_loop", "_ordered", "_ordering_key", "_started", "_timer",
+        "_assign", "_buffer", "_emit", "_key", "_keyed", "_ordered", "_ordering_key", "_started", "_timer",
         "_waiters",
         "batched", "chunk_limit", "compression", "count", "deliver_at", "first_sequence_id", "highest_sequence_id",
         "max_bytes", "max_delay", "max_messages", "next_sequence_id", "producer_name", "schema_version", "stamp",
@@ -170,8 +174,9 @@ class BatchAccumulator:
         self, *, max_messages: int, max_bytes: int, max_delay: float, batched: bool,
         emit: Callable[[PendingOp], None], loop: asyncio.AbstractEventLoop, producer_name: str = "",
         compression: int = 0, chunk_limit: int = 0, assign: Callable[[int], int] | None = None,
-        send_tracing: client_tracing.SendTracing | None = None,
+        send_tracing: client_tracing.SendTracing | None = None, in_flight: Callable[[], int] | None = None,
     ) -> None:
+        super().__init__(loop, in_flight)
         self.max_messages = max_messages
         self.max_bytes = max_bytes
         self.max_delay = max_delay
@@ -186,7 +191,6 @@ class BatchAccumulator:
         self.tracing = send_tracing  # None: no send spans (tracing was off when the producer was made)
         self._assign = assign
         self._emit = emit
-        self._loop = loop
         self._timer: asyncio.TimerHandle | None = None
         self._buffer = bytearray()
         self._waiters: list[Waiter] = []
@@ -206,6 +210,9 @@ class BatchAccumulator:
         """The size of the open batch's payload so far."""
         return len(self._buffer)
 
+    def _is_open(self) -> bool:
+        return self.count > 0
+
     def set_limits(self, max_bytes: int, chunk_limit: int) -> None:
         """The broker's max message size changed these (at registration)."""
         self.max_bytes = max_bytes
@@ -222,6 +229,8 @@ class BatchAccumulator:
             self.next_sequence_id = sequence_id + 1
         elif sequence_id >= self.next_sequence_id:
             self.next_sequence_id = sequence_id + 1
+        if self._turn is None and self._in_flight is not None:
+            self._turn_began()
         count = self.count
         buffer = self._buffer
         if count and len(buffer) + len(value) + _RECORD_OVERHEAD > self.max_bytes:
@@ -285,6 +294,7 @@ class BatchAccumulator:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        self._held = self._urgent = False
         count = self.count
         if not count:
             return
@@ -326,6 +336,7 @@ class BatchAccumulator:
             return
         op = PendingOp(first, highest, count, encode_entry(metadata, data), self.batched, waiters, self._started, size)
         op.span = span
+        self._turn_emitted += 1
         self._emit(op)
 
     def _emit_chunks(self, metadata: EntryMetadata, data: bytes | bytearray, waiters: list[Waiter],
@@ -341,9 +352,11 @@ class BatchAccumulator:
             log.warning("producer %s: message with sequence id %d sent unchunked: %s", self.producer_name, first, exc)
             op = PendingOp(first, first, 1, encode_entry(metadata, data), False, waiters, self._started, size)
             op.span = span
+            self._turn_emitted += 1
             self._emit(op)
             return
         last = len(entries) - 1
+        self._turn_emitted += len(entries)
         if first + last >= self.next_sequence_id:
             self.next_sequence_id = first + last + 1
         for index, entry in enumerate(entries):
@@ -359,6 +372,10 @@ class BatchAccumulator:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._turn is not None:
+            self._turn.cancel()
+            self._turn = None
+        self._held = self._urgent = False
         waiters, count = self._waiters, self.count
         self._buffer = bytearray()
         self._waiters = []
@@ -374,7 +391,7 @@ class BatchAccumulator:
 _PRUNE_AT = 1000
 
 
-class KeyBasedAccumulator:
+class KeyBasedAccumulator(TurnRule):
     """BatchingType.KeyBased: one open batch per key (the ordering key, else the key), so that
     every entry holds messages of one key and carries it (what Key_Shared dispatch needs). Each
     batch closes by the same rules as a single open batch; flush() closes them all, oldest first.
@@ -382,23 +399,23 @@ class KeyBasedAccumulator:
     Sequence ids are given when a batch closes, contiguous within it: messages of several keys
     are queued interleaved but their entries reach the broker one after another, and its dedup
     takes an entry only above the previous one. A message with an explicit sequence id therefore
-    goes as an entry of its own after every open batch (as one with a deliver-at time does).
+    goes as an entry of its own after every open batch (as one with a deliver-at time does). The
+    end-of-turn rule (`in_flight`) applies to all the open batches at once.
     """
 
-    __slots__ = ("_alone", "_batches", "_chunk_limit", "_compression", "_emit", "_loop", "_max_bytes",
-                 "_max_delay", "_max_messages", "_producer_name", "_schema_version", "_stamp", "_tracing",
-                 "next_sequence_id")
+    __slots__ = ("_alone", "_batches", "_chunk_limit", "_compression", "_emit", "_max_bytes", "_max_delay",
+                 "_max_messages", "_producer_name", "_schema_version", "_stamp", "_tracing", "next_sequence_id")
 
     def __init__(
         self, *, max_messages: int, max_bytes: int, max_delay: float, emit: Callable[[PendingOp], None],
         loop: asyncio.AbstractEventLoop, producer_name: str = "", compression: int = 0,
-        send_tracing: client_tracing.SendTracing | None = None,
+        send_tracing: client_tracing.SendTracing | None = None, in_flight: Callable[[], int] | None = None,
     ) -> None:
+        super().__init__(loop, in_flight)
         self._max_messages = max_messages
         self._max_bytes = max_bytes
         self._max_delay = max_delay
         self._emit = emit
-        self._loop = loop
         self._producer_name = producer_name
         self._compression = compression
         self._chunk_limit = 0
@@ -412,10 +429,17 @@ class KeyBasedAccumulator:
     def _new_batch(self, batched: bool, assign: Callable[[int], int] | None) -> BatchAccumulator:
         batch = BatchAccumulator(
             max_messages=self._max_messages, max_bytes=self._max_bytes, max_delay=self._max_delay, batched=batched,
-            emit=self._emit, loop=self._loop, producer_name=self._producer_name, compression=self._compression,
+            emit=self._emitted, loop=self._loop, producer_name=self._producer_name, compression=self._compression,
             chunk_limit=self._chunk_limit, assign=assign, send_tracing=self._tracing)
         batch.schema_version = self._schema_version
         return batch
+
+    def _emitted(self, op: PendingOp) -> None:
+        self._turn_emitted += 1
+        self._emit(op)
+
+    def _is_open(self) -> bool:
+        return any(batch.count for batch in self._batches.values())
 
     def _take(self, count: int) -> int:
         first = self.next_sequence_id
@@ -463,6 +487,8 @@ class KeyBasedAccumulator:
         if sequence_id is not None:
             self.append_alone(value, key, properties, event_time, sequence_id, waiter, ordering_key, 0)
             return
+        if self._turn is None and self._in_flight is not None:
+            self._turn_began()
         group = key if ordering_key is None else ordering_key
         batch = self._batches.get(group)
         if batch is None:
@@ -486,12 +512,17 @@ class KeyBasedAccumulator:
 
     def flush(self) -> None:
         """Close every open batch, in the order they were started."""
+        self._held = self._urgent = False
         batches = sorted((batch for batch in self._batches.values() if batch.count), key=_stamp_of)
         self._batches = {}
         for batch in batches:
             batch.flush()
 
     def fail(self, error: HeraldError) -> int:
+        if self._turn is not None:
+            self._turn.cancel()
+            self._turn = None
+        self._held = self._urgent = False
         batches, self._batches = list(self._batches.values()), {}
         return sum(batch.fail(error) for batch in batches)
 

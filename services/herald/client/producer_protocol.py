@@ -140,6 +140,10 @@ class ProducerProtocol:
         self.unsent.append(op)
         self.wake()
 
+    def in_flight(self) -> int:
+        """Entries awaiting their receipts (written or not): an open batch waits behind them."""
+        return len(self.pending)
+
     def next_request(self) -> broker_pb2.ProduceRequest | None:
         # Taken before it is written: after a failed write, registration refills `unsent` anyway.
         unsent = self.unsent

@@ -97,18 +97,21 @@ class TopicProducer(AsyncProducer[T]):
                               self._connect_failed)
         ship = self._sender.ship
         codec = config.compression_type.value
+        # A batch ships at the end of the turn that queued it unless entries are in flight (linger.py).
+        in_flight = self._protocol.in_flight if config.batching_enabled else None
         self._acc: Accumulator
         if config.batching_enabled and config.batching_type is BatchingType.KeyBased:
             self._acc = KeyBasedAccumulator(
                 max_messages=config.batching_max_messages, max_bytes=config.batching_max_bytes,
                 max_delay=config.batching_max_publish_delay, emit=ship, loop=self._loop, compression=codec,
-                send_tracing=self._tracing)
+                send_tracing=self._tracing, in_flight=in_flight)
         else:
             self._acc = BatchAccumulator(
                 max_messages=config.batching_max_messages, max_bytes=config.batching_max_bytes,
                 max_delay=config.batching_max_publish_delay, batched=config.batching_enabled,
                 emit=ship, loop=self._loop, compression=codec,
-                chunk_limit=config.max_message_size if self._chunking else 0, send_tracing=self._tracing)
+                chunk_limit=config.max_message_size if self._chunking else 0, send_tracing=self._tracing,
+                in_flight=in_flight)
 
     # ---- public API -------------------------------------------------------------------------
 
@@ -150,8 +153,10 @@ class TopicProducer(AsyncProducer[T]):
             value, key=key, ordering_key=ordering_key, properties=properties, event_time=event_time,
             sequence_id=sequence_id, deliver_at=deliver_at, deliver_after=deliver_after,
         )
-        # A caller waiting on one message should not also wait out the batching delay.
-        self._acc.flush()
+        # A caller waiting on one message should not also wait out the batching delay, nor for the
+        # entries in flight: its batch ships at the end of this turn (other tasks' sends of this
+        # turn join it).
+        self._acc.ship_soon()
         return await future
 
     async def send_async(
@@ -415,6 +420,7 @@ class TopicProducer(AsyncProducer[T]):
     def _release(self, count: int) -> None:
         """`count` messages were settled (stored or failed): room for as many waiting senders."""
         self._pending_count -= count
+        self._acc.settled()
         waiters = self._room_waiters
         room = self._max_pending - self._pending_count
         while waiters and room > 0:
