@@ -25,8 +25,9 @@ storage client, the broker.
   memory, LACs and fences take effect) and `logged` (the index points at the entry log).
   Locations changed since the last checkpoint sit in a per-ledger overlay read before LMDB; a
   checkpoint commits the logged ones and empties it. Unlogged entries are left out: they are in
-  the journal it does not cover. A ledger delete scans its LMDB range on the loop (to count the
-  entry log files' live entries down).
+  the journal it does not cover. A deleted ledger's committed entries are counted off their entry
+  log files' live entries on a thread, from a read of LMDB as of the delete, before the next
+  checkpoint.
 - usage, compaction: bytes per ledger per entry-log file, counted on append and scanned for files found at
   start. A sealed file whose live fraction is below compaction_threshold (0.5, checked every
   compaction_interval, 60 s) has its live entries copied to the current entry log on the journal's

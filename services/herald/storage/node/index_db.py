@@ -157,6 +157,22 @@ class IndexDB:
                     found.append((entry_id, location))
         return found
 
+    def reader(self) -> lmdb.Transaction:
+        """A read transaction: the index as of now, for a worker thread to read later (abort it)."""
+        return self.env.begin(db=self._entries)
+
+    def count_files(self, reader: lmdb.Transaction, ledger_id: int, skip: set[int], counts: Counter[int]) -> None:
+        """Add to counts the committed entries of the ledger per entry log file, but those in skip."""
+        cursor = reader.cursor(db=self._entries)
+        if not cursor.set_range(_ENTRY_KEY.pack(ledger_id, 0)):
+            return
+        for key, value in cursor:
+            of_ledger, entry_id = _ENTRY_KEY.unpack(key)
+            if of_ledger != ledger_id:
+                return
+            if entry_id not in skip:
+                counts[_U64.unpack(value)[0] >> OFFSET_BITS] += 1
+
     # ---- the checkpoint's write ------------------------------------------------------------------
 
     def commit(self, batch: CheckpointBatch) -> None:

@@ -368,6 +368,7 @@ class LedgerStore:
 
     async def _checkpoint(self) -> bool:
         self._check_open_or_closing()
+        await self._count_dropped()
         if not self._dirty:
             # LMDB matches the index: entry log files it leaves unreferenced (say,
             # after a crash between a compaction's commit and its delete) can go at once.
@@ -401,7 +402,17 @@ class LedgerStore:
 
     def _close_index(self) -> None:
         with self._persist_lock:  # a cancelled checkpoint's commit may still be running
+            for reader in {id(d.reader): d.reader for d in self._ledgers.dropped}.values():
+                reader.abort()
+            self._ledgers.dropped = []
             self._index_db.close()
+
+    async def _count_dropped(self) -> None:
+        """Count the ledgers deleted since the last checkpoint off their entry log files (till
+        then those files are kept: a count too high only delays a delete)."""
+        dropped, self._ledgers.dropped = self._ledgers.dropped, []
+        if dropped:
+            self._ledgers.file_refs.subtract(await asyncio.to_thread(self._ledgers.count_dropped, dropped))
 
     def _delete_entry_logs(self, file_ids: list[int]) -> None:
         with self._persist_lock:
@@ -504,6 +515,8 @@ class LedgerStore:
                 batch = []
         if batch:
             self._replay(batch)
+        dropped, self._ledgers.dropped = self._ledgers.dropped, []
+        self._ledgers.file_refs.subtract(self._ledgers.count_dropped(dropped))
         self._journal.open_for_append(first_file_id)
         self._dirty = records > 0
         return RecoveryStats(committed is not None, first_file_id, records, adds)

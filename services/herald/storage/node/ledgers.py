@@ -18,6 +18,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import lmdb
+
 from herald.storage.node.entry_log import HEADER_SIZE, OFFSET_BITS, Entry
 from herald.storage.node.index import MISSING, UNLOGGED
 from herald.storage.node.index_db import CheckpointBatch, IndexDB, LedgerMeta
@@ -55,11 +57,16 @@ class LedgerState:
             return self.db.get(self.ledger_id, entry_id)
         return MISSING
 
-    def present(self) -> list[int]:
-        """The entry log locations of the entries held (not those still unlogged)."""
-        committed = self.db.range(self.ledger_id, 0, self.committed_last) if self.in_db and self.db else {}
-        committed.update(self.changed)
-        return [loc for loc in committed.values() if loc < UNLOGGED]
+
+@dataclass(slots=True)
+class DroppedLedger:
+    """A deleted ledger whose committed entries are still to be counted off their entry log files:
+    a read of LMDB as of the delete, and the entries the overlay had replaced (counted already)."""
+
+    ledger_id: int
+    replaced: set[int]
+    reader: lmdb.Transaction
+    generation: int  # commits done before the read began
 
 
 class Ledgers:
@@ -74,6 +81,10 @@ class Ledgers:
         self.usage = EntryLogUsage()
         self._touched: set[int] = set()  # ledgers changed since the last checkpoint batch
         self._deleted: set[int] = set()  # ledgers deleted since then: their LMDB ranges go
+        # Deleted ledgers whose committed entries are not counted off file_refs yet (a ledger's
+        # range can be millions of entries: counted on a thread before the next checkpoint).
+        self.dropped: list[DroppedLedger] = []
+        self._generation = 0  # commits so far
 
     def load(self) -> None:
         """Start from what LMDB holds: one object per ledger, the file counts it keeps."""
@@ -132,9 +143,35 @@ class Ledgers:
     def _delete(self, ledger_id: int) -> None:
         dropped = self.index.pop(ledger_id, None)
         self._touched.discard(ledger_id)
-        if dropped is not None:  # its unlogged entries go with it: their entry log copies are dead bytes
-            self.file_refs.subtract(loc >> OFFSET_BITS for loc in dropped.present())
-            self._deleted.add(ledger_id)  # a commit in flight may hold some of its entries
+        if dropped is None:
+            return
+        self._deleted.add(ledger_id)  # a commit in flight may hold some of its entries
+        # Its unlogged entries go with it: their entry log copies are dead bytes.
+        self.file_refs.subtract(loc >> OFFSET_BITS for loc in dropped.changed.values() if loc < UNLOGGED)
+        if dropped.in_db and self.db is not None:
+            self.dropped.append(DroppedLedger(ledger_id, set(dropped.changed), self._reader(), self._generation))
+
+    def _reader(self) -> lmdb.Transaction:
+        """A read of LMDB as of now; the last one again if no commit came since (a burst of deletes
+        shares one: LMDB has a bounded number of reader slots)."""
+        assert self.db is not None
+        last = self.dropped[-1] if self.dropped else None
+        if last is not None and last.generation == self._generation:
+            return last.reader
+        return self.db.reader()
+
+    def count_dropped(self, dropped: list[DroppedLedger]) -> Counter[int]:
+        """Live entries per entry log file that the dropped ledgers' committed entries held.
+        Blocking (a cursor over each range): on a worker thread, or in recovery."""
+        assert self.db is not None
+        counts: Counter[int] = Counter()
+        try:
+            for ledger in dropped:
+                self.db.count_files(ledger.reader, ledger.ledger_id, ledger.replaced, counts)
+        finally:
+            for reader in {id(ledger.reader): ledger.reader for ledger in dropped}.values():
+                reader.abort()
+        return counts
 
     def logged(self, entries: Sequence[Entry], locations: Sequence[int]) -> None:
         """The entry log holds entries at locations: the index points at them."""
@@ -205,6 +242,7 @@ class Ledgers:
 
     def committed(self, batch: CheckpointBatch) -> None:
         """The batch is in LMDB: drop from the overlay what it holds (unless changed since)."""
+        self._generation += 1
         for ledger_id, logged in batch.locations.items():
             ledger = self.index.get(ledger_id)
             if ledger is None or (not ledger.in_db and ledger_id in self._deleted):
