@@ -201,6 +201,19 @@ async def test_compaction_repointing_survives_a_restart(tmp_path: Path) -> None:
     await store.close()
 
 
+async def test_the_overlay_is_bounded_by_an_early_checkpoint(tmp_path: Path) -> None:
+    store = await open_store(tmp_path, index_overlay_max_entries=1000)  # the timer: an hour
+    await add_many(store, 1, 0, 5000, size=8)
+    deadline = asyncio.get_running_loop().time() + 10.0
+    while store.checkpoint_count < 1:
+        assert asyncio.get_running_loop().time() < deadline, "no checkpoint started with the overlay full"
+        await asyncio.sleep(0.01)
+    store_ledgers = store._ledgers  # the overlay is internal
+    assert len(store_ledgers.index[1].changed) < 5000
+    assert await read_all(store, 1, 0, 4999) == [(i, payload(1, i, 8)) for i in range(5000)]
+    await store.close()
+
+
 def rss_anon() -> int:
     """Anonymous resident memory (the heap: file-backed LMDB pages the kernel may drop are not in it)."""
     for line in Path("/proc/self/status").read_text().splitlines():

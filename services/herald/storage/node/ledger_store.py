@@ -95,6 +95,7 @@ class LedgerStore:
         self._persist_lock = threading.Lock()  # a cancelled checkpoint's thread may still be running
         self._checkpoint_task: asyncio.Task[None] | None = None
         self._compaction_task: asyncio.Task[None] | None = None
+        self._early_checkpoint: asyncio.Task[None] | None = None
         self._closed = asyncio.Event()
         self.checkpoint_count = 0
         # For metrics: entries made durable and read, adds refused as fenced.
@@ -153,7 +154,7 @@ class LedgerStore:
         opened = self._state == "open"
         self._state = "closing"
         try:
-            for task in (self._compaction_task, self._checkpoint_task):
+            for task in (self._compaction_task, self._checkpoint_task, self._early_checkpoint):
                 if task is not None:
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
@@ -237,6 +238,16 @@ class LedgerStore:
         self.entries_written += len(adds)
         self.bytes_written += size
         self._dirty = True
+        if (self._ledgers.overlay_added >= self._settings.index_overlay_max_entries and self._state == "open"
+                and (self._early_checkpoint is None or self._early_checkpoint.done())):
+            # The overlay holds a Python object per entry changed: bound it, whatever the interval.
+            self._early_checkpoint = asyncio.create_task(self._checkpoint_early(), name="storage-early-checkpoint")
+
+    async def _checkpoint_early(self) -> None:
+        try:
+            await self.checkpoint()
+        except Exception:
+            log.exception("early checkpoint (index overlay full) failed; the journal keeps everything till the next")
 
     def write_synced(self, records: Sequence[JournalRecord]) -> object:
         """On the journal's writer thread, after the batch was handed to the loop to be answered:

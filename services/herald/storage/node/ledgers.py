@@ -85,6 +85,7 @@ class Ledgers:
         # range can be millions of entries: counted on a thread before the next checkpoint).
         self.dropped: list[DroppedLedger] = []
         self._generation = 0  # commits so far
+        self.overlay_added = 0  # entries put in the overlay since the last checkpoint batch (about)
 
     def load(self) -> None:
         """Start from what LMDB holds: one object per ledger, the file counts it keeps."""
@@ -128,6 +129,7 @@ class Ledgers:
                     if previous < UNLOGGED:
                         self.file_refs[previous >> OFFSET_BITS] -= 1
                 ledger.changed[entry_id] = UNLOGGED
+                self.overlay_added += 1
                 if record.last_add_confirmed > ledger.last_add_confirmed:
                     ledger.last_add_confirmed = record.last_add_confirmed
                 adds.append(record)
@@ -238,6 +240,7 @@ class Ledgers:
             last = max(ledger.committed_last, max(logged, default=-1))
             batch.ledgers[ledger_id] = LedgerMeta(last, ledger.last_add_confirmed, ledger.fenced)
         self._touched, self._deleted = set(), set()
+        self.overlay_added = 0
         return batch
 
     def committed(self, batch: CheckpointBatch) -> None:

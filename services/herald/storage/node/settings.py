@@ -37,6 +37,9 @@ class StorageSettings(SecuritySettings, MetricsEndpointSettings):
     # full, checkpoints fail with a PersistenceError (the journal keeps everything) until the node
     # restarts with a larger value.
     index_map_size: int = 64 * 1024 * MIB
+    # Index locations changed since the last checkpoint are kept in memory (about 150 bytes each)
+    # until it commits them to LMDB: past this many, a checkpoint starts at once.
+    index_overlay_max_entries: int = 1_000_000
     # Default upper bound of the entry bytes in one ReadEntries response chunk.
     read_chunk_max_bytes: int = 1 * MIB
     # Adds of one AddEntries stream that may wait for their journal fsync at the same time.
