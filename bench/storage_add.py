@@ -26,20 +26,24 @@ from herald.common.transport.rpc import channel_options
 
 # The node: serves until SIGTERM, then reports its journal's group commit figures.
 NODE = """
-import asyncio, signal, sys
+import asyncio, signal, sys, time
 from herald.storage.node.server import StorageServer
 from herald.storage.node.settings import StorageSettings
 
 async def main():
-    server = StorageServer(StorageSettings(data_dir=sys.argv[1], port=0, metrics_port=-1))
+    server = StorageServer(StorageSettings(data_dir=sys.argv[1], port=0, metrics_port=-1,
+                                           checkpoint_interval=float(sys.argv[2])))
     await server.start()
+    started = time.perf_counter()
     print(f"storage listening on {server.address}", flush=True)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     await stop.wait()
     journal = server.store.journal
     print(f"node journal: {journal.record_count} records in {journal.fsync_count} fsyncs "
-          f"({journal.record_count / max(journal.fsync_count, 1):.1f} per fsync)", flush=True)
+          f"({journal.record_count / max(journal.fsync_count, 1):.1f} per fsync, "
+          f"{journal.fsync_count / (time.perf_counter() - started):.0f} fdatasyncs/s over the node's life); "
+          f"{server.store.checkpoint_count} checkpoints", flush=True)
     await server.stop()
 
 asyncio.run(main())
@@ -50,9 +54,12 @@ async def bench(address: str, count: int, size: int, batch: int, ledger: int) ->
     async with grpc.aio.insecure_channel(address, options=channel_options()) as channel:
         stub = storage_pb2_grpc.StorageServiceStub(channel)
         payload = os.urandom(size)
+        sent = [0.0] * count  # when each add was handed to gRPC: its latency ends at its answer
+        latencies: list[float] = []
 
         async def requests() -> AsyncIterator[storage_pb2.AddRequest]:
             for i in range(count):
+                sent[i] = time.perf_counter()
                 yield storage_pb2.AddRequest(request_id=i, ledger_id=ledger, entry_id=i, data=payload,
                                              last_add_confirmed=i - 1)
 
@@ -65,17 +72,23 @@ async def bench(address: str, count: int, size: int, batch: int, ledger: int) ->
         acked = 0
         if batch > 1:
             async for results in stub.AddEntryBatches(batches()):
+                now = time.perf_counter()
                 for response in results.responses:
                     _check(response)
+                    latencies.append(now - sent[response.request_id])
                     acked += 1
         else:
             async for response in stub.AddEntries(requests()):
                 _check(response)
+                latencies.append(time.perf_counter() - sent[response.request_id])
                 acked += 1
         elapsed = time.perf_counter() - started
         rpc = f"AddEntryBatches x{batch}" if batch > 1 else "AddEntries"
         print(f"add  {size:>7} B x {acked} ({rpc}): {acked / elapsed:>8.0f} adds/s "
               f"{acked * size / elapsed / 1e6:7.1f} MB/s  ({elapsed:.2f} s)")
+        latencies.sort()
+        print(f"add latency (pipelined, sent to answered): p50 {latencies[len(latencies) // 2] * 1e3:.2f} ms  "
+              f"p99 {latencies[int(len(latencies) * 0.99)] * 1e3:.2f} ms  max {latencies[-1] * 1e3:.2f} ms")
 
         started = time.perf_counter()
         read = 0
@@ -104,9 +117,11 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=20000)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--batch", type=int, default=1, help="adds per message (>1: AddEntryBatches)")
+    parser.add_argument("--checkpoint-interval", type=float, default=10.0, help="the node's, seconds")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="herald-bench-") as data:
-        node = subprocess.Popen([sys.executable, "-c", NODE, data], stdout=subprocess.PIPE, text=True)
+        node = subprocess.Popen([sys.executable, "-c", NODE, data, str(args.checkpoint_interval)],
+                                stdout=subprocess.PIPE, text=True)
         try:
             assert node.stdout is not None
             line = node.stdout.readline()

@@ -129,11 +129,11 @@ def test_a_snapshot_leaves_out_the_entries_not_logged_yet() -> None:
     ledgers.logged(first, [pack_location(1, 8), pack_location(1, 100)])
     ledgers.journaled([add(1, 2, lac=1), add(2, 0)])
     assert ledgers.index[1].last_entry_id == 2 and ledgers.index[1].last_add_confirmed == 1
-    snapshot = ledgers.snapshot(journal_file_id=7)
+    snapshot = ledgers.checkpoint_batch(journal_file_id=7)  # what the checkpoint commits to the index
     # The journal from file 7 on holds entries 2 of ledger 1 and 0 of ledger 2: a restart replays them.
-    assert list(snapshot.ledgers[1].locations) == [pack_location(1, 8), pack_location(1, 100)]
+    assert list(snapshot.locations[1].values()) == [pack_location(1, 8), pack_location(1, 100)]
     assert snapshot.ledgers[1].last_add_confirmed == 1
-    assert list(snapshot.ledgers[2].locations) == []
+    assert list(snapshot.locations[2].values()) == []
     assert ledgers.file_refs[1] == 2
 
 

@@ -6,8 +6,8 @@ bytes. A file with no live entry left is deleted at a checkpoint. A sealed file 
 whose live fraction falls below the threshold is compacted: its live entries are copied to the
 current entry log on the journal's writer thread (the one path that appends, so copies never
 interleave with adds) with their checksums unchanged, and the index is pointed at the copies. The
-ledger store then checkpoints, which fsyncs the copies and saves the index snapshot *before* it
-deletes the old file: a crash before the snapshot finds the old locations and the old file, a
+ledger store then checkpoints, which fsyncs the copies and commits the index (LMDB) *before* it
+deletes the old file: a crash before the commit finds the old locations and the old file, a
 crash after it finds the new locations durable; either way every live entry is there.
 """
 
@@ -16,14 +16,16 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from array import array
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from herald.storage.node.entry_log import HEADER_SIZE, OFFSET_BITS, EntryLog, EntryToWrite
-from herald.storage.node.index import LedgerIndex
 from herald.storage.node.journal import Journal
+
+if TYPE_CHECKING:
+    from herald.storage.node.index_db import IndexDB
+    from herald.storage.node.ledgers import Ledgers
 
 log = logging.getLogger(__name__)
 
@@ -44,41 +46,6 @@ class CompactionStats:
         self.bytes_moved += other.bytes_moved
 
 
-class EntryLogUsage:
-    """Bytes per ledger in each entry log file (BookKeeper's EntryLogMetadata): counted as entries
-    are appended, or scanned from a file found at start-up. A file's live bytes are those of its
-    ledgers that still exist. An entry replaced by a second copy still counts as live until its
-    file is compacted: the estimate errs towards compacting less, never towards losing data (the
-    copy step itself checks every entry against the index)."""
-
-    def __init__(self) -> None:
-        self._files: dict[int, dict[int, int]] = {}
-
-    def added(self, file_id: int, ledger_id: int, size: int) -> None:
-        ledgers = self._files.get(file_id)
-        if ledgers is None:
-            ledgers = self._files[file_id] = {}
-        ledgers[ledger_id] = ledgers.get(ledger_id, 0) + size
-
-    def known(self, file_id: int) -> bool:
-        return file_id in self._files
-
-    def set(self, file_id: int, usage: dict[int, int]) -> None:
-        self._files[file_id] = usage
-
-    def forget(self, file_id: int) -> None:
-        self._files.pop(file_id, None)
-
-    def ledgers(self, file_id: int) -> list[int]:
-        return list(self._files.get(file_id, ()))
-
-    def live_bytes(self, file_id: int, exists: Callable[[int], bool]) -> int:
-        ledgers = self._files.get(file_id, {})
-        for ledger_id in [lid for lid in ledgers if not exists(lid)]:
-            del ledgers[ledger_id]  # deleted for good: ledger ids are never reused
-        return sum(ledgers.values())
-
-
 @dataclass(slots=True)
 class _Copy:
     ledger_id: int
@@ -93,24 +60,25 @@ class FileCompaction:
     store runs it under its checkpoint lock and checkpoints after it)."""
 
     def __init__(
-        self, file_id: int, entry_log: EntryLog, journal: Journal, index: dict[int, LedgerIndex],
-        refs: Counter[int], usage: EntryLogUsage,
+        self, file_id: int, entry_log: EntryLog, journal: Journal, ledgers: Ledgers,
     ) -> None:
         self.file_id = file_id
         self._entry_log = entry_log
         self._journal = journal
-        self._index = index
-        self._refs = refs
-        self._usage = usage
+        self._ledgers = ledgers
+        self._refs: Counter[int] = ledgers.file_refs
+        self._usage = ledgers.usage
         self.stats = CompactionStats()
 
     async def move_live_entries(self) -> CompactionStats:
         """Copy every live entry of the file and point the index at the copies (not yet durable:
         the caller's checkpoint makes them so before the file is deleted)."""
-        # The arrays are copied on the event loop (one memcpy each) and searched on a thread.
-        ledgers = {lid: array("Q", self._index[lid].locations)
-                   for lid in self._usage.ledgers(self.file_id) if lid in self._index}
-        live = await asyncio.to_thread(_live_entries, self.file_id, ledgers)
+        # The overlays are copied on the event loop (small: what changed since the last
+        # checkpoint) and LMDB is searched on a thread.
+        index = self._ledgers.index
+        ledgers = {lid: (index[lid].in_db, dict(index[lid].changed))
+                   for lid in self._usage.ledgers(self.file_id) if lid in index}
+        live = await asyncio.to_thread(_live_entries, self.file_id, self._ledgers.db, ledgers)
         done = 0
         while done < len(live):
             copies = await asyncio.to_thread(self._read, live, done)
@@ -141,10 +109,8 @@ class FileCompaction:
         ledger deleted, or a second copy written): then the copy is dead bytes in the new file."""
         refs = self._refs
         for copy, location in zip(copies, locations, strict=True):
-            ledger = self._index.get(copy.ledger_id)
-            if ledger is None or ledger.get(copy.entry_id) != copy.old_location:
+            if not self._ledgers.repoint(copy.ledger_id, copy.entry_id, copy.old_location, location):
                 continue
-            ledger.put(copy.entry_id, location)
             refs[copy.old_location >> OFFSET_BITS] -= 1
             refs[location >> OFFSET_BITS] += 1
             size = HEADER_SIZE + len(copy.data)
@@ -153,11 +119,16 @@ class FileCompaction:
             self.stats.bytes_moved += size
 
 
-def _live_entries(file_id: int, ledgers: dict[int, array[int]]) -> list[tuple[int, int, int]]:
-    """(location, ledger id, entry id) of every indexed entry in the file, in file order."""
+def _live_entries(file_id: int, db: IndexDB | None,
+                  ledgers: dict[int, tuple[bool, dict[int, int]]]) -> list[tuple[int, int, int]]:
+    """(location, ledger id, entry id) of every indexed entry in the file, in file order: the
+    committed ones (an LMDB cursor over each ledger's range) unless the overlay changed them."""
     low, high = file_id << OFFSET_BITS, (file_id + 1) << OFFSET_BITS
-    live = [(location, ledger_id, entry_id)
-            for ledger_id, locations in ledgers.items()
-            for entry_id, location in enumerate(locations) if low <= location < high]
+    live: list[tuple[int, int, int]] = []
+    for ledger_id, (in_db, changed) in ledgers.items():
+        if in_db and db is not None:
+            live.extend((location, ledger_id, entry_id)
+                        for entry_id, location in db.locations_in_file(ledger_id, file_id) if entry_id not in changed)
+        live.extend((location, ledger_id, entry_id) for entry_id, location in changed.items() if low <= location < high)
     live.sort()
     return live

@@ -1,4 +1,7 @@
-"""The index: what the node knows of each ledger — where each entry is in the entry log, the highest
+"""The index markers (MISSING, UNLOGGED), and the snapshot format of releases before LMDB: read once
+at start to migrate a data directory into LMDB (storage.node.index_db); save_snapshot writes one (tests).
+
+Before LMDB, the index held what the node knows of each ledger — where each entry is in the entry log, the highest
 last-add-confirmed its writer reported, and whether it is fenced.
 
 Entry ids of a ledger are dense from 0, so a ledger's locations are one array('Q') indexed by

@@ -5,10 +5,12 @@ covers it: the journal alone makes it durable. Only then, off the acknowledgemen
 journal's writer thread append it to the entry log, and the event loop records its location in
 the index (batch after batch, in journal order, so the live state and a replay agree:
 storage.ledgers). Reads go index -> entry log, or to the bytes in memory of an entry not logged
-yet, never to the journal. A checkpoint makes the entry log durable, saves the index snapshot (with fencing and
-LACs) and deletes the journal files it covers; a restart loads the snapshot and replays only the
-journal written after it. Entry log files with no live entry are deleted at checkpoints, and
-mostly-dead ones compacted (storage.node.compaction).
+yet, never to the journal. A checkpoint makes the entry log durable, commits what changed in the
+index (locations, fencing, LACs, and the journal position it covers) to LMDB in one transaction
+(storage.node.index_db) and deletes the journal files it covers; a restart opens LMDB and replays
+only the journal written after that position (idempotently: a crash between the commit and the
+deletes replays records whose effects LMDB already has). Entry log files with no live entry are
+deleted at checkpoints, and mostly-dead ones compacted (storage.node.compaction).
 """
 
 from __future__ import annotations
@@ -33,9 +35,11 @@ from herald.common.errors import (
 )
 from herald.storage.node.compaction import CompactionStats, FileCompaction
 from herald.storage.node.entry_log import FILE_MAGIC, EntryLog, EntryLogFileGone
-from herald.storage.node.index import MISSING, LedgerIndex, Snapshot, load_snapshot, save_snapshot
+from herald.storage.node.index import MISSING, SNAPSHOT_NAME, load_snapshot
+from herald.storage.node.index_db import DIRECTORY as INDEX_DIRECTORY
+from herald.storage.node.index_db import CheckpointBatch, IndexDB, LedgerMeta
 from herald.storage.node.journal import Journal, JournalRecord, RecordKind
-from herald.storage.node.ledgers import Ledgers, Wanted
+from herald.storage.node.ledgers import Ledgers, LedgerState, Wanted
 from herald.storage.node.metrics import StorageReading
 from herald.storage.node.settings import StorageSettings
 
@@ -54,9 +58,9 @@ _MAX_READ_CHUNK = 32 * 1024 * 1024
 
 @dataclass(frozen=True, slots=True)
 class RecoveryStats:
-    """What open() found: whether a snapshot was loaded and how much journal it replayed."""
+    """What open() found: whether a committed index was there and how much journal it replayed."""
 
-    snapshot_loaded: bool
+    snapshot_loaded: bool  # an index committed by a checkpoint (LMDB, or a migrated snapshot)
     journal_first_file_id: int
     records_replayed: int
     adds_replayed: int
@@ -83,13 +87,15 @@ class LedgerStore:
             max_group_bytes=settings.journal_max_group_bytes,
             max_queued_bytes=settings.journal_max_queued_bytes, metrics=metrics,
         )
-        self._ledgers = Ledgers()
+        self._index_db = IndexDB(self._root / INDEX_DIRECTORY, settings.index_map_size)
+        self._ledgers = Ledgers(self._index_db)
         self._dirty = False  # something was journaled since the last checkpoint
         self._state: Literal["new", "open", "closing", "closed"] = "new"
         self._checkpoint_lock = asyncio.Lock()
         self._persist_lock = threading.Lock()  # a cancelled checkpoint's thread may still be running
         self._checkpoint_task: asyncio.Task[None] | None = None
         self._compaction_task: asyncio.Task[None] | None = None
+        self._early_checkpoint: asyncio.Task[None] | None = None
         self._closed = asyncio.Event()
         self.checkpoint_count = 0
         # For metrics: entries made durable and read, adds refused as fenced.
@@ -109,7 +115,7 @@ class LedgerStore:
     # ---- life cycle ---------------------------------------------------------------------------
 
     async def open(self) -> RecoveryStats:
-        """Load the index snapshot, replay the journal after it, checkpoint, and start serving."""
+        """Open the index, replay the journal after it, checkpoint, and start serving."""
         if self._state != "new":
             raise ServiceNotReadyError(f"the ledger store is {self._state}: open it once")
         try:
@@ -118,6 +124,7 @@ class LedgerStore:
             self._state = "closed"
             await self._journal.close()
             await asyncio.to_thread(self._entry_log.close)
+            self._index_db.close()
             self._closed.set()
             raise
         self.recovery = stats
@@ -147,7 +154,7 @@ class LedgerStore:
         opened = self._state == "open"
         self._state = "closing"
         try:
-            for task in (self._compaction_task, self._checkpoint_task):
+            for task in (self._compaction_task, self._checkpoint_task, self._early_checkpoint):
                 if task is not None:
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
@@ -159,6 +166,7 @@ class LedgerStore:
                     log.exception("final checkpoint failed: the journal will be replayed at start")
             await self._journal.close()
             await asyncio.to_thread(self._entry_log.close)
+            await asyncio.to_thread(self._close_index)
         finally:
             self._state = "closed"
             self._closed.set()
@@ -210,7 +218,7 @@ class LedgerStore:
         self._check_open()
         _check_id("ledger id", ledger_id)
         # Fence at once so no later add gets in; the journal record makes it survive a restart.
-        self._ledgers.index.setdefault(ledger_id, LedgerIndex()).fenced = True
+        self._ledgers.fence(ledger_id)
         await self._journal.append(JournalRecord(RecordKind.FENCE, ledger_id))
         ledger = self._ledgers.index.get(ledger_id)
         return -1 if ledger is None else ledger.last_entry_id
@@ -230,6 +238,16 @@ class LedgerStore:
         self.entries_written += len(adds)
         self.bytes_written += size
         self._dirty = True
+        if (self._ledgers.overlay_added >= self._settings.index_overlay_max_entries and self._state == "open"
+                and (self._early_checkpoint is None or self._early_checkpoint.done())):
+            # The overlay holds a Python object per entry changed: bound it, whatever the interval.
+            self._early_checkpoint = asyncio.create_task(self._checkpoint_early(), name="storage-early-checkpoint")
+
+    async def _checkpoint_early(self) -> None:
+        try:
+            await self.checkpoint()
+        except Exception:
+            log.exception("early checkpoint (index overlay full) failed; the journal keeps everything till the next")
 
     def write_synced(self, records: Sequence[JournalRecord]) -> object:
         """On the journal's writer thread, after the batch was handed to the loop to be answered:
@@ -330,7 +348,7 @@ class LedgerStore:
         if self._metrics is not None:
             self._metrics.read_latency.observe(time.perf_counter() - started)
 
-    def _ledger_or_raise(self, ledger_id: int) -> LedgerIndex:
+    def _ledger_or_raise(self, ledger_id: int) -> LedgerState:
         ledger = self._ledgers.index.get(ledger_id)
         if ledger is None:
             raise LedgerNotFoundError(f"ledger {ledger_id} is not on this storage node")
@@ -361,9 +379,10 @@ class LedgerStore:
 
     async def _checkpoint(self) -> bool:
         self._check_open_or_closing()
+        await self._count_dropped()
         if not self._dirty:
-            # The snapshot on disk matches the index: entry log files it leaves unreferenced (say,
-            # after a crash between a compaction's snapshot and its delete) can go at once.
+            # LMDB matches the index: entry log files it leaves unreferenced (say,
+            # after a crash between a compaction's commit and its delete) can go at once.
             unreferenced = self._ledgers.unreferenced(self._entry_log.sealed_file_ids())
             if unreferenced:
                 await asyncio.to_thread(self._delete_entry_logs, unreferenced)
@@ -374,18 +393,37 @@ class LedgerStore:
             journal_file_id, open_logs = await self._journal.rotate(self._entry_log.open_for_writing)
             assert isinstance(open_logs, list)
             # Every record in the journal files before journal_file_id is applied and in the entry
-            # log by now (entries journaled since may not be: the snapshot leaves them out).
-            snapshot = self._ledgers.snapshot(journal_file_id)
+            # log by now (entries journaled since may not be: the batch leaves them out).
+            batch = self._ledgers.checkpoint_batch(journal_file_id)
             # Files older than the one being written then get no new entries.
             writing = max(open_logs)
             unreferenced = self._ledgers.unreferenced([i for i in self._entry_log.file_ids() if i < writing])
-            await asyncio.to_thread(self._persist, snapshot, open_logs, unreferenced)
+            try:
+                await asyncio.to_thread(self._persist, batch, open_logs, unreferenced)
+            except BaseException:
+                self._ledgers.not_committed(batch)
+                raise
         except BaseException:
             self._dirty = True
             raise
+        self._ledgers.committed(batch)
         self._ledgers.forget_files(unreferenced)
         self.checkpoint_count += 1
         return True
+
+    def _close_index(self) -> None:
+        with self._persist_lock:  # a cancelled checkpoint's commit may still be running
+            for reader in {id(d.reader): d.reader for d in self._ledgers.dropped}.values():
+                reader.abort()
+            self._ledgers.dropped = []
+            self._index_db.close()
+
+    async def _count_dropped(self) -> None:
+        """Count the ledgers deleted since the last checkpoint off their entry log files (till
+        then those files are kept: a count too high only delays a delete)."""
+        dropped, self._ledgers.dropped = self._ledgers.dropped, []
+        if dropped:
+            self._ledgers.file_refs.subtract(await asyncio.to_thread(self._ledgers.count_dropped, dropped))
 
     def _delete_entry_logs(self, file_ids: list[int]) -> None:
         with self._persist_lock:
@@ -395,11 +433,13 @@ class LedgerStore:
         if self._state not in ("open", "closing"):
             raise ServiceNotReadyError(f"the ledger store is {self._state}")
 
-    def _persist(self, snapshot: Snapshot, open_logs: list[int], unreferenced: list[int]) -> None:
+    def _persist(self, batch: CheckpointBatch, open_logs: list[int], unreferenced: list[int]) -> None:
+        # The order that makes every step crash-safe: entry log durable -> index committed (with
+        # the journal position it covers) -> the journal files and entry log files it made useless.
         with self._persist_lock:
             self._entry_log.sync(open_logs)
-            save_snapshot(self._root, snapshot)
-            self._journal.delete_files_before(snapshot.journal_file_id)
+            commit_index(self._index_db, batch)
+            self._journal.delete_files_before(batch.journal_file_id)
             self._entry_log.delete_files(unreferenced)
 
     # ---- compaction -----------------------------------------------------------------------------
@@ -420,12 +460,11 @@ class LedgerStore:
                 if file_id not in self._entry_log.sealed_file_ids():
                     continue
                 ledgers = self._ledgers
-                compaction = FileCompaction(file_id, self._entry_log, self._journal, ledgers.index,
-                                            ledgers.file_refs, ledgers.usage)
+                compaction = FileCompaction(file_id, self._entry_log, self._journal, ledgers)
                 try:
                     stats = await compaction.move_live_entries()
                 finally:
-                    # Whatever was repointed must reach the snapshot before the file may go.
+                    # Whatever was repointed must reach LMDB before the file may go.
                     self._dirty = self._dirty or compaction.stats.entries_moved > 0
                 await self._checkpoint()
             total.add(stats)
@@ -466,15 +505,15 @@ class LedgerStore:
                 log.exception("checkpoint failed; the journal keeps everything until the next one")
 
     def _recover(self) -> RecoveryStats:
-        """Load the snapshot and replay the journal after it (on a worker thread, before serving)."""
+        """Open the index and replay the journal after it (on a worker thread, before serving)."""
         self._root.mkdir(parents=True, exist_ok=True)
         self._entry_log.open()
-        snapshot = load_snapshot(self._root)
-        first_file_id = 0
-        if snapshot is not None:
-            self._ledgers.load(snapshot.ledgers)
-            first_file_id = snapshot.journal_file_id
-        # A checkpoint that crashed after saving its snapshot may have left covered files behind.
+        self._index_db.open()
+        self._migrate_snapshot()
+        committed = self._index_db.journal_file_id()
+        first_file_id = 0 if committed is None else committed
+        self._ledgers.load()
+        # A checkpoint that crashed after its commit may have left covered files behind.
         self._journal.delete_files_before(first_file_id)
         records = adds = 0
         batch: list[JournalRecord] = []
@@ -487,16 +526,37 @@ class LedgerStore:
                 batch = []
         if batch:
             self._replay(batch)
+        dropped, self._ledgers.dropped = self._ledgers.dropped, []
+        self._ledgers.file_refs.subtract(self._ledgers.count_dropped(dropped))
         self._journal.open_for_append(first_file_id)
         self._dirty = records > 0
-        return RecoveryStats(snapshot is not None, first_file_id, records, adds)
+        return RecoveryStats(committed is not None, first_file_id, records, adds)
 
+    def _migrate_snapshot(self) -> None:
+        """A data directory from before LMDB: load its index snapshot into LMDB once (one
+        transaction), then remove the snapshot. A crash before the removal just does it again."""
+        path = self._root / SNAPSHOT_NAME
+        snapshot = load_snapshot(self._root)
+        if snapshot is None:
+            return
+        batch = CheckpointBatch(snapshot.journal_file_id, deleted=set(snapshot.ledgers))
+        for ledger_id, ledger in snapshot.ledgers.items():
+            batch.locations[ledger_id] = {e: loc for e, loc in enumerate(ledger.locations) if loc != MISSING}
+            batch.ledgers[ledger_id] = LedgerMeta(ledger.last_entry_id, ledger.last_add_confirmed, ledger.fenced)
+        commit_index(self._index_db, batch)
+        path.unlink()
+        log.info("index snapshot %s migrated to %s: %d ledgers", path, self._index_db.path, len(batch.ledgers))
 
     def _replay(self, batch: list[JournalRecord]) -> None:
         """Both steps of a journaled batch at once (before the writer threads start)."""
         adds, _ = self._ledgers.journaled(batch)
         if adds:
             self._ledgers.logged(adds, self._entry_log.append(adds))
+
+
+def commit_index(db: IndexDB, batch: CheckpointBatch) -> None:
+    """Commit a checkpoint's batch to LMDB (a module function: tests make it fail like a crash)."""
+    db.commit(batch)
 
 
 def _check_id(what: str, value: int) -> None:

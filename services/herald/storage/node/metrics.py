@@ -25,7 +25,7 @@ from herald.common.collectors import HotHistogram, LoopCollector
 LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 GROUP_RECORDS_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
 GROUP_BYTES_BUCKETS = (1024, 4096, 16384, 65536, 262144, 1048576, 2097152, 4194304, 8388608, 16777216)
-# The data directory's parts, by the directory they live in (files at its top: the index snapshot).
+# The data directory's parts, by the directory they live in (anything else: the index, index.lmdb/).
 DISK_PARTS = {"journal": "journal", "entrylog": "entry_log"}
 
 
@@ -135,7 +135,7 @@ class StorageCollector(LoopCollector[StorageReading]):
             CounterMetricFamily("herald_storage_fenced_adds_total",
                                 "Adds refused because their ledger is fenced (a newer writer took the ledger over)."),
             CounterMetricFamily("herald_storage_checkpoints_total",
-                                "Checkpoints (entry logs synced, index snapshot saved, journal files deleted)."),
+                                "Checkpoints (entry logs synced, index committed, journal files deleted)."),
         ]
         ledgers = GaugeMetricFamily("herald_storage_ledgers", "Ledgers with entries or state on this node.")
         fenced = GaugeMetricFamily("herald_storage_fenced_ledgers", "Ledgers fenced on this node.")

@@ -13,11 +13,11 @@ MIB = 1024 * 1024
 
 @dataclass
 class StorageSettings(SecuritySettings, MetricsEndpointSettings):
-    # Where the journal, entry logs and index snapshot live (the node's PVC).
+    # Where the journal, entry logs and index (LMDB) live (the node's PVC).
     data_dir: str = "data/storage"
     host: str = "127.0.0.1"
     port: int = 0  # 0: pick a free port; the server reports the one it bound
-    # Seconds between checkpoints (entry log fsync + index snapshot + old journal files deleted).
+    # Seconds between checkpoints (entry log fsync + index commit + old journal files deleted).
     checkpoint_interval: float = 10.0
     # A journal file is closed and a new one started once it grows past this size.
     journal_file_max_size: int = 256 * MIB
@@ -32,6 +32,14 @@ class StorageSettings(SecuritySettings, MetricsEndpointSettings):
     # current file and is deleted (BookKeeper's minor/major compaction in one). 0 disables it.
     compaction_threshold: float = 0.5
     compaction_interval: float = 60.0
+    # The most bytes the index (LMDB, index.lmdb/ in data_dir) may grow to. LMDB reserves this much
+    # address space but the file only takes the pages written (about 40 bytes per entry held); when
+    # full, checkpoints fail with a PersistenceError (the journal keeps everything) until the node
+    # restarts with a larger value.
+    index_map_size: int = 64 * 1024 * MIB
+    # Index locations changed since the last checkpoint are kept in memory (about 150 bytes each)
+    # until it commits them to LMDB: past this many, a checkpoint starts at once.
+    index_overlay_max_entries: int = 1_000_000
     # Default upper bound of the entry bytes in one ReadEntries response chunk.
     read_chunk_max_bytes: int = 1 * MIB
     # Adds of one AddEntries stream that may wait for their journal fsync at the same time.
