@@ -13,8 +13,8 @@ from herald.broker.core.access_modes import ProducerAccessMode
 from herald.broker.core.admission import Admission
 from herald.broker.core.consumer_session import ConsumerSession, SubscribeRequest
 from herald.broker.core.producer_session import ProducerSession, Registered
-from herald.broker.core.schemas import Schema
 from herald.broker.core.service import BrokerService
+from herald.common.codec.schema_info import SchemaInfo
 from herald.common.errors import (
     IncompatibleSchemaError,
     ProducerBusyError,
@@ -87,20 +87,20 @@ async def test_a_waiting_producer_is_refused_when_its_topic_is_unloaded(cluster:
 async def test_schemas_through_the_sessions(cluster: Cluster) -> None:
     service = await cluster.broker()
     topic = "persistent://public/default/schemas"
-    json_schema = Schema("JSON", b'{"type": "record", "name": "Order"}')
+    json_schema = SchemaInfo("JSON", b'{"type": "record", "name": "Order"}')
     producer, registered = await register(service, topic, "p", schema=json_schema)
     assert registered.schema_version == 0
     _, plain = await register(service, topic, "bytes")
     assert plain.schema_version is None
     with pytest.raises(IncompatibleSchemaError):
-        await register(service, topic, "q", schema=Schema("STRING"))
+        await register(service, topic, "q", schema=SchemaInfo("STRING"))
     consumer = ConsumerSession(service, Admission(service.settings))
     with pytest.raises(IncompatibleSchemaError):
-        await consumer.subscribe(SubscribeRequest(topic, "refused", schema=Schema("STRING")))
+        await consumer.subscribe(SubscribeRequest(topic, "refused", schema=SchemaInfo("STRING")))
     loaded = await service.get_topic(topic)
     assert "refused" not in loaded.list_subscriptions()  # refused before the subscription was made
     await consumer.subscribe(SubscribeRequest(topic, "same", schema=json_schema))
-    assert await service.get_schema(topic) == json_schema
+    assert (await service.schemas.get(topic))[1] == json_schema
     await consumer.close()
     await producer.close(drain=False)
 
@@ -108,10 +108,10 @@ async def test_schemas_through_the_sessions(cluster: Cluster) -> None:
 @pytest.mark.parametrize("topic", TOPICS)
 async def test_a_deleted_topic_forgets_its_schema_and_epoch(cluster: Cluster, topic: str) -> None:
     service = await cluster.broker()
-    producer, registered = await register(service, topic, "p", Mode.EXCLUSIVE, schema=Schema("STRING"))
+    producer, registered = await register(service, topic, "p", Mode.EXCLUSIVE, schema=SchemaInfo("STRING"))
     assert registered.topic_epoch == 0
     await producer.close(drain=False)
     await service.delete_topic(topic)
     # Made again under the name: any schema, and the epochs start over.
-    _, again = await register(service, topic, "p", Mode.EXCLUSIVE, schema=Schema("JSON", b"{}"))
+    _, again = await register(service, topic, "p", Mode.EXCLUSIVE, schema=SchemaInfo("JSON", b"{}"))
     assert again.topic_epoch == 0 and again.schema_version == 0

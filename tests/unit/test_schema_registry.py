@@ -12,9 +12,10 @@ import pytest
 from herald.api.pulsar import PulsarApi_pb2 as pulsar
 from herald.broker.core.policies import PolicyResolver
 from herald.broker.core.schema_registry import SchemaRegistry
-from herald.broker.core.schemas import Schema, SchemaStorage, schema_key
+from herald.broker.core.schemas import SchemaStorage, schema_key
 from herald.broker.pulsar import schemas as wire
 from herald.broker.settings import BrokerSettings
+from herald.common.codec.schema_info import SchemaInfo as Schema
 from herald.common.errors import IncompatibleSchemaError, InvalidArgumentError, NotFoundError
 from herald.metadata.policies import Policies
 from herald.metadata.resources import Resources

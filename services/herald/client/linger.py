@@ -7,11 +7,12 @@ are acknowledged, or when the delay passes, whichever comes first. No I/O: the a
 
 from __future__ import annotations
 
+import abc
 import asyncio
 from collections.abc import Callable
 
 
-class TurnRule:
+class TurnRule(abc.ABC):
     """The rule, mixed into an accumulator, which keeps this state in its slots and gives flush()
     and _is_open(). `_in_flight` None turns the rule off (a batch ships when full, after the
     delay, or on flush())."""
@@ -26,11 +27,13 @@ class TurnRule:
         self._held = False  # kept open at a turn's end behind entries in flight: settled() may ship it
         self._urgent = False  # ship_soon(): ship at the turn's end whatever is in flight
 
+    @abc.abstractmethod
     def flush(self) -> None:
-        raise NotImplementedError
+        """Ship the open batch now."""
 
+    @abc.abstractmethod
     def _is_open(self) -> bool:
-        raise NotImplementedError
+        """Whether a batch is open (holds messages not shipped yet)."""
 
     def _turn_began(self) -> None:
         """Messages are being queued: look again once the loop ran everything else ready."""

@@ -28,9 +28,9 @@ from herald.broker.core.cursor import InitialPosition, ResetTarget
 from herald.broker.core.hash_ranges import KeySharedMeta
 from herald.broker.core.ledger_list import Position
 from herald.broker.core.outcome import as_herald_error
-from herald.broker.core.schemas import Schema
 from herald.broker.core.service import BrokerService
 from herald.broker.core.subscription_type import SubscriptionType
+from herald.common.codec.schema_info import SchemaInfo
 from herald.common.errors import HeraldError, ServiceNotReadyError
 
 
@@ -58,7 +58,7 @@ class SubscribeRequest:
     key_shared_mode: int = 0
     hash_ranges: Sequence[tuple[int, int]] = ()
     allow_out_of_order_delivery: bool = False
-    schema: Schema | None = None  # the consumer's (broker.core.schemas): must be the topic's
+    schema: SchemaInfo | None = None  # the consumer's (broker.core.schemas): must be the topic's
     read_compacted: bool = False  # read the compacted view up to its horizon (Exclusive, Failover)
 
 

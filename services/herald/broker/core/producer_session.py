@@ -31,9 +31,9 @@ from herald.broker.core.access_modes import ProducerAccessMode
 from herald.broker.core.admission import Admission
 from herald.broker.core.outcome import as_herald_error
 from herald.broker.core.producer import Producer
-from herald.broker.core.schemas import Schema
 from herald.broker.core.service import BrokerService
 from herald.common import tracing
+from herald.common.codec.schema_info import SchemaInfo
 from herald.common.errors import HeraldError, ServiceNotReadyError
 
 
@@ -152,7 +152,7 @@ class ProducerSession:
     async def register(
         self, topic: str, producer_name: str | None, properties: Mapping[str, str], *,
         access_mode: ProducerAccessMode = ProducerAccessMode.SHARED, topic_epoch: int | None = None,
-        on_queued: Callable[[], None] | None = None, schema: Schema | None = None,
+        on_queued: Callable[[], None] | None = None, schema: SchemaInfo | None = None,
     ) -> Registered:
         """Admit and register the producer; HeraldError when refused (by authorization, a limit,
         the topic, its exclusive producer, its schema...). A WAIT_FOR_EXCLUSIVE producer calls

@@ -26,7 +26,6 @@ from herald.metadata.store import MetadataStore
 SCHEMAS_PREFIX = "/schemas/"
 T = TypeVar("T")
 
-Schema = SchemaInfo  # the core's name for it
 
 
 def schema_key(topic: str) -> str:

@@ -24,7 +24,6 @@ from herald.broker.core.policies import PolicyResolver
 from herald.broker.core.ports import BrokerObserver
 from herald.broker.core.producer import Producer
 from herald.broker.core.schema_registry import SchemaRegistry
-from herald.broker.core.schemas import Schema
 from herald.broker.core.subscription_type import SubscriptionType
 from herald.broker.core.topic_admin import RemoteTopics as RemoteTopics  # re-exported: the core's ports
 from herald.broker.core.topic_admin import TopicAdmin
@@ -34,6 +33,7 @@ from herald.broker.core.topic_loader import ledger_name as ledger_name
 from herald.broker.core.topic_registry import BrokerLoad, TopicRegistry
 from herald.broker.core.topic_registry import TopicOwnership as TopicOwnership
 from herald.broker.settings import BrokerSettings
+from herald.common.codec.schema_info import SchemaInfo
 from herald.common.errors import HeraldError
 from herald.metadata.resources import Resources
 from herald.metadata.store import MetadataStore
@@ -92,7 +92,7 @@ class BrokerService(TopicAdmin):
     async def create_producer(
         self, topic: str, producer_name: str | None = None, properties: dict[str, str] | None = None, *,
         access_mode: ProducerAccessMode = ProducerAccessMode.SHARED, topic_epoch: int | None = None,
-        on_queued: Callable[[], None] | None = None, schema: Schema | None = None,
+        on_queued: Callable[[], None] | None = None, schema: SchemaInfo | None = None,
     ) -> tuple[Producer, int]:
         """A producer on the topic, and the last sequence id persisted under its name (-1 if none).
         Publish with `producer.topic.publish(producer, ...)` (or submit); close with close_producer().
@@ -106,10 +106,6 @@ class BrokerService(TopicAdmin):
         producer.properties = dict(properties or {})
         producer.schema_version = schema_version
         return producer, last_sequence_id
-
-    async def get_schema(self, topic: str, version: int | None = None) -> Schema:
-        """The topic's schema at `version` (None: the latest; NotFoundError when none, or not that version)."""
-        return (await self.schemas.get(topic, version))[1]
 
     async def close_producer(self, producer: Producer) -> None:
         producer.topic.remove_producer(producer)
@@ -129,7 +125,7 @@ class BrokerService(TopicAdmin):
         properties: dict[str, str] | None = None,
         dead_letter_policy: DeadLetterPolicy | None = None,
         key_shared: KeySharedMeta | None = None,
-        schema: Schema | None = None,
+        schema: SchemaInfo | None = None,
         read_compacted: bool = False,
     ) -> Consumer:
         """Attach a consumer (see Topic.subscribe; non_durable makes a reader's subscription

@@ -7,6 +7,7 @@ request names its topic). The compatibility strategy is a topic / namespace poli
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -34,14 +35,15 @@ def _uploaded(request: admin_pb2.UploadSchemaRequest) -> SchemaInfo:
     return schema_from_proto(request.schema)
 
 
-class SchemaAdmin:
+class SchemaAdmin(abc.ABC):
     """The schema calls of AdminServicer (a mixin: it provides `service`, `resources`, `_answer`)."""
 
     service: BrokerService
     resources: Resources
 
+    @abc.abstractmethod
     async def _answer(self, context: Context, operation: str, call: Callable[[], Awaitable[T]]) -> T:
-        raise NotImplementedError  # AdminServicer's
+        """Run `call` as the admin operation `operation`, its errors answered on `context`."""
 
     async def _registry(self, topic: str) -> SchemaRegistry:
         name = TopicName.parse(topic)

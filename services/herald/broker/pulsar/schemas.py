@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 
 from herald.api.pulsar import PulsarApi_pb2 as pulsar
-from herald.broker.core.schemas import Schema
 from herald.broker.pulsar.frontend import FrontEnd
 from herald.common.codec.names import TopicName
+from herald.common.codec.schema_info import SchemaInfo
 from herald.common.errors import HeraldError, InvalidArgumentError, NotFoundError
 from herald.common.pulsar.errors import server_error
 
@@ -29,12 +29,12 @@ _TYPE_NAMES = {number: _type_name(name) for name, number in pulsar.Schema.Type.i
 _TYPE_NUMBERS = {name: number for number, name in _TYPE_NAMES.items()}
 
 
-def from_wire(schema: pulsar.Schema) -> Schema:
+def from_wire(schema: pulsar.Schema) -> SchemaInfo:
     name = _TYPE_NAMES.get(schema.type, str(schema.type))
-    return Schema(name, schema.schema_data, {kv.key: kv.value for kv in schema.properties})
+    return SchemaInfo(name, schema.schema_data, {kv.key: kv.value for kv in schema.properties})
 
 
-def to_wire(schema: Schema, name: str) -> pulsar.Schema:
+def to_wire(schema: SchemaInfo, name: str) -> pulsar.Schema:
     number = _TYPE_NUMBERS.get(schema.type.upper())
     answer = pulsar.Schema(name=name, schema_data=schema.data,
                            type=number if number is not None else pulsar.Schema.Type.Value("None"))  # type: ignore[arg-type]
