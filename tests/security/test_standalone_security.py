@@ -348,9 +348,15 @@ async def test_a_stream_the_broker_ends_leaves_no_task_behind_on_a_channel_carry
             assert await call.read() is not grpc.aio.EOF  # registered / subscribed
             with contextlib.suppress(asyncio.InvalidStateError):  # the broker may have ended it already
                 await call.write(closing.SerializeToString())  # the broker ends the stream; no half-close
-            while await call.read() is not grpc.aio.EOF:
-                pass
-            assert await call.code() == grpc.StatusCode.OK
+            try:
+                while await call.read() is not grpc.aio.EOF:
+                    pass
+                assert await call.code() == grpc.StatusCode.OK
+            except grpc.aio.AioRpcError as ended:
+                # The broker's OK may reach this side's core while the write task's send of the close is
+                # still queued; core then fails that send and the call locally (CI saw it once in ~2,500
+                # runs). It is this end's race, not the broker's answer; the tasks are what is checked.
+                assert (ended.code(), ended.details()) == (grpc.StatusCode.INTERNAL, "Internal error from Core")
             call.cancel()  # what a relay does once the broker's side ended: too late to stop the feeding task
             del call
         gc.collect()  # what nothing holds any more is destroyed now, and reported if it was pending
