@@ -19,7 +19,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -29,8 +28,8 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from harness import Standalone
 from herald.api.v1 import admin_pb2, admin_pb2_grpc, lookup_pb2, lookup_pb2_grpc
-from herald.local_cluster import free_port
 
 RESULTS = Path(__file__).resolve().parent / "results" / "admin_loop_stall.jsonl"
 PROBE_INTERVAL = 0.005
@@ -74,39 +73,9 @@ class Probe:
                 "median_ms": round(statistics.median(answers) * 1000, 1)}
 
 
-class Standalone:
-    """`herald standalone` on free ports in a temporary directory (plaintext: the stall is the
-    same with TLS and authorization on, which only add per-call work)."""
-
-    def __init__(self, directory: Path, env: dict[str, str]) -> None:
-        self.directory = directory
-        self.env = env
-        self.port, self.broker_port = free_port(), free_port()
-        self.log = directory / "standalone.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        herald = shutil.which("herald", path=str(Path(sys.executable).parent)) or "herald"
-        with self.log.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [herald, "standalone", "--pulsar-port", "-1", "--web-port", "-1",
-                 "--data-dir", str(self.directory / "data"), "--port", str(self.port),
-                 "--broker-port", str(self.broker_port), "--storage-port", str(free_port()),
-                 "--proxy-port", str(free_port()), "--metrics-port", str(free_port()), "--no-dlq-worker"],
-                stdout=log, stderr=subprocess.STDOUT, env=self.env)
-        deadline = time.monotonic() + 60
-        while "press Ctrl-C to stop" not in self.log.read_text(errors="replace"):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"standalone did not start:\n{self.log.read_text()[-3000:]}")
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=60)
-
-    def lease_losses(self) -> int:
-        return self.log.read_text(errors="replace").count("expired: dropping all topics")
+def lease_losses(server: Standalone) -> int:
+    """How often the standalone's broker lost its lease (and dropped every topic) during the run."""
+    return server.log.read_text(errors="replace").count("expired: dropping all topics")
 
 
 async def run_phase(name: str, call: Any, callers: int, rounds: int, probe: Probe) -> dict[str, Any]:
@@ -166,14 +135,14 @@ def main() -> None:
     env = dict(os.environ, HERALD_BROKER_MAX_PARTITIONS_PER_TOPIC=str(args.partitions),
                HERALD_LOOKUP_HEARTBEAT_INTERVAL=str(args.heartbeat))
     with tempfile.TemporaryDirectory() as tmp:
-        server = Standalone(Path(tmp), env)
+        server = Standalone(Path(tmp), env=env)
         server.start()
         try:
             with Probe(f"127.0.0.1:{server.broker_port}") as probe:
                 phases = asyncio.run(measure(server, args, probe))
         finally:
             server.stop()
-        losses = server.lease_losses()
+        losses = lease_losses(server)
         if args.keep_log is not None:
             shutil.copy(server.log, args.keep_log)
     print(f"lease losses: {losses} (heartbeat {args.heartbeat:g} s, lease {3 * args.heartbeat:g} s)")

@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from pulsar_clients import fdatasync_rate, sequential_write_mb_s
+from harness import machine_limits
 
 HERE = Path(__file__).resolve().parent
 SERVICES = HERE.parent / "services"
@@ -55,8 +55,9 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=500)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        limits = (f"fdatasync {fdatasync_rate(tmp):,.0f}/s, sequential write with fdatasync "
-                  f"{sequential_write_mb_s(tmp):,.0f} MB/s")
+        measured = machine_limits(Path(tmp))
+        limits = (f"fdatasync {measured['fdatasync_per_s']:,.0f}/s, sequential write with fdatasync "
+                  f"{measured['sequential_write_mb_s']:,.0f} MB/s")
     figures: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
     codes = [("before", args.old), ("after", SERVICES)]
     for round_ in range(args.rounds):

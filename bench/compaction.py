@@ -15,84 +15,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import random
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from admin_loop_stall import Probe
+from harness import Standalone, append_result, fdatasync_rate
 from herald.client import AsyncClient
 from herald.client.admin import AdminClient
-from herald.local_cluster import free_port
 
-RESULTS = Path(__file__).resolve().parent / "results" / "compaction.jsonl"
 TOPIC = "persistent://public/default/compaction-bench"
-
-
-def fdatasync_rate(directory: Path, seconds: float = 2.0) -> float:
-    """4 KiB writes each followed by fdatasync, per second."""
-    path = directory / "fsync-probe"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        count, started = 0, time.perf_counter()
-        while time.perf_counter() - started < seconds:
-            os.write(fd, b"\0" * 4096)
-            os.fdatasync(fd)
-            count += 1
-        return count / (time.perf_counter() - started)
-    finally:
-        os.close(fd)
-        path.unlink()
-
-
-class Standalone:
-    def __init__(self, directory: Path, env: dict[str, str]) -> None:
-        self.directory = directory
-        self.env = env
-        self.port, self.broker_port, self.metrics_port = free_port(), free_port(), free_port()
-        self.log = directory / "standalone.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        herald = shutil.which("herald", path=str(Path(sys.executable).parent)) or "herald"
-        with self.log.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [herald, "standalone", "--pulsar-port", "-1", "--web-port", "-1",
-                 "--data-dir", str(self.directory / "data"), "--port", str(self.port),
-                 "--broker-port", str(self.broker_port), "--storage-port", str(free_port()),
-                 "--proxy-port", str(free_port()), "--metrics-port", str(self.metrics_port), "--no-dlq-worker"],
-                stdout=log, stderr=subprocess.STDOUT, env=self.env)
-        deadline = time.monotonic() + 60
-        while "press Ctrl-C to stop" not in self.log.read_text(errors="replace"):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"standalone did not start:\n{self.log.read_text()[-3000:]}")
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=60)
-
-    def metric(self, name: str) -> float:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as reply:
-            for line in reply.read().decode().splitlines():
-                if line.startswith(name + " ") or line.startswith(name + "{"):
-                    return float(line.rsplit(" ", 1)[1])
-        return 0.0
-
-    def peak_rss_mib(self) -> float:
-        assert self.proc is not None
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-        return 0.0
 
 
 async def produce(url: str, messages: int, keys: int, batch: int) -> tuple[float, int]:
@@ -118,7 +54,7 @@ async def produce(url: str, messages: int, keys: int, batch: int) -> tuple[float
 
 
 async def measure(server: Standalone, args: argparse.Namespace, probe: Probe) -> dict[str, Any]:
-    url = f"herald://127.0.0.1:{server.port}"
+    url = server.service_url
     idle_since = time.monotonic()
     await asyncio.sleep(2)
     idle = probe.window(idle_since)
@@ -171,7 +107,7 @@ def main() -> None:
         env = dict(os.environ)
         if args.debug_slow:  # asyncio debug mode: every callback holding the loop past 20 ms is logged
             env["PYTHONASYNCIODEBUG"] = "1"
-        server = Standalone(directory, env)
+        server = Standalone(directory, env=env)
         server.start()
         try:
             with Probe(f"127.0.0.1:{server.broker_port}") as probe:
@@ -180,11 +116,7 @@ def main() -> None:
             server.stop()
             if args.keep_log is not None:
                 shutil.copy(server.log, args.keep_log)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    with RESULTS.open("a") as handle:
-        handle.write(json.dumps({"at": time.strftime("%Y-%m-%dT%H:%M:%S"), "label": args.label,
-                                 "fdatasync_per_second": round(fsyncs), **result}) + "\n")
-
+    append_result("compaction.jsonl", {"label": args.label, "fdatasync_per_second": round(fsyncs), **result})
 
 if __name__ == "__main__":
     main()

@@ -9,36 +9,13 @@ import argparse
 import asyncio
 import json
 import os
-import socket
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+from harness import Service, Standalone, append_result
 from herald.client import AsyncClient, ConsumerType, DeadLetterPolicy, InitialPosition
 from herald.client.admin import AdminClient
-
-RESULTS = Path(__file__).resolve().parent / "results" / "dlq_worker.jsonl"
-BIN = Path(sys.executable).parent
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def start(args: list[str], log: Path, ready: str) -> subprocess.Popen[bytes]:
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([str(BIN / "herald"), *args], stdout=out, stderr=subprocess.STDOUT,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    deadline = time.monotonic() + 60
-    while ready not in log.read_text(errors="replace"):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"{args[0]} did not start:\n{log.read_text()[-3000:]}")
-        time.sleep(0.05)
-    return proc
 
 
 async def stats(admin: AdminClient, topic: str) -> tuple[int, int]:
@@ -81,37 +58,30 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
-        port = free_port()
-        url = f"herald://127.0.0.1:{port}"
-        standalone = start(["standalone", "--pulsar-port", "-1", "--web-port", "-1",
-                            "--data-dir", str(base / "data"), "--port", str(port),
-                            "--broker-port", str(free_port()), "--storage-port", str(free_port()),
-                            "--proxy-port", str(free_port()), "--metrics-port", str(free_port()), "--no-dlq-worker"],
-                           base / "standalone.log", "press Ctrl-C to stop")
+        standalone = Standalone(base, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        standalone.start()
+        url = standalone.service_url
         worker = None
         try:
             topic = "persistent://public/default/bench-dlq"
             asyncio.run(make_letters(url, topic, args.letters, args.batch))
-            worker = start(["dlq-worker", "--service-url", url, "--metrics-port", "-1",
-                            "--flow-permits", str(args.flow_permits), "--broker-refresh-interval", "0.2"],
-                           base / "worker.log", "is running")
+            worker = Service(base, "worker", ["dlq-worker", "--service-url", url, "--metrics-port", "-1",
+                                              "--flow-permits", str(args.flow_permits),
+                                              "--broker-refresh-interval", "0.2"],
+                             "is running", env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            worker.start()
             started = time.perf_counter()  # from the worker's start-up on (imports not counted)
             asyncio.run(wait_drained(url, topic))
             elapsed = time.perf_counter() - started
         finally:
-            for proc in (worker, standalone):
-                if proc is not None:
-                    proc.terminate()
-                    proc.wait(30)
+            for service in (worker, standalone):
+                if service is not None:
+                    service.stop()
     result = {"bench": "dlq_worker", "letters": args.letters, "messages_per_letter": args.batch,
               "flow_permits": args.flow_permits, "seconds": round(elapsed, 3),
               "letters_per_second": round(args.letters / elapsed, 1),
-              "messages_per_second": round(args.letters * args.batch / elapsed, 1),
-              "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    print(json.dumps(result))
-    RESULTS.parent.mkdir(exist_ok=True)
-    with open(RESULTS, "a") as out:
-        out.write(json.dumps(result) + "\n")
+              "messages_per_second": round(args.letters * args.batch / elapsed, 1)}
+    print(json.dumps(append_result("dlq_worker.jsonl", result)))
 
 
 if __name__ == "__main__":

@@ -11,11 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -23,67 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pulsar
+from harness import Standalone, append_result, machine_limits
 from herald.client import AsyncClient, ConsumerType, InitialPosition
-from herald.local_cluster import free_port
 
-RESULTS = Path(__file__).resolve().parent / "results" / "pulsar_clients.jsonl"
 Run = Callable[[str, int, int], tuple[float, float]]
-
-
-# ---- the machine ----
-
-def fdatasync_rate(directory: str, seconds: float = 2.0) -> float:
-    """4 KiB writes each followed by fdatasync, per second."""
-    path = Path(directory) / "fsync-probe"
-    block = b"\0" * 4096
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        count, started = 0, time.perf_counter()
-        while time.perf_counter() - started < seconds:
-            os.write(fd, block)
-            os.fdatasync(fd)
-            count += 1
-        return count / (time.perf_counter() - started)
-    finally:
-        os.close(fd)
-        path.unlink()
-
-
-def sequential_write_mb_s(directory: str, megabytes: int = 256) -> float:
-    """1 MiB writes then one fdatasync, MB/s."""
-    path = Path(directory) / "write-probe"
-    chunk = os.urandom(1 << 20)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        started = time.perf_counter()
-        for _ in range(megabytes):
-            os.write(fd, chunk)
-        os.fdatasync(fd)
-        return megabytes * (1 << 20) / (time.perf_counter() - started) / 1e6
-    finally:
-        os.close(fd)
-        path.unlink()
-
-
-# ---- the server ----
-
-def start_standalone(directory: str) -> tuple[subprocess.Popen[bytes], str, str]:
-    port, pulsar_port = free_port(), free_port()
-    log_path = Path(directory) / "standalone.log"
-    log = open(log_path, "wb")  # noqa: SIM115 - owned by the child
-    herald = Path(sys.executable).parent / "herald"
-    proc = subprocess.Popen(
-        [str(herald), "standalone", "--data-dir", f"{directory}/data", "--port", str(port),
-         "--broker-port", str(free_port()), "--storage-port", str(free_port()), "--proxy-port", "-1",
-         "--metrics-port", "-1", "--web-port", "-1", "--pulsar-port", str(pulsar_port), "--no-dlq-worker"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )
-    deadline = time.monotonic() + 60
-    while "press Ctrl-C" not in log_path.read_text(errors="replace"):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(log_path.read_text())
-        time.sleep(0.05)
-    return proc, f"herald://127.0.0.1:{port}", f"pulsar://127.0.0.1:{pulsar_port}"
 
 
 # ---- the clients ----
@@ -165,13 +104,6 @@ def _pulsar_run(url: str, messages: int, size: int, *, callbacks: bool) -> tuple
         client.close()
 
 
-def peak_rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
@@ -181,19 +113,15 @@ def main() -> None:
     clients: dict[str, Run] = {"herald": herald_run, "pulsar-client": pulsar_run,
                                "pulsar-client/flush": pulsar_flush_run}
     figures: dict[tuple[str, int], list[tuple[float, float]]] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        limits = {"fdatasync_per_s": fdatasync_rate(tmp), "sequential_write_mb_s": sequential_write_mb_s(tmp)}
-        proc, herald_url, pulsar_url = start_standalone(tmp)
-        urls = {"herald": herald_url, "pulsar-client": pulsar_url, "pulsar-client/flush": pulsar_url}
-        try:
-            for _ in range(args.rounds):
-                for size, messages in ((100, args.messages_100), (1024, args.messages_1k)):
-                    for name, run in clients.items():
-                        figures.setdefault((name, size), []).append(run(urls[name], messages, size))
-            server_rss = peak_rss_mb(proc.pid)
-        finally:
-            proc.terminate()
-            proc.wait(timeout=30)
+    with tempfile.TemporaryDirectory() as tmp, Standalone(Path(tmp)) as server:
+        limits = machine_limits(Path(tmp))
+        urls = {"herald": server.service_url, "pulsar-client": server.pulsar_url,
+                "pulsar-client/flush": server.pulsar_url}
+        for _ in range(args.rounds):
+            for size, messages in ((100, args.messages_100), (1024, args.messages_1k)):
+                for name, run in clients.items():
+                    figures.setdefault((name, size), []).append(run(urls[name], messages, size))
+        server_rss = server.peak_rss_mib()
     print(f"machine: fdatasync {limits['fdatasync_per_s']:,.0f}/s, sequential write "
           f"{limits['sequential_write_mb_s']:,.0f} MB/s; server peak RSS {server_rss:.0f} MB; "
           f"medians of {args.rounds} interleaved rounds")
@@ -205,11 +133,7 @@ def main() -> None:
                      "produce_mb_s": produce * size / 1e6, "rounds": len(runs)})
         print(f"  {name:20} {size:5} B: produce {produce:9,.0f} msg/s ({produce * size / 1e6:5.1f} MB/s), "
               f"consume {consume:9,.0f} msg/s")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    with RESULTS.open("a") as handle:
-        handle.write(json.dumps({"at": time.strftime("%Y-%m-%dT%H:%M:%S"), **limits,
-                                 "server_peak_rss_mb": server_rss, "results": rows}) + "\n")
-
+    append_result("pulsar_clients.jsonl", {**limits, "server_peak_rss_mb": server_rss, "results": rows})
 
 if __name__ == "__main__":
     main()

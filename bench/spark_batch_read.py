@@ -9,45 +9,19 @@ import argparse
 import asyncio
 import json
 import os
-import socket
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent / "results" / "spark_batch_read.jsonl"
-BIN = Path(sys.executable).parent
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from herald.client import AsyncClient  # noqa: E402
-from herald.client.admin import AdminClient  # noqa: E402
-from herald_spark import register  # noqa: E402
-from pyspark.sql import SparkSession  # noqa: E402
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def start_standalone(base: Path, port: int, proxy_port: int) -> subprocess.Popen[bytes]:
-    log = base / "standalone.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [str(BIN / "herald"), "standalone", "--pulsar-port", "-1", "--web-port", "-1",
-             "--data-dir", str(base / "data"), "--port", str(port),
-             "--broker-port", str(free_port()), "--storage-port", str(free_port()), "--proxy-port", str(proxy_port),
-             "--metrics-port", str(free_port()), "--no-dlq-worker"],
-            stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    deadline = time.monotonic() + 60
-    while "press Ctrl-C to stop" not in log.read_text(errors="replace"):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"standalone did not start:\n{log.read_text()[-3000:]}")
-        time.sleep(0.05)
-    return proc
+from harness import Standalone, append_result
+from herald.client import AsyncClient
+from herald.client.admin import AdminClient
+from herald_spark import register
+from pyspark.sql import SparkSession
 
 
 async def fill(url: str, topic: str, partitions: int, messages: int, size: int) -> None:
@@ -74,19 +48,19 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
-        port, proxy_port = free_port(), free_port()
-        standalone = start_standalone(base, port, proxy_port)
+        standalone = Standalone(base, proxy=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        standalone.start()
         spark = None
         try:
             topic = "persistent://public/default/bench-spark"
             began = time.perf_counter()
-            asyncio.run(fill(f"herald://127.0.0.1:{port}", topic, args.partitions, args.messages, args.size))
+            asyncio.run(fill(standalone.service_url, topic, args.partitions, args.messages, args.size))
             produced = time.perf_counter() - began
             spark = (SparkSession.builder.master(f"local[{args.cores}]").appName("herald-bench")
                      .config("spark.ui.enabled", "false").getOrCreate())
             spark.sparkContext.setLogLevel("ERROR")
             register(spark)
-            proxy = f"herald://127.0.0.1:{proxy_port}"
+            proxy = standalone.proxy_url
 
             def read() -> tuple[float, int]:
                 started = time.perf_counter()
@@ -100,18 +74,13 @@ def main() -> None:
         finally:
             if spark is not None:
                 spark.stop()
-            standalone.terminate()
-            standalone.wait(30)
+            standalone.stop()
     result = {"bench": "spark_batch_read", "messages": args.messages, "size": args.size,
               "partitions": args.partitions, "spark_cores": args.cores, "seconds": round(elapsed, 3),
               "messages_per_second": round(args.messages / elapsed, 1),
               "mb_per_second": round(args.messages * args.size / elapsed / 1e6, 2),
-              "produce_seconds": round(produced, 3),
-              "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    print(json.dumps(result))
-    RESULTS.parent.mkdir(exist_ok=True)
-    with open(RESULTS, "a") as out:
-        out.write(json.dumps(result) + "\n")
+              "produce_seconds": round(produced, 3)}
+    print(json.dumps(append_result("spark_batch_read.jsonl", result)))
 
 
 if __name__ == "__main__":
