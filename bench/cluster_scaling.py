@@ -37,7 +37,6 @@ from typing import Any
 
 import grpc.aio
 from harness import HERALD, Standalone, append_result, machine_limits, peak_rss_mib
-
 from herald.api.v1 import lookup_pb2, lookup_pb2_grpc
 from herald.local_cluster import ClusterSettings, LocalCluster
 

@@ -60,7 +60,8 @@ async def test_adds_made_while_messages_are_unanswered_leave_together_once_one_i
 
 
 def test_a_negative_add_batches_in_flight_is_refused_with_what_to_set(cluster: Cluster) -> None:
-    with pytest.raises(errors.InvalidArgumentError, match="add_batches_in_flight -1 must be 0 .no limit. or more"):
+    with pytest.raises(errors.InvalidArgumentError, match=r"add_batches_in_flight -1 must be 0 \(no limit\) or more"):
         StorageClient(cluster.store, ["127.0.0.1:1"], add_batches_in_flight=-1)
-    with pytest.raises(errors.InvalidArgumentError, match="storage_add_batches_in_flight must be 0 .no limit. or more"):
+    with pytest.raises(errors.InvalidArgumentError,
+                       match=r"storage_add_batches_in_flight must be 0 \(no limit\) or more"):
         BrokerSettings(storage_add_batches_in_flight=-1)
