@@ -72,6 +72,7 @@ class BrokerServer:
             store, list(settings.storage_nodes), settings.storage_operation_timeout,
             add_timeout=settings.storage_add_timeout, read_timeout=settings.storage_read_timeout,
             quarantine_seconds=settings.storage_quarantine_seconds, dialer=self.security.dialer,
+            add_batches_in_flight=settings.storage_add_batches_in_flight,
         )
         self._server: grpc.aio.Server | None = None
         self.port = 0

@@ -63,6 +63,9 @@ class BrokerSettings(SecuritySettings, MetricsEndpointSettings):
     storage_add_timeout: float = 5.0
     storage_read_timeout: float = 5.0
     storage_quarantine_seconds: float = 30.0
+    # Messages of adds written to one storage node and not yet answered, at most (0: no limit):
+    # adds made meanwhile leave together in the next message, one per group commit of the node.
+    storage_add_batches_in_flight: int = 1
 
     # Producers. A producer stream that ends cleanly gets its outstanding receipts for this long.
     receipt_drain_seconds: float = 30.0
@@ -183,6 +186,10 @@ class BrokerSettings(SecuritySettings, MetricsEndpointSettings):
         if self.pulsar_tls_port >= 0 and not self.tls_cert_file:
             raise InvalidArgumentError("pulsar_tls_port needs the broker's TLS certificate: set tls_cert_file and "
                                        "tls_key_file, or leave pulsar_tls_port at -1")
+        if self.storage_add_batches_in_flight < 0:
+            raise InvalidArgumentError(
+                f"storage_add_batches_in_flight must be 0 (no limit) or more (messages of adds unanswered per "
+                f"storage node), got {self.storage_add_batches_in_flight}")
         if self.pulsar_keepalive_seconds <= 0:
             raise InvalidArgumentError(
                 f"pulsar_keepalive_seconds must be positive, got {self.pulsar_keepalive_seconds}")

@@ -48,8 +48,15 @@ NODE_FAILURES = (errors.ConnectionError_, errors.HeraldTimeoutError, errors.Serv
 
 
 class _AddStream:
-    """One AddEntryBatches stream: adds queued while a message is being written leave together;
-    every add still waiting when the stream fails (or an add outlives add_timeout) fails with it.
+    """One AddEntryBatches stream: adds queued while a message is being written, or while
+    `batches_in_flight` messages are unanswered, leave together; every add still waiting when the
+    stream fails (or an add outlives add_timeout) fails with it.
+
+    Why hold adds while a message is unanswered: the node would only queue them behind the fsync
+    under way (its journal commits in groups), and every message costs the node (and this broker)
+    wake-ups of several threads: one message per group commit is what the node can use. With
+    several brokers and Qw copies on a machine whose cores every process shares, those wake-ups,
+    not the bytes, are most of a node's CPU (bench/results/issue20_cluster.md).
 
     Requests are written as bytes (the method's request serializer is the identity): each add
     comes already serialized (an AddFrame, shared by every node it goes to)."""
@@ -60,6 +67,8 @@ class _AddStream:
         self._outbox: list[AddFrame] = []
         self._waiting: dict[int, asyncio.Future[storage_pb2.AddResponse]] = {}
         self._deadlines: deque[tuple[float, int]] = deque()  # (deadline, request id), in send order
+        # The last request id of each message written and not wholly answered, in write order.
+        self._unanswered: deque[int] = deque()
         self._timer: asyncio.TimerHandle | None = None
         self._wake = asyncio.Event()
         self._failure: errors.HeraldError | None = None
@@ -122,8 +131,10 @@ class _AddStream:
                 # Everything queued while the previous message was being written goes out together
                 # (a gRPC stream moves a few thousand messages a second, not tens of thousands), in
                 # messages of at most ADD_BATCH_MAX_BYTES: under the node's receive limit.
-                while self._outbox:
+                limit = self._connection.batches_in_flight
+                while self._outbox and (limit <= 0 or len(self._unanswered) < limit):
                     batch = self._take_batch()
+                    self._unanswered.append(batch[-1].request_id)
                     await call.write(batch_message(batch))  # one serialized AddBatchRequest
                     for frame in batch:
                         frame.written()
@@ -150,7 +161,7 @@ class _AddStream:
                     future.set_exception(error)
 
     async def _read_responses(self, call: grpc.aio.StreamStreamCall) -> None:  # type: ignore[type-arg]
-        waiting, deadlines = self._waiting, self._deadlines
+        waiting, deadlines, unanswered = self._waiting, self._deadlines, self._unanswered
         async for batch in call:
             for response in batch.responses:
                 future = waiting.pop(response.request_id, None)
@@ -158,6 +169,12 @@ class _AddStream:
                     future.set_result(response)
             while deadlines and deadlines[0][1] not in waiting:
                 deadlines.popleft()
+            if unanswered and unanswered[0] not in waiting:
+                # Answers come in request order: a message is answered once its last add is.
+                while unanswered and unanswered[0] not in waiting:
+                    unanswered.popleft()
+                if self._outbox:
+                    self._wake.set()  # the adds held meanwhile leave now, together
 
 
 class NodeConnection:
@@ -165,9 +182,10 @@ class NodeConnection:
     a failure)."""
 
     def __init__(self, address: str, *, add_timeout: float, read_timeout: float, operation_timeout: float,
-                 dialer: Dialer = PLAINTEXT) -> None:
+                 dialer: Dialer = PLAINTEXT, batches_in_flight: int = 0) -> None:
         self.address = address
         self.add_timeout = add_timeout
+        self.batches_in_flight = batches_in_flight  # 0: no limit (each write leaves at once)
         self.read_timeout = read_timeout
         self.operation_timeout = operation_timeout
         self._channel = dialer.channel(address, channel_options() + _RECONNECT_OPTIONS)
@@ -251,8 +269,9 @@ class NodePool:
 
     def __init__(self, addresses: list[str], *, add_timeout: float, read_timeout: float, operation_timeout: float,
                  quarantine_seconds: float, clock: Callable[[], float] = time.monotonic,
-                 dialer: Dialer = PLAINTEXT) -> None:
+                 dialer: Dialer = PLAINTEXT, add_batches_in_flight: int = 1) -> None:
         self._dialer = dialer
+        self.add_batches_in_flight = add_batches_in_flight
         self.addresses = list(dict.fromkeys(addresses))
         self.add_timeout = add_timeout
         self.read_timeout = read_timeout
@@ -276,7 +295,8 @@ class NodePool:
                 raise errors.ServiceNotReadyError(f"storage node {address}: the storage client is closed")
             connection = self._connections[address] = NodeConnection(
                 address, add_timeout=self.add_timeout, read_timeout=self.read_timeout,
-                operation_timeout=self.operation_timeout, dialer=self._dialer)
+                operation_timeout=self.operation_timeout, dialer=self._dialer,
+                batches_in_flight=self.add_batches_in_flight)
         return connection
 
     # ---- health -------------------------------------------------------------------------------

@@ -37,22 +37,28 @@ class StorageClient:
     add_timeout: an add (or fence) a node has not answered within this long counts as that node
     failing (a paused node keeps its connection open); read_timeout: the same for a read's next
     chunk (or a LAC query), which then goes to another replica; quarantine_seconds: a failed node is
-    left out of new ensembles for this long; operation_timeout: deletes.
+    left out of new ensembles for this long; operation_timeout: deletes; add_batches_in_flight:
+    messages of adds written to one node and not yet answered, at most (0: no limit); adds made
+    meanwhile wait and leave together in the next message (one per group commit of the node).
     """
 
     def __init__(
         self, store: MetadataStore, bootstrap_addresses: list[str] | None = None,
         operation_timeout: float = 30.0, *, add_timeout: float = 5.0, read_timeout: float = 5.0,
-        quarantine_seconds: float = 30.0, dialer: Dialer = PLAINTEXT,
+        quarantine_seconds: float = 30.0, dialer: Dialer = PLAINTEXT, add_batches_in_flight: int = 1,
     ) -> None:
         for name, value in (("operation_timeout", operation_timeout), ("add_timeout", add_timeout),
                             ("read_timeout", read_timeout)):
             if value <= 0:
                 raise errors.InvalidArgumentError(f"storage client {name} {value} must be positive (seconds)")
+        if add_batches_in_flight < 0:
+            raise errors.InvalidArgumentError(
+                f"storage client add_batches_in_flight {add_batches_in_flight} must be 0 (no limit) or more "
+                "(messages of adds unanswered per storage node)")
         self.store = store
         self.pool = NodePool(list(bootstrap_addresses or []), add_timeout=add_timeout, read_timeout=read_timeout,
                              operation_timeout=operation_timeout, quarantine_seconds=quarantine_seconds,
-                             dialer=dialer)
+                             dialer=dialer, add_batches_in_flight=add_batches_in_flight)
         self.addresses = self.pool.addresses
         self.operation_timeout = operation_timeout
 
