@@ -77,6 +77,11 @@ class ReadAhead:
             self._fill(Position(last.ledger_id, last.entry_id + 1))
         return got
 
+    @property
+    def reading(self) -> bool:
+        """Whether a read ahead is in flight."""
+        return self._task is not None
+
     def clear(self) -> None:
         """Drop the buffer and any read in flight (the cursor moved, or the dispatcher closes)."""
         task, self._task = self._task, None
@@ -122,7 +127,8 @@ class ReadAhead:
         room = self.max_bytes - self.buffered_bytes
         if room < estimate and self._buffer:
             return  # full: resumes when the dispatcher takes entries
-        self._reserved = self._budget.reserve(room)
+        # Room for this read (twice the estimate: entries vary), within the broker's budget.
+        self._reserved = self._budget.reserve(min(room, int(2 * self._max_entries * estimate)))
         if self._reserved < estimate and self._buffer:
             self._release_reserved()  # the broker's read-ahead is full: resumes on the next take
             return
