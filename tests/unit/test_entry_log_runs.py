@@ -60,11 +60,11 @@ def test_a_damaged_entry_within_a_run_is_a_checksum_error(tmp_path: Path) -> Non
         data = bytearray(path.read_bytes())
         data[data.index(payloads[2]) + 30_000] ^= 0x01  # read within the run's one pread
         path.write_bytes(bytes(data))
-        with pytest.raises(ChecksumError, match="entry 2 of ledger 3 .* is corrupt"):
+        with pytest.raises(ChecksumError, match=r"entry 2 of ledger 3 .* is corrupt"):
             log.read_run(3, run)
         data[data.index(payloads[1]) + 10] ^= 0x01
         path.write_bytes(bytes(data))
-        with pytest.raises(ChecksumError, match="entry 1 of ledger 3 .* is corrupt"):
+        with pytest.raises(ChecksumError, match=r"entry 1 of ledger 3 .* is corrupt"):
             log.read_run(3, run)
     finally:
         log.close()
