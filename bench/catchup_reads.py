@@ -9,6 +9,8 @@ restart, against the rate of reads served from the entry cache, and what it cost
    runs on the idle topic for --tail-seconds: p99 delivery latency (send to receive).
 4. The same probe again, while a new subscription from Earliest reads the whole backlog (its own
    process too): the catch-up rate, and the probe's p99 during it.
+5. The control: the probe beside a process that only burns a core for --tail-seconds (what
+   sharing 2 cores costs the probe, with no extra work for Herald).
 The standalone's peak RSS is recorded. PYTHONPATH selects the code under test (the standalone is
 started from the same tree); --label names it in the result line.
 
@@ -21,21 +23,30 @@ import argparse
 import asyncio
 import contextlib
 import multiprocessing
+import os
 import tempfile
 import time
-from concurrent.futures import Future, ProcessPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from harness import Standalone, append_result, machine_limits
 from herald.client import AsyncClient, ConsumerType, InitialPosition
-from herald.perf.recorder import Recorder
 
 TOPIC = "persistent://public/default/catchup"
 
 
-async def _fill(url: str, messages: int, size: int, hot: int, hot_subs: int) -> float:
-    """Produce the backlog; returns the tail-read rate (msg/s) of the hot part."""
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _fill(url: str, messages: int, size: int, hot: int, hot_subs: int,
+                server_pid: int) -> tuple[float, dict[str, float]]:
+    """Produce the backlog; returns the tail-read rate (msg/s) of the hot part and the CPU time
+    (µs per message) the server and this client spent reading it."""
     payload = b"x" * size
     async with AsyncClient(url) as client:
         producer = await client.create_producer(
@@ -50,13 +61,16 @@ async def _fill(url: str, messages: int, size: int, hot: int, hot_subs: int) -> 
             await producer.send_async(payload)
         await producer.flush()
         await producer.close()
-        started = time.perf_counter()
+        started, server_cpu, client_cpu = time.perf_counter(), cpu_seconds(server_pid), time.process_time()
         for consumer in consumers:
             await _drain(consumer, hot)
         seconds = time.perf_counter() - started
+        read = hot * hot_subs
+        cpu = {"server_us_per_msg": round((cpu_seconds(server_pid) - server_cpu) / read * 1e6, 3),
+               "client_us_per_msg": round((time.process_time() - client_cpu) / read * 1e6, 3)}
         for consumer in consumers:
             await consumer.close()
-    return hot * hot_subs / seconds
+    return read / seconds, cpu
 
 
 async def _drain(consumer: Any, count: int) -> None:
@@ -71,58 +85,62 @@ async def _drain(consumer: Any, count: int) -> None:
     consumer.acknowledge_cumulative(last)
 
 
-def catch_up(url: str, count: int) -> float:
-    """A new subscription from Earliest reads `count` messages: msg/s (in its own process)."""
-    async def run() -> float:
+def catch_up(url: str, count: int, server_pid: int) -> tuple[float, dict[str, float]]:
+    """A new subscription from Earliest reads `count` messages (in its own process): msg/s, and
+    the CPU time (µs per message) the server and this client spent."""
+    async def run() -> tuple[float, dict[str, float]]:
         async with AsyncClient(url) as client:
             consumer = await client.subscribe(TOPIC, f"catchup-{time.time_ns()}", ConsumerType.Exclusive,
                                               InitialPosition.Earliest)
-            started = time.perf_counter()
+            started, server_cpu, client_cpu = time.perf_counter(), cpu_seconds(server_pid), time.process_time()
             await _drain(consumer, count)
             seconds = time.perf_counter() - started
+            cpu = {"server_us_per_msg": round((cpu_seconds(server_pid) - server_cpu) / count * 1e6, 3),
+                   "client_us_per_msg": round((time.process_time() - client_cpu) / count * 1e6, 3)}
             await consumer.close()
-        return count / seconds
+        return count / seconds, cpu
     return asyncio.run(run())
 
 
-def tail_probe(url: str, seconds: float, rate: int, start_after: float) -> dict[str, float]:
-    """A producer at `rate` msg/s (batching off: each send its own entry) and a consumer at the
-    end of the topic; delivery latency = receive time - send time (both in this process), ms."""
-    async def run() -> dict[str, float]:
+def tail_probe(url: str, rate: int, stop: Any) -> list[tuple[float, float]]:
+    """A producer at `rate` msg/s (batching off: each send its own entry) and a consumer at the end
+    of the topic, until `stop` (a multiprocessing Event) is set: (wall-clock send time, delivery
+    latency ms) of each message, latency being receive time - send time, both in this process."""
+    async def run() -> list[tuple[float, float]]:
         async with AsyncClient(url) as client:
             consumer = await client.subscribe(TOPIC, f"tail-{time.time_ns()}", ConsumerType.Exclusive,
                                               InitialPosition.Latest)
             producer = await client.create_producer(TOPIC, batching_enabled=False)
-            recorder = Recorder("delivery")
-            expected = 0
+            samples: list[tuple[float, float]] = []
+            outstanding = 0
             sending = True
             drained = asyncio.Event()  # every probe message sent has come back
 
             async def receive() -> None:
-                nonlocal expected
+                nonlocal outstanding
                 while True:
                     message = await consumer.receive()
                     assert message is not None
-                    if message.data().startswith(b"T"):
-                        sent = int(message.data()[1:])
-                        recorder.record(max(1, (time.perf_counter_ns() - sent) // 1000), 1)
-                        expected -= 1
-                        if expected == 0 and not sending:
+                    data = message.data()
+                    if data.startswith(b"T"):
+                        sent_ns, wall = data[1:].split(b" ")
+                        samples.append((float(wall), (time.perf_counter_ns() - int(sent_ns)) / 1e6))
+                        outstanding -= 1
+                        if outstanding == 0 and not sending:
                             drained.set()
                     consumer.acknowledge(message)
 
             receiver = asyncio.create_task(receive())
-            await asyncio.sleep(start_after)
             interval = 1 / rate
             began = time.perf_counter()
-            sent_count = 0
-            while time.perf_counter() - began < seconds:
-                await producer.send_async(b"T%d" % time.perf_counter_ns())
-                sent_count += 1
-                expected += 1
-                await asyncio.sleep(max(0.0, began + sent_count * interval - time.perf_counter()))
+            sent = 0
+            while not stop.is_set():
+                await producer.send_async(b"T%d %f" % (time.perf_counter_ns(), time.time()))
+                sent += 1
+                outstanding += 1
+                await asyncio.sleep(max(0.0, began + sent * interval - time.perf_counter()))
             sending = False
-            if expected > 0:
+            if outstanding > 0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(drained.wait(), 30)
             if receiver.done():
@@ -130,36 +148,67 @@ def tail_probe(url: str, seconds: float, rate: int, start_after: float) -> dict[
             receiver.cancel()
             await producer.close()
             await consumer.close()
-            summary = recorder.summary(seconds).latency
-            assert summary is not None
-            return {"p50_ms": summary.p50, "p99_ms": summary.p99, "max_ms": summary.max, "sent": sent_count,
-                    "lost": expected}
+            return samples
     return asyncio.run(run())
+
+
+def burn(seconds: float) -> None:
+    """Keep one core busy, doing nothing with Herald (the control: what CPU contention alone costs)."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        sum(range(1000))
+
+
+def latency(samples: list[tuple[float, float]], since: float, until: float) -> dict[str, float]:
+    """Percentiles (ms) of the probe's messages sent between two wall-clock times."""
+    values = sorted(ms for wall, ms in samples if since <= wall <= until)
+    if not values:
+        return {"count": 0}
+    def at(q: float) -> float:
+        return round(values[min(len(values) - 1, int(q * len(values)))], 3)
+    return {"count": len(values), "p50_ms": at(0.5), "p99_ms": at(0.99), "max_ms": round(values[-1], 3)}
+
+
+def probed(pool: ProcessPoolExecutor, manager: Any, url: str, rate: int,
+           during: Callable[[], object]) -> tuple[object, dict[str, float]]:
+    """Run `during` while the tail probe runs; its result and the probe's latency over that time."""
+    stop = manager.Event()
+    probe = pool.submit(tail_probe, url, rate, stop)
+    time.sleep(2.0)  # the probe has subscribed and is producing
+    since = time.time()
+    result = during()
+    until = time.time()
+    stop.set()
+    return result, latency(probe.result(), since, until)
 
 
 def measure(directory: Path, args: argparse.Namespace) -> dict[str, Any]:
     with Standalone(directory) as server:
         started = time.perf_counter()
-        tail_rate = asyncio.run(_fill(server.service_url, args.messages, args.size, args.hot_messages, args.hot_subs))
+        tail_rate, tail_cpu = asyncio.run(_fill(server.service_url, args.messages, args.size, args.hot_messages,
+                                                args.hot_subs, server.pid))
         fill_seconds = time.perf_counter() - started
         fill_peak = server.peak_rss_mib()
         server.restart()  # nothing cached from here on
-        pool = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn"))
-        with pool:
-            idle = pool.submit(tail_probe, server.service_url, args.tail_seconds, args.tail_rate, 1.0).result()
-            # The probe starts producing a second after it subscribed; the catch-up reader starts then too.
-            probe: Future[dict[str, float]] = pool.submit(tail_probe, server.service_url, args.tail_seconds,
-                                                          args.tail_rate, 1.0)
-            time.sleep(1.0)
-            catchup_rate = pool.submit(catch_up, server.service_url, args.messages).result()
-            busy = probe.result()
+        url = server.service_url
+        context = multiprocessing.get_context("spawn")
+        with context.Manager() as manager, ProcessPoolExecutor(2, mp_context=context) as pool:
+            pool.submit(burn, 0.1).result()  # both workers started before anything is timed
+            _, idle = probed(pool, manager, url, args.tail_rate, lambda: time.sleep(args.tail_seconds))
+            catchup, busy = probed(pool, manager, url, args.tail_rate,
+                                   lambda: pool.submit(catch_up, url, args.messages, server.pid).result())
+            _, control = probed(pool, manager, url, args.tail_rate,
+                                lambda: pool.submit(burn, args.tail_seconds).result())
+        catchup_rate, catchup_cpu = catchup  # type: ignore[misc]
         return {
             "messages": args.messages, "size": args.size, "label": args.label,
             "fill_msg_s": round(args.messages / fill_seconds),
             "tail_read_msg_s": round(tail_rate), "catchup_msg_s": round(catchup_rate),
             "catchup_vs_tail": round(catchup_rate / tail_rate, 3),
-            "tail_idle": idle, "tail_during_catchup": busy,
+            "tail_read_cpu": tail_cpu, "catchup_cpu": catchup_cpu,
+            "tail_idle": idle, "tail_during_catchup": busy, "tail_during_cpu_burn": control,
             "tail_p99_ratio": round(busy["p99_ms"] / idle["p99_ms"], 2),
+            "cpu_burn_p99_ratio": round(control["p99_ms"] / idle["p99_ms"], 2),
             "peak_rss_mib_fill": round(fill_peak, 1), "peak_rss_mib_catchup": round(server.peak_rss_mib(), 1),
         }
 
@@ -172,7 +221,8 @@ def main() -> None:
                         help="messages read hot for the tail-read rate (default: 30 MB worth, under the cache)")
     parser.add_argument("--hot-subs", type=int, default=3, help="subscriptions reading the hot part in turn")
     parser.add_argument("--tail-rate", type=int, default=200, help="the tail probe's producer, msg/s")
-    parser.add_argument("--tail-seconds", type=float, default=10.0)
+    parser.add_argument("--tail-seconds", type=float, default=10.0,
+                        help="how long the tail probe runs on the idle topic, and beside a CPU burner")
     parser.add_argument("--label", default="")
     parser.add_argument("--no-limits", action="store_true", help="skip measuring the machine's limits")
     args = parser.parse_args()
