@@ -188,6 +188,17 @@ async def test_a_seek_drops_what_was_read_ahead_and_reads_from_the_new_position(
     assert seqs(await receive(consumer, 100)) == list(range(100))
 
 
+async def test_entries_larger_than_the_buffer_are_read_when_asked_never_ahead(core: Core) -> None:
+    await publish(await core.broker(), 0, 50)
+    service = await core.broker(BrokerSettings(read_ahead_max_bytes=PAYLOAD // 2))
+    consumer = await service.subscribe(TOPIC, "s", EXCLUSIVE, InitialPosition.EARLIEST)
+    read_ahead = (await dispatcher_of(service, "s")).read_ahead
+    consumer.flow(1000)
+    assert seqs(await receive(consumer, 50)) == list(range(50))
+    assert read_ahead.reads == 0 and read_ahead.peak_bytes == 0
+    assert service.entry_cache.read_ahead.peak == 0
+
+
 @pytest.mark.parametrize("setting", ["read_ahead_max_bytes", "read_ahead_total_max_bytes", "read_ahead_max_entries"])
 def test_read_ahead_settings_out_of_range_are_refused(setting: str) -> None:
     with pytest.raises(InvalidArgumentError, match=setting):

@@ -19,8 +19,7 @@ class EntryReader(Protocol):
 
 class ReadAheadBudget:
     """The separate area for backlog reads (broker.core.read_ahead): the bytes held by every
-    cursor's read-ahead buffer (reads in flight included), never more than max_bytes, but for one
-    entry larger than a whole buffer, read alone."""
+    cursor's read-ahead buffer (and reserved for its read in flight), never more than max_bytes."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
@@ -30,19 +29,12 @@ class ReadAheadBudget:
     def reserve(self, wanted: int) -> int:
         """Take up to `wanted` bytes; returns how many were taken (0 when none is left)."""
         taken = max(0, min(wanted, self.max_bytes - self.used))
-        self._add(taken)
+        self.used += taken
+        self.peak = max(self.peak, self.used)
         return taken
-
-    def force(self, size: int) -> None:
-        """Hold `size` bytes beyond the bound: one entry larger than a buffer, read alone."""
-        self._add(size)
 
     def release(self, size: int) -> None:
         self.used -= size
-
-    def _add(self, size: int) -> None:
-        self.used += size
-        self.peak = max(self.peak, self.used)
 
 
 class EntryCacheManager:

@@ -41,7 +41,7 @@ class ReadAhead:
         self._max_entries = max_entries  # entries per storage read
         self._buffer: deque[tuple[Position, bytes]] = deque()
         self.buffered_bytes = 0
-        self.peak_bytes = 0  # the most this buffer (and its read in flight) ever held
+        self.peak_bytes = 0  # the most this buffer ever held
         self.reads = 0  # storage reads made ahead of the dispatcher
         self._task: asyncio.Task[None] | None = None
         self._task_start: Position | None = None
@@ -125,11 +125,11 @@ class ReadAhead:
             return  # caught up with the tail: the cache serves the rest
         estimate = self._entry_bytes or ledger.average_entry_size(position.ledger_id) or _DEFAULT_ENTRY_BYTES
         room = self.max_bytes - self.buffered_bytes
-        if room < estimate and self._buffer:
+        if room < estimate:
             return  # full: resumes when the dispatcher takes entries
         # Room for this read (twice the estimate: entries vary), within the broker's budget.
         self._reserved = self._budget.reserve(min(room, int(2 * self._max_entries * estimate)))
-        if self._reserved < estimate and self._buffer:
+        if self._reserved < estimate:
             self._release_reserved()  # the broker's read-ahead is full: resumes on the next take
             return
         count = max(1, min(self._max_entries, int(self._reserved // estimate)))
@@ -153,20 +153,19 @@ class ReadAhead:
         self._keep(got)
 
     def _keep(self, got: list[tuple[Position, bytes]]) -> None:
-        """Buffer what a read ahead returned, within the reservation made for it (what is beyond
-        is dropped and read again later; an entry larger than the whole buffer comes alone)."""
+        """Buffer what a read ahead returned, within the reservation made for it: what is beyond
+        is dropped, and read again when the dispatcher gets there (so an entry larger than a
+        whole buffer is only ever read when asked for, never ahead)."""
         self._learn(got)
         allowed = self._reserved
         kept = size = 0
         for _, data in got:
-            if size + len(data) > allowed and (kept or self._buffer):
+            if size + len(data) > allowed:
                 break
             size += len(data)
             kept += 1
         self._release_reserved()
-        taken = self._budget.reserve(size)
-        if taken < size:
-            self._budget.force(size - taken)
+        self._budget.reserve(size)  # within what was just released: always granted
         self._buffer.extend(got[:kept])
         self.buffered_bytes += size
         self.peak_bytes = max(self.peak_bytes, self.buffered_bytes)
