@@ -160,6 +160,14 @@ class BrokerSettings(SecuritySettings, MetricsEndpointSettings):
     dispatch_round_robin_batch: int = 1
     consumer_max_buffered_entries: int = 1000
     dispatch_retry_seconds: float = 1.0
+    # Catch-up reads (broker.core.read_ahead): a cursor whose next entry is not cached reads from
+    # storage past what its consumers asked for, while they are served, into a buffer of at most
+    # read_ahead_max_bytes (0: no read-ahead), at most read_ahead_max_entries per storage read; all
+    # cursors' buffers together hold at most read_ahead_total_max_bytes. Such reads bypass the entry
+    # cache, so a catch-up reader does not evict the entries tail readers need.
+    read_ahead_max_bytes: int = 4 * MIB
+    read_ahead_max_entries: int = 5000
+    read_ahead_total_max_bytes: int = 64 * MIB
 
     # Non-persistent topics: entries per topic on their way to consumers (handed to one, not yet
     # taken by its stream); a publish beyond it is dropped, answered (-1, -1) and counted (SEEDS §4).
@@ -197,6 +205,11 @@ class BrokerSettings(SecuritySettings, MetricsEndpointSettings):
             raise InvalidArgumentError(
                 f"max_partitions_per_topic must be at least 1, got {self.max_partitions_per_topic}: "
                 "there is no unlimited (every admin call on a partitioned topic works per partition)")
+        if self.read_ahead_max_bytes < 0 or self.read_ahead_total_max_bytes < 0 or self.read_ahead_max_entries < 1:
+            raise InvalidArgumentError(
+                f"read_ahead_max_bytes and read_ahead_total_max_bytes must be 0 (no read-ahead) or more and "
+                f"read_ahead_max_entries at least 1, got {self.read_ahead_max_bytes}, "
+                f"{self.read_ahead_total_max_bytes} and {self.read_ahead_max_entries}")
         if self.max_pending_sends < 1:
             raise InvalidArgumentError(f"max_pending_sends must be at least 1, got {self.max_pending_sends}")
         if self.max_properties < 0 or self.max_properties_bytes < 0:

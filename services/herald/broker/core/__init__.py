@@ -93,8 +93,10 @@ The log:
   (pending_add: one object per add), metadata writes one at a time by CAS (a lost CAS fences the
   ledger), `trim_ledgers`. ledger_reader: what the broker needs of storage (LedgerStorage,
   LedgerHandle) and reads across ledgers through entry_cache (one byte budget,
-  entry_cache_max_bytes, shared by all topics; entries held by reference). ledger_list: the ledger
-  list and position arithmetic (a position in a deleted ledger means "before the first kept entry").
+  entry_cache_max_bytes, shared by all topics; entries held by reference). read_ahead: a cursor's
+  reads, the cache at the tail, a bounded read-ahead buffer (kept out of the cache) for a backlog.
+  ledger_list: the ledger list and position arithmetic (a position in a deleted ledger means
+  "before the first kept entry").
 - dedup: highest pushed and persisted per producer; a snapshot every dedup_snapshot_interval
   entries, on close and before retention deletes ledgers after it; recovery replays the ledger from
   the snapshot's position. Names idle for dedup_producer_inactivity_seconds are forgotten.

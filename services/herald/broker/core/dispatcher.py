@@ -34,6 +34,7 @@ from herald.broker.core.dead_letters import DeadLetterPolicy, DeadLetterQueue
 from herald.broker.core.delayed_delivery import DelayedDeliveryTracker
 from herald.broker.core.ledger_list import Position
 from herald.broker.core.managed_ledger import ManagedLedger
+from herald.broker.core.read_ahead import ReadAhead
 from herald.broker.core.replay import ReplaySet
 from herald.broker.settings import BrokerSettings
 from herald.common import tracing
@@ -132,6 +133,8 @@ class Dispatcher(abc.ABC):
         self._cursor = subscription.cursor
         self._ledger = subscription.ledger
         self._settings = settings
+        # Reads from the cursor: the cache at the tail, a bounded read-ahead for a backlog.
+        self.read_ahead = ReadAhead.of(self._ledger, settings)
         self.consumers: list[Consumer] = []
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -159,6 +162,7 @@ class Dispatcher(abc.ABC):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        self.read_ahead.close()
 
     def notify(self) -> None:
         """Something changed (entries added, permits, consumers): look for work."""
@@ -179,6 +183,7 @@ class Dispatcher(abc.ABC):
             consumer.take_back_undelivered()
             consumer.pending.clear()
         self._forget()
+        self.read_ahead.clear()
         self._epoch += 1
         self.notify()
 
@@ -282,7 +287,7 @@ class Dispatcher(abc.ABC):
         if not self._ledger.has_entries_from(start):
             return False
         epoch = self._epoch
-        read = await self._ledger.read_entries(start, budget)
+        read = await self.read_ahead.read(start, budget)
         if epoch != self._epoch:
             return True  # rewound meanwhile: read again from the new position
         if not read:

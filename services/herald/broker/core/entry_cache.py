@@ -17,11 +17,33 @@ class EntryReader(Protocol):
     async def read_entries(self, first: int, last: int) -> list[tuple[int, bytes]]: ...
 
 
-class EntryCacheManager:
-    """The shared byte budget and eviction order of all entry caches."""
+class ReadAheadBudget:
+    """The separate area for backlog reads (broker.core.read_ahead): the bytes held by every
+    cursor's read-ahead buffer (and reserved for its read in flight), never more than max_bytes."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
+        self.used = 0
+        self.peak = 0  # the most ever held: what the bound is checked against
+
+    def reserve(self, wanted: int) -> int:
+        """Take up to `wanted` bytes; returns how many were taken (0 when none is left)."""
+        taken = max(0, min(wanted, self.max_bytes - self.used))
+        self.used += taken
+        self.peak = max(self.peak, self.used)
+        return taken
+
+    def release(self, size: int) -> None:
+        self.used -= size
+
+
+class EntryCacheManager:
+    """The shared byte budget and eviction order of all entry caches, and the budget of backlog
+    reads, which are kept out of the cache."""
+
+    def __init__(self, max_bytes: int, read_ahead_max_bytes: int = 64 * 1024 * 1024) -> None:
+        self.max_bytes = max_bytes
+        self.read_ahead = ReadAheadBudget(read_ahead_max_bytes)
         self.size_bytes = 0
         self.hits = 0
         self.misses = 0
@@ -81,6 +103,10 @@ class EntryCache:
     def __len__(self) -> int:
         return len(self._data)
 
+    @property
+    def read_ahead_budget(self) -> ReadAheadBudget:
+        return self._manager.read_ahead
+
     def insert(self, ledger_id: int, entry_id: int, data: bytes) -> None:
         size = len(data)
         key = (ledger_id, entry_id)
@@ -117,17 +143,24 @@ class EntryCache:
         self._manager.misses += missed
         return found
 
+    def contains(self, ledger_id: int, entry_id: int) -> bool:
+        """Whether the entry is cached (not counted as a hit or a miss)."""
+        return (ledger_id, entry_id) in self._data
+
     async def read(
         self, ledger_id: int, first: int, last: int, reader: Callable[[], Awaitable[EntryReader]],
+        *, insert: bool = True,
     ) -> list[tuple[int, bytes]]:
-        """Entries first..last of a ledger: the cached prefix, the rest from storage (and cached),
-        as Pulsar's EntryCache reads. `reader` gives the storage handle, opened only on a miss."""
+        """Entries first..last of a ledger: the cached prefix, the rest from storage (and cached,
+        unless insert is False: a backlog read must not evict what tail readers need), as Pulsar's
+        EntryCache reads. `reader` gives the storage handle, opened only on a miss."""
         found = [(first + k, data) for k, data in enumerate(self.get_range(ledger_id, first, last))]
         if len(found) <= last - first:
             handle = await reader()
             for entry_id, data in await handle.read_entries(first + len(found), last):
                 found.append((entry_id, data))
-                self.insert(ledger_id, entry_id, data)
+                if insert:
+                    self.insert(ledger_id, entry_id, data)
         return found
 
     def invalidate_ledger(self, ledger_id: int) -> None:

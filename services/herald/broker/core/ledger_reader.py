@@ -58,8 +58,10 @@ class LedgerReader:
         self._current = current  # the open ledger's handle, if any
         self._handles: dict[int, LedgerHandle] = {}
 
-    async def read_entries(self, start: Position, max_entries: int) -> list[tuple[Position, bytes]]:
-        """Up to max_entries durable entries from `start` on, across ledgers."""
+    async def read_entries(self, start: Position, max_entries: int, *, cache: bool = True,
+                           ) -> list[tuple[Position, bytes]]:
+        """Up to max_entries durable entries from `start` on, across ledgers; cache=False: what
+        comes from storage is not cached (a backlog read, broker.core.read_ahead)."""
         ledgers = self._list
         result: list[tuple[Position, bytes]] = []
         position = ledgers.normalize(start)
@@ -74,7 +76,7 @@ class LedgerReader:
                 end = min(end, last.entry_id)
             end = min(end, position.entry_id + max_entries - len(result) - 1)
             reader = functools.partial(self._handle, position.ledger_id)
-            got = await self._cache.read(position.ledger_id, position.entry_id, end, reader)
+            got = await self._cache.read(position.ledger_id, position.entry_id, end, reader, insert=cache)
             for entry_id, data in got:
                 result.append((Position(position.ledger_id, entry_id), data))
             if len(got) <= end - position.entry_id:

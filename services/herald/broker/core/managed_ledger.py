@@ -21,7 +21,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from herald.broker.core.entry_cache import EntryCache
+from herald.broker.core.entry_cache import EntryCache, ReadAheadBudget
 from herald.broker.core.ledger_list import BEFORE_FIRST, LedgerInfo, LedgerList, Position
 from herald.broker.core.ledger_reader import LedgerHandle, LedgerReader, LedgerStorage
 from herald.broker.core.pending_add import PendingAdd
@@ -587,6 +587,22 @@ class ManagedLedger:
 
     # ---- reads ----
 
-    async def read_entries(self, start: Position, max_entries: int) -> list[tuple[Position, bytes]]:
-        """Up to max_entries durable entries from `start` on, across ledgers."""
-        return await self._reader.read_entries(start, max_entries)
+    async def read_entries(self, start: Position, max_entries: int, *, cache: bool = True,
+                           ) -> list[tuple[Position, bytes]]:
+        """Up to max_entries durable entries from `start` on, across ledgers; cache=False: entries
+        read from storage are not cached (a backlog read)."""
+        return await self._reader.read_entries(start, max_entries, cache=cache)
+
+    def is_cached(self, position: Position) -> bool:
+        """Whether the entry at `position` (normalized) is in the entry cache."""
+        return self._cache.contains(position.ledger_id, position.entry_id)
+
+    def average_entry_size(self, ledger_id: int) -> int:
+        """The mean size of a listed ledger's entries (0 when unknown)."""
+        info = self._list.find(ledger_id)
+        return info.size // info.entries if info is not None and info.entries and info.size else 0
+
+    @property
+    def read_ahead_budget(self) -> ReadAheadBudget:
+        """The broker's bound on backlog reads buffered ahead (broker.core.read_ahead)."""
+        return self._cache.read_ahead_budget

@@ -47,7 +47,7 @@ class BrokerService(TopicAdmin):
         observer: BrokerObserver | None = None,
     ) -> None:
         self.observer = observer  # told of stored entries and throttled producers (None: nobody)
-        self.entry_cache = EntryCacheManager(settings.entry_cache_max_bytes)
+        self.entry_cache = EntryCacheManager(settings.entry_cache_max_bytes, settings.read_ahead_total_max_bytes)
         self.dead_letters = DeadLetterQueue()  # served to dlq-workers by the dead-letter front end
         resources = Resources(store)
         loader = TopicLoader(settings, store, storage, self.entry_cache, self.dead_letters, observer)

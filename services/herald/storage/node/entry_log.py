@@ -40,6 +40,42 @@ MAX_FILE_ID = (1 << (64 - OFFSET_BITS)) - 2  # the all-ones location means "miss
 _READ_AHEAD = 16 * 1024
 
 
+# read_run: at most this many bytes between the first and the last entry of a run, and at most
+# RUN_MAX_GAP between two of its entries (other ledgers' entries in between are read and skipped).
+RUN_MAX_SPAN = 1024 * 1024
+RUN_MAX_GAP = 256 * 1024
+
+
+def _decode(chunk: bytes, at: int, fd: int, file_id: int, offset: int, ledger_id: int,
+            entry_id: int) -> tuple[bytes, int]:
+    """The entry whose record starts at chunk[at] (file offset `offset`) and its stored crc32c,
+    after checking it is (ledger_id, entry_id) and intact; its data is read apart when the chunk
+    holds only its start."""
+    where = f"entry {entry_id} of ledger {ledger_id} in entry log file {file_id} at offset {offset}"
+    if len(chunk) < at + HEADER_SIZE:
+        raise ChecksumError(f"{where} is cut short: the entry log file is truncated")
+    head = chunk[at: at + _HEAD.size]
+    (stored_crc,) = _CRC.unpack_from(chunk, at + _HEAD.size)
+    if crc32c(head) != stored_crc:
+        raise ChecksumError(f"{where} is corrupt: its header fails its checksum")
+    length, stored_ledger, stored_entry, data_crc = _HEAD.unpack(head)
+    if (stored_ledger, stored_entry) != (ledger_id, entry_id):
+        raise ChecksumError(f"{where} holds entry {stored_entry} of ledger {stored_ledger} "
+                            "instead: the index is corrupt")
+    start = at + HEADER_SIZE
+    # A small entry was read with its header; a large one is read whole, straight into its own
+    # bytes (no slice, no concatenation).
+    in_chunk = len(chunk) >= start + length
+    data = chunk[start: start + length] if in_chunk else os.pread(fd, length, offset + HEADER_SIZE)
+    if len(data) < length:
+        raise ChecksumError(f"{where} is cut short: the entry log file is truncated")
+    actual = crc32c(data)
+    if actual != data_crc:
+        raise ChecksumError(f"{where} is corrupt: its data checksum is {actual:#010x}, "
+                            f"{data_crc:#010x} was stored; read it from another storage node")
+    return data, data_crc
+
+
 def pack_location(file_id: int, offset: int) -> int:
     return (file_id << OFFSET_BITS) | offset
 
@@ -209,28 +245,22 @@ class EntryLog:
         reader = self._acquire(file_id, ledger_id, entry_id)
         try:
             chunk = os.pread(reader.fd, HEADER_SIZE + _READ_AHEAD, offset)
-            where = f"entry {entry_id} of ledger {ledger_id} in entry log file {file_id} at offset {offset}"
-            if len(chunk) < HEADER_SIZE:
-                raise ChecksumError(f"{where} is cut short: the entry log file is truncated")
-            head = chunk[: _HEAD.size]
-            (stored_crc,) = _CRC.unpack_from(chunk, _HEAD.size)
-            if crc32c(head) != stored_crc:
-                raise ChecksumError(f"{where} is corrupt: its header fails its checksum")
-            length, stored_ledger, stored_entry, data_crc = _HEAD.unpack(head)
-            if (stored_ledger, stored_entry) != (ledger_id, entry_id):
-                raise ChecksumError(f"{where} holds entry {stored_entry} of ledger {stored_ledger} "
-                                    "instead: the index is corrupt")
-            if len(chunk) >= HEADER_SIZE + length:
-                data = chunk[HEADER_SIZE: HEADER_SIZE + length]  # a small entry: read with its header
-            else:  # a large one: read whole, straight into its own bytes (no slice, no concatenation)
-                data = os.pread(reader.fd, length, offset + HEADER_SIZE)
-            if len(data) < length:
-                raise ChecksumError(f"{where} is cut short: the entry log file is truncated")
-            actual = crc32c(data)
-            if actual != data_crc:
-                raise ChecksumError(f"{where} is corrupt: its data checksum is {actual:#010x}, "
-                                    f"{data_crc:#010x} was stored; read it from another storage node")
-            return data, data_crc
+            return _decode(chunk, 0, reader.fd, file_id, offset, ledger_id, entry_id)
+        finally:
+            self._release(reader)
+
+    def read_run(self, ledger_id: int, run: Sequence[tuple[int, int]]) -> list[bytes]:
+        """Entries (entry id, location) of one ledger in one file at ascending offsets, read with
+        one pread from the first to just past the last (a catch-up read: its entries are mostly
+        adjacent), each checked as read() checks it. Callers keep the span small (RUN_MAX_SPAN)."""
+        file_id, first = unpack_location(run[0][1])
+        last = unpack_location(run[-1][1])[1]
+        reader = self._acquire(file_id, ledger_id, run[0][0])
+        try:
+            block = os.pread(reader.fd, last - first + HEADER_SIZE + _READ_AHEAD, first)
+            return [_decode(block, unpack_location(location)[1] - first, reader.fd, file_id,
+                            unpack_location(location)[1], ledger_id, entry_id)[0]
+                    for entry_id, location in run]
         finally:
             self._release(reader)
 

@@ -34,7 +34,14 @@ from herald.common.errors import (
     ServiceNotReadyError,
 )
 from herald.storage.node.compaction import CompactionStats, FileCompaction
-from herald.storage.node.entry_log import FILE_MAGIC, EntryLog, EntryLogFileGone
+from herald.storage.node.entry_log import (
+    FILE_MAGIC,
+    RUN_MAX_GAP,
+    RUN_MAX_SPAN,
+    EntryLog,
+    EntryLogFileGone,
+    unpack_location,
+)
 from herald.storage.node.index import MISSING, SNAPSHOT_NAME, load_snapshot
 from herald.storage.node.index_db import DIRECTORY as INDEX_DIRECTORY
 from herald.storage.node.index_db import CheckpointBatch, IndexDB, LedgerMeta
@@ -358,16 +365,44 @@ class LedgerStore:
                     carried: tuple[int, bytes] | None,
                     ) -> tuple[list[tuple[int, bytes]], tuple[int, bytes] | None]:
         """Read wanted entries (on a worker thread, unless all are in memory) until max_bytes;
-        return them and the first one that did not fit."""
+        return them and the first one that did not fit. Entries near each other in one entry log
+        file are read together, one pread per run (EntryLog.read_run)."""
         chunk = [carried] if carried is not None else []
         size = len(carried[1]) if carried is not None else 0
-        for entry_id, location, in_memory in wanted:
-            data = in_memory if in_memory is not None else self._entry_log.read(location, ledger_id, entry_id)
-            if chunk and size + len(data) > max_bytes:
-                return chunk, (entry_id, data)
-            chunk.append((entry_id, data))
-            size += len(data)
+        i = 0
+        while i < len(wanted):
+            entry_id, location, in_memory = wanted[i]
+            if in_memory is not None:
+                got = [in_memory]
+            else:
+                run = self._run(wanted, i, max(max_bytes - size, 0))
+                got = (self._entry_log.read_run(ledger_id, run) if len(run) > 1
+                       else [self._entry_log.read(location, ledger_id, entry_id)])
+            for data in got:
+                entry_id = wanted[i][0]
+                i += 1
+                if chunk and size + len(data) > max_bytes:
+                    return chunk, (entry_id, data)
+                chunk.append((entry_id, data))
+                size += len(data)
         return chunk, None
+
+    @staticmethod
+    def _run(wanted: list[Wanted], i: int, room: int) -> list[tuple[int, int]]:
+        """The entries from wanted[i] on that one pread reads: in the entry log, in one file, at
+        ascending offsets each at most RUN_MAX_GAP after the last, within RUN_MAX_SPAN and `room`."""
+        first_file, first = unpack_location(wanted[i][1])
+        span = min(RUN_MAX_SPAN, room)
+        run = [(wanted[i][0], wanted[i][1])]
+        previous = first
+        for entry_id, location, in_memory in wanted[i + 1:]:
+            file_id, offset = unpack_location(location)
+            if (in_memory is not None or file_id != first_file or offset <= previous
+                    or offset - previous > RUN_MAX_GAP or offset - first > span):
+                break
+            run.append((entry_id, location))
+            previous = offset
+        return run
 
     # ---- checkpoints and recovery -------------------------------------------------------------
 

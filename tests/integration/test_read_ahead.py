@@ -1,0 +1,205 @@
+"""Catch-up reads (broker.core.read_ahead): a cursor reading a backlog that is not cached reads ahead
+from storage into a buffer bounded per cursor and per broker, and never through the entry cache, so
+the entries tail readers need stay cached. One process: a real metadata store, storage node and
+storage client, brokers restarted over them so that nothing is cached."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from herald.broker.core.consumer import Consumer, Delivery
+from herald.broker.core.cursor import InitialPosition
+from herald.broker.core.dispatcher import Dispatcher
+from herald.broker.core.service import BrokerService
+from herald.broker.core.subscription import SubscriptionType
+from herald.broker.settings import BrokerSettings
+from herald.common.codec.entry import EntryMetadata, encode_entry, read_metadata
+from herald.common.errors import InvalidArgumentError
+from herald.metadata.embedded import EmbeddedMetadataStore
+from herald.storage.client.storage_client import StorageClient
+from herald.storage.node.server import StorageServer
+from herald.storage.node.settings import StorageSettings
+
+from tests.helpers import eventually
+
+DEADLINE = 60.0  # bounds waits; never asserted as a duration
+TOPIC = "persistent://public/default/backlog"
+PAYLOAD = 1000  # bytes of each entry's one message
+EXCLUSIVE = SubscriptionType.EXCLUSIVE
+
+
+class AllowAll:
+    async def acquire(self, topic: str) -> None:
+        return None
+
+    async def release(self, topic: str) -> bool:
+        return False
+
+
+@dataclass
+class Core:
+    store: EmbeddedMetadataStore
+    storage: StorageServer
+    clients: list[StorageClient] = field(default_factory=list)
+    services: list[BrokerService] = field(default_factory=list)
+
+    async def broker(self, settings: BrokerSettings | None = None) -> BrokerService:
+        """A broker over the shared store and storage node: a fresh one has nothing cached."""
+        for service in self.services:
+            await service.close_all()
+        client = StorageClient(self.store, [self.storage.address])
+        await client.start()
+        self.clients.append(client)
+        settings = settings or BrokerSettings()
+        settings.ensemble_size = settings.write_quorum = settings.ack_quorum = 1
+        service = BrokerService(settings, self.store, client, AllowAll())  # type: ignore[arg-type]
+        self.services.append(service)
+        return service
+
+
+@pytest.fixture
+async def core(tmp_path: Path) -> AsyncIterator[Core]:
+    store = EmbeddedMetadataStore(str(tmp_path / "metadata.db"))
+    await store.start()
+    server = StorageServer(StorageSettings(data_dir=str(tmp_path / "storage"), port=0, metrics_port=-1))
+    await server.start()
+    core = Core(store, server)
+    try:
+        yield core
+    finally:
+        for service in core.services:
+            await service.close_all()
+        for client in core.clients:
+            await client.close()
+        await server.stop()
+        await store.close()
+
+
+async def publish(service: BrokerService, first: int, count: int) -> None:
+    producer, _ = await service.create_producer(TOPIC, f"p{first}")
+    futures = []
+    for seq in range(first, first + count):
+        meta = EntryMetadata(producer_name=producer.name, sequence_id=seq, highest_sequence_id=seq, num_messages=1)
+        futures.append(producer.topic.publish(producer, seq, seq, 1, encode_entry(meta, b"x" * PAYLOAD)))
+    await asyncio.gather(*futures)
+    await service.close_producer(producer)
+
+
+async def receive(consumer: Consumer, count: int) -> list[Delivery]:
+    got: list[Delivery] = []
+    while len(got) < count:
+        got += await asyncio.wait_for(consumer.next_deliveries(), DEADLINE)
+    return got
+
+
+def seqs(deliveries: list[Delivery]) -> list[int]:
+    return [read_metadata(d.data).sequence_id for d in deliveries]
+
+
+async def dispatcher_of(service: BrokerService, subscription: str) -> Dispatcher:
+    topic = await service.get_topic(TOPIC)
+    dispatcher = topic.subscriptions[subscription].dispatcher
+    assert dispatcher is not None
+    return dispatcher
+
+
+async def test_a_backlog_is_read_ahead_up_to_the_bound_then_resumes_as_it_is_consumed(core: Core) -> None:
+    await publish(await core.broker(), 0, 200)
+    bound = 20 * (PAYLOAD + 100)  # about 20 entries
+    settings = BrokerSettings(read_ahead_max_bytes=bound, read_ahead_max_entries=8)
+    service = await core.broker(settings)  # restarted: nothing cached
+    consumer = await service.subscribe(TOPIC, "catch-up", EXCLUSIVE, InitialPosition.EARLIEST)
+    read_ahead = (await dispatcher_of(service, "catch-up")).read_ahead
+    consumer.flow(1)
+    first = await receive(consumer, 1)
+    # With one entry asked for, the cursor reads on ahead: several reads of at most 8 entries,
+    # until the buffer holds as much as its bound allows, and then no read is in flight.
+    await eventually(lambda: not read_ahead.reading and read_ahead.buffered_bytes + PAYLOAD > bound,
+                     "the read-ahead buffer filled up to its bound")
+    assert read_ahead.reads >= 2
+    assert read_ahead.buffered_bytes <= bound and read_ahead.peak_bytes <= bound
+    reads_at_bound = read_ahead.reads
+    # Consuming the rest makes it read ahead again, within its bound throughout.
+    consumer.flow(1000)
+    rest = await receive(consumer, 199)
+    assert seqs(first + rest) == list(range(200))
+    assert read_ahead.reads > reads_at_bound
+    assert read_ahead.peak_bytes <= bound
+    assert read_ahead.buffered_bytes == 0 and service.entry_cache.read_ahead.used == 0
+    # What was read ahead went to the consumer, not into the entry cache.
+    assert service.entry_cache.entries == 0
+
+
+async def test_cursors_reading_ahead_together_stay_within_the_broker_bound(core: Core) -> None:
+    await publish(await core.broker(), 0, 150)
+    per_cursor = 20 * (PAYLOAD + 100)
+    total = 30 * (PAYLOAD + 100)
+    settings = BrokerSettings(read_ahead_max_bytes=per_cursor, read_ahead_total_max_bytes=total,
+                              read_ahead_max_entries=5)
+    service = await core.broker(settings)
+    consumers = [await service.subscribe(TOPIC, name, EXCLUSIVE, InitialPosition.EARLIEST) for name in ("a", "b")]
+    read_aheads = [(await dispatcher_of(service, name)).read_ahead for name in ("a", "b")]
+    for consumer in consumers:
+        consumer.flow(1)
+        await receive(consumer, 1)
+    budget = service.entry_cache.read_ahead
+    # Both stop reading ahead once the broker's budget has no room for another entry.
+    await eventually(lambda: not any(r.reading for r in read_aheads) and budget.used + PAYLOAD > total,
+                     "the read-ahead of both cursors stopped at the broker's bound")
+    assert sum(r.buffered_bytes for r in read_aheads) <= total and budget.peak <= total
+    for consumer in consumers:
+        consumer.flow(1000)
+        assert seqs(await receive(consumer, 149)) == list(range(1, 150))
+    assert budget.peak <= total and budget.used == 0
+
+
+async def test_a_catch_up_reader_leaves_the_tail_readers_entries_in_the_cache(core: Core) -> None:
+    await publish(await core.broker(), 0, 300)  # 300 KB of backlog
+    service = await core.broker(BrokerSettings(entry_cache_max_bytes=40 * (PAYLOAD + 100)))
+    tail = await service.subscribe(TOPIC, "tail", EXCLUSIVE, InitialPosition.LATEST)
+    tail.flow(1000)
+    await publish(service, 300, 20)  # the tail: cached as it is added
+    assert seqs(await receive(tail, 20)) == list(range(300, 320))
+    cached = service.entry_cache.entries
+    assert cached == 20
+    catch_up = await service.subscribe(TOPIC, "catch-up", EXCLUSIVE, InitialPosition.EARLIEST)
+    catch_up.flow(1000)
+    assert seqs(await receive(catch_up, 320)) == list(range(320))
+    # The backlog (seven times the cache) went past the cache: nothing of the tail was evicted.
+    assert service.entry_cache.evictions == 0
+    assert service.entry_cache.entries == cached
+
+
+async def test_a_seek_drops_what_was_read_ahead_and_reads_from_the_new_position(core: Core) -> None:
+    await publish(await core.broker(), 0, 100)
+    service = await core.broker(BrokerSettings(read_ahead_max_bytes=10 * (PAYLOAD + 100), read_ahead_max_entries=4))
+    consumer = await service.subscribe(TOPIC, "s", EXCLUSIVE, InitialPosition.EARLIEST)
+    read_ahead = (await dispatcher_of(service, "s")).read_ahead
+    consumer.flow(30)
+    assert seqs(await receive(consumer, 30)) == list(range(30))
+    await eventually(lambda: read_ahead.buffered_bytes > 0 and not read_ahead.reading, "entries read ahead")
+    await service.reset_cursor(TOPIC, "s", InitialPosition.EARLIEST)  # closes the consumer, as Pulsar's does
+    consumer = await service.subscribe(TOPIC, "s", EXCLUSIVE, InitialPosition.EARLIEST)
+    consumer.flow(1000)
+    assert seqs(await receive(consumer, 100)) == list(range(100))
+
+
+async def test_entries_larger_than_the_buffer_are_read_when_asked_never_ahead(core: Core) -> None:
+    await publish(await core.broker(), 0, 50)
+    service = await core.broker(BrokerSettings(read_ahead_max_bytes=PAYLOAD // 2))
+    consumer = await service.subscribe(TOPIC, "s", EXCLUSIVE, InitialPosition.EARLIEST)
+    read_ahead = (await dispatcher_of(service, "s")).read_ahead
+    consumer.flow(1000)
+    assert seqs(await receive(consumer, 50)) == list(range(50))
+    assert read_ahead.reads == 0 and read_ahead.peak_bytes == 0
+    assert service.entry_cache.read_ahead.peak == 0
+
+
+@pytest.mark.parametrize("setting", ["read_ahead_max_bytes", "read_ahead_total_max_bytes", "read_ahead_max_entries"])
+def test_read_ahead_settings_out_of_range_are_refused(setting: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=setting):
+        BrokerSettings(**{setting: -1})  # type: ignore[arg-type]
