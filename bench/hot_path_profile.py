@@ -69,18 +69,21 @@ STAGES = (
     ("storage/node/entry_log", "storage: entry log + index"), ("storage/node/index", "storage: entry log + index"),
     ("storage/", "storage: other"), ("common/", None), ("", "herald: other"),
 )
-RUNTIME = "runtime: event loop, gRPC polling"
+RUNTIME = "runtime: event loop, gRPC core callbacks"
+IDLE = "idle (waiting)"
 
 
 def stage_of(key: tuple[str, int, str]) -> str | None:
     """The stage of a Herald function, None for library code and common/ (charged to callers)."""
     filename, _, name = key
+    if "'poll' of 'select.epoll" in name:
+        return IDLE  # the event loop waiting: wall time, no CPU
     if "fdatasync" in name:
         return "storage: fdatasync (wall)"
     if "writev" in name:
         return "storage: journal writev"
     if filename == __file__ or filename.endswith("hot_path_profile.py"):
-        return "idle: waiting for adds"
+        return IDLE
     _, found, rest = filename.replace(os.sep, "/").rpartition("/herald/")
     if not found or "/site-packages/" in filename or not rest.endswith(".py"):
         return None
@@ -229,6 +232,9 @@ def serve(data_dir: str, profile: bool) -> None:
                 break
         await standalone.stop()
         out = {name: by_stage(pstats.Stats(p)) for name, p in profiles.items() if p.getstats()}
+        if os.environ.get("HOT_PATH_DUMP"):  # raw profiles, for pstats
+            for name, p in profiles.items():
+                p.dump_stats(f"{os.environ['HOT_PATH_DUMP']}/server-{name.replace(' ', '-')}.prof")
         print("profiles " + json.dumps(out), flush=True)
 
     asyncio.run(main())
@@ -293,6 +299,8 @@ async def workload(server: Server, messages: int, size: int, max_pending: int, p
             wall = time.perf_counter() - started
             client_cpu = cpu_split(cpu, thread_cpu(), {})
             done = json.loads((await asyncio.to_thread(server.command, "end", "done")).split(" ", 1)[1])
+            if profiler is not None and os.environ.get("HOT_PATH_DUMP"):
+                profiler.dump_stats(f"{os.environ['HOT_PATH_DUMP']}/client-{phase}.prof")
             result[phase] = {"wall_s": wall, "msg_s": messages / wall, "client_cpu_s": client_cpu,
                              "server": done,
                              "client_profile": by_stage(pstats.Stats(profiler)) if profiler is not None else {}}
@@ -321,8 +329,8 @@ def one_run(messages: int, size: int, max_pending: int, profile: bool) -> dict[s
 
 def scaled(profile: dict[str, float], cpu_s: float, messages: int) -> dict[str, float]:
     """Each stage's share of a thread's profile, as µs per message of that thread's unprofiled CPU."""
-    total = sum(profile.values()) or 1.0
-    return {stage: seconds / total * cpu_s / messages * 1e6 for stage, seconds in profile.items()}
+    total = sum(seconds for stage, seconds in profile.items() if stage != IDLE) or 1.0
+    return {stage: seconds / total * cpu_s / messages * 1e6 for stage, seconds in profile.items() if stage != IDLE}
 
 
 def report(size: int, messages: int, plain: dict[str, Any], profiled: dict[str, Any]) -> dict[str, Any]:
