@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import Any
 
 from harness import append_result, free_port
-
 from herald.client import AsyncClient, ConsumerType, InitialPosition
 
 PHASES = ("produce", "consume")
@@ -55,7 +54,8 @@ STAGES = (
     ("client/ack", "client: acknowledge"), ("client/", "client: other"),
     ("common/codec/entry", "codec: entry encode/decode"), ("common/codec/herald_entry", "codec: entry encode/decode"),
     ("broker/grpc/", "broker: gRPC servicer"),
-    ("broker/core/producer", "broker: produce session + dedup"), ("broker/core/dedup", "broker: produce session + dedup"),
+    ("broker/core/producer", "broker: produce session + dedup"),
+    ("broker/core/dedup", "broker: produce session + dedup"),
     ("broker/core/publication", "broker: publication"), ("broker/core/topic", "broker: publication"),
     ("broker/core/admission", "broker: publication"), ("broker/core/rates", "broker: publication"),
     ("broker/core/managed_ledger", "broker: managed ledger + pending add"),
@@ -360,7 +360,8 @@ def report(size: int, messages: int, plain: dict[str, Any], profiled: dict[str, 
 
 def print_table(result: dict[str, Any]) -> None:
     size = result["size"]
-    print(f"\n### {size} B, {result['messages']:,} messages (server peak RSS {result['server_peak_rss_mib']:.0f} MiB)\n")
+    print(f"\n### {size} B, {result['messages']:,} messages "
+          f"(server peak RSS {result['server_peak_rss_mib']:.0f} MiB)\n")
     for phase in PHASES:
         figures = result[phase]
         print(f"{phase}: {figures['msg_s']:,.0f} msg/s ({figures['mb_s']:.1f} MB/s) unprofiled; CPU µs/msg "
