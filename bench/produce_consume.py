@@ -92,14 +92,16 @@ async def produce_windows(producer: Any, messages: int, payload: bytes, window: 
     return windows, statistics.median(sending) * 1000
 
 
-async def run(service_url: str, messages: int, size: int, max_pending: int, window: int = 0) -> dict[str, Any]:
+async def run(service_url: str, messages: int, size: int, max_pending: int, window: int = 0,
+              producer_options: dict[str, Any] | None = None) -> dict[str, Any]:
     topic = f"bench-{os.getpid()}-{int(time.time())}"
     payload = b"x" * size
     # Send latencies (µs) in `herald perf`'s HDR histograms, sampled: timing every send would cost
     # this benchmark's figures the callbacks' time.
     latencies = Recorder("send")
     async with AsyncClient(service_url) as client:
-        producer = await client.create_producer(topic, max_pending_messages=max_pending, block_if_queue_full=True)
+        producer = await client.create_producer(topic, max_pending_messages=max_pending, block_if_queue_full=True,
+                                                **(producer_options or {}))
         consumer = await client.subscribe(
             topic, "bench", consumer_type=ConsumerType.Exclusive, initial_position=InitialPosition.Earliest
         )
@@ -161,6 +163,7 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=0,
                         help="produce in windows of this many sends, each awaited whole (0: continuously)")
     parser.add_argument("--label", default="", help="a note stored with the line")
+    parser.add_argument("--batching-max-messages", type=int, default=0, help="the producer's (0: its default)")
     args = parser.parse_args()
     proc = None
     proxy = None
@@ -180,7 +183,9 @@ def main() -> None:
         try:
             if args.proxy:
                 proxy, url = start_proxy(tmp, url)
-            result = asyncio.run(run(url, args.messages, args.size, args.max_pending, args.window))
+            options = {"batching_max_messages": args.batching_max_messages} if args.batching_max_messages else {}
+            result = asyncio.run(run(url, args.messages, args.size, args.max_pending, args.window, options))
+            result.update({f"producer_{name}": value for name, value in options.items()})
             if args.label:
                 result["label"] = args.label
             if proc is not None:

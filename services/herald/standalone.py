@@ -28,6 +28,7 @@ from herald.lookup.settings import LookupSettings
 from herald.metadata.embedded import EmbeddedMetadataStore
 from herald.proxy.server import ProxyServer
 from herald.proxy.settings import ProxySettings
+from herald.storage.client.local_node import serve_locally, stop_serving_locally
 from herald.storage.node.server import StorageServer
 from herald.storage.node.settings import StorageSettings
 
@@ -59,6 +60,9 @@ class StandaloneSettings(MetricsEndpointSettings):
     web_port: int = 8080
     dlq_worker: bool = True  # move dead letters to their dead-letter topics
     entry_cache_max_bytes: int = 64 * 1024 * 1024
+    # The broker hands its adds to the storage node of this process directly rather than through a
+    # gRPC stream to itself (storage/client/local_node.py); false: through gRPC, as in a cluster.
+    local_storage_adds: bool = True
     # Security for every service at once (docs/security.md): TLS on every port with this certificate
     # (the services trust tls_ca_file between themselves), token authentication with the secret or
     # public key, authorization with super-user roles. The services call each other with the token
@@ -126,6 +130,8 @@ class Standalone:
             self.http.start()
         await self.store.start()
         await self.storage.start()
+        if self.settings.local_storage_adds:
+            serve_locally(self.storage.address, self.storage.store)
         await self.lookup.start()
         # HERALD_BROKER_* (and _PROXY_, _DLQ_WORKER_) variables tune the rest (check intervals, limits).
         broker_settings = load_settings(BrokerSettings, "broker", overrides=dict(
@@ -195,6 +201,7 @@ class Standalone:
             await self.broker.stop()
             self.broker = None
         await self.lookup.stop()
+        stop_serving_locally(self.storage.address)
         await self.storage.stop()
         await self.store.close()
         if self.http is not None:

@@ -86,3 +86,19 @@ def test_blocking_facade_sends_from_another_thread_are_stored_without_waiting_ou
         assert done.wait(DEADLINE), f"only {len(outcomes)} of 20 sends settled within {DEADLINE}s"
         assert [error for error, _ in outcomes] == [None] * 20
         producer.close()
+
+
+async def test_a_batch_holds_at_most_half_of_max_pending_messages(client: AsyncClient) -> None:
+    # A batch as large as the whole pending room (batching_max_messages 1000 >= max pending 100)
+    # left the application waiting for its receipt before the next could fill: one entry per
+    # storage round trip. Half the room: one batch fills while the one before it is stored.
+    producer = await client.create_producer(unique_topic("half-pending"), max_pending_messages=100,
+                                            block_if_queue_full=True, batching_max_publish_delay=HOUR)
+    futures = [await producer.send_async(b"%d" % i) for i in range(1000)]
+    ids = await asyncio.wait_for(asyncio.gather(*futures), DEADLINE)
+    sizes: dict[tuple[int, int, int], int] = {}
+    for message_id in ids:
+        entry = (message_id.partition, message_id.ledger_id, message_id.entry_id)
+        sizes[entry] = sizes.get(entry, 0) + 1
+    assert max(sizes.values()) <= 50 and sum(sizes.values()) == 1000
+    await producer.close()

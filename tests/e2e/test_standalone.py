@@ -78,3 +78,19 @@ def test_the_command_prints_every_endpoint(whole: StandaloneProcess) -> None:
     for name in ("service URL", "lookup", "broker", "proxy", "storage", "dlq-worker", "metrics"):
         assert f"  {name:12}" in log, name
     assert whole.proxy_url in log and whole.metrics_url in log
+
+
+async def test_with_local_storage_adds_off_the_broker_stores_through_grpc(tmp_path: Path) -> None:
+    # local_storage_adds=false: the broker's adds go through its gRPC stream to the node, as in a
+    # cluster (storage/client/local_node.py is the default's path); messages are stored and delivered.
+    env = {"HERALD_STANDALONE_LOCAL_STORAGE_ADDS": "false"}
+    with running_standalone(tmp_path / "data", extra_env=env) as server:
+        topic = unique_topic("grpc-adds")
+        async with AsyncClient(server.service_url) as client:
+            producer = await client.create_producer(topic)
+            consumer = await client.subscribe(topic, "s", initial_position=InitialPosition.Earliest)
+            sent = [await producer.send(f"m{i}".encode()) for i in range(5)]
+            got = [await consumer.receive(timeout=10) for _ in range(5)]
+            assert [m.message_id for m in got if m is not None] == sent
+        assert any(line.startswith("herald_storage_write_entries_total") and float(line.split()[-1]) >= 5
+                   for line in scrape(server).splitlines())

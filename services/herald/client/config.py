@@ -278,7 +278,8 @@ class ProducerConfig:
     max_pending_messages bounds the messages waiting for receipts; on a partitioned topic each
     partition takes min(max_pending_messages, max_pending_messages_across_partitions / n). A full
     queue fails the send with ProducerQueueIsFullError, or with block_if_queue_full waits.
-    Batching closes a batch at batching_max_messages, batching_max_bytes or
+    Batching closes a batch at batching_max_messages (at most half of max_pending_messages, so that
+    one batch fills while the one before it is stored), batching_max_bytes or
     batching_max_publish_delay after its first message, or sooner when the application awaits its
     sends and nothing earlier is in flight (client/linger.py). Chunking (which excludes batching) splits
     a message larger than the topic's max message size into chunks the consumer reassembles.

@@ -55,6 +55,12 @@ _OPEN, _CLOSING, _CLOSED, _TERMINATED = "open", "closing", "closed", "terminated
 _monotonic = time.monotonic
 
 
+def batch_messages_limit(batching_max_messages: int, max_pending_messages: int) -> int:
+    """The most messages one batch holds: batching_max_messages, and at most half the pending room
+    (so that one batch fills while the one before it is being stored)."""
+    return max(1, min(batching_max_messages, max_pending_messages // 2))
+
+
 class TopicProducer(AsyncProducer[T]):
     """Publishes to one topic. Made by `AsyncClient.create_producer` (or by a PartitionedProducer,
     one per partition, which passes each its share of max_pending_messages), never directly."""
@@ -99,15 +105,20 @@ class TopicProducer(AsyncProducer[T]):
         codec = config.compression_type.value
         # A batch ships at the end of the turn that queued it unless entries are in flight (linger.py).
         in_flight = self._protocol.in_flight if config.batching_enabled else None
+        # A batch takes at most half of max_pending_messages: with batches as large as the whole
+        # pending room, the application waits while the one entry in flight is stored, and the
+        # next batch only starts filling at its receipt (issue 20: 100 B produce, max pending
+        # 1,000, was one entry per storage round trip).
+        max_messages = batch_messages_limit(config.batching_max_messages, self._max_pending)
         self._acc: Accumulator
         if config.batching_enabled and config.batching_type is BatchingType.KeyBased:
             self._acc = KeyBasedAccumulator(
-                max_messages=config.batching_max_messages, max_bytes=config.batching_max_bytes,
+                max_messages=max_messages, max_bytes=config.batching_max_bytes,
                 max_delay=config.batching_max_publish_delay, emit=ship, loop=self._loop, compression=codec,
                 send_tracing=self._tracing, in_flight=in_flight)
         else:
             self._acc = BatchAccumulator(
-                max_messages=config.batching_max_messages, max_bytes=config.batching_max_bytes,
+                max_messages=max_messages, max_bytes=config.batching_max_bytes,
                 max_delay=config.batching_max_publish_delay, batched=config.batching_enabled,
                 emit=ship, loop=self._loop, compression=codec,
                 chunk_limit=config.max_message_size if self._chunking else 0, send_tracing=self._tracing,

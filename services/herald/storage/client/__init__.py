@@ -22,6 +22,9 @@ know: the storage node's modules (it speaks to nodes only through the storage co
   only the timeout notices. `NodePool`: the bootstrap list, and the quarantine (quarantine_seconds)
   of nodes that failed or timed out. They are left out of new ensembles and replacements, read
   from last, and probed before a ledger is refused for want of healthy nodes.
+- local_node: adds to a node of this process (`herald standalone`, `serve_locally(address, store)`)
+  go to its ledger store directly, with the entry's bytes object and the answers its stream would
+  give (in order, refusals, add_timeout); known only as the `LocalStore` protocol.
 - ledger_handle: `LedgerHandle.add_entry_nowait(data, callback)` gives ids in call order, sends
   each entry's one frame to its write set, and completes adds in entry order once Qa nodes of that
   write set acknowledged (`PendingAdd`). This is the one completion point of adds, a callback per

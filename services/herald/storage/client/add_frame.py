@@ -40,12 +40,17 @@ class AddFrame:
     data with data's tag and length, the entry bytes themselves (never copied here), the fields
     after data. `size` is the frame's length in bytes."""
 
-    __slots__ = ("_message", "_parts", "_streams", "entry_id", "request_id", "size")
+    __slots__ = ("_message", "_parts", "_streams", "entry_id", "last_add_confirmed", "ledger_id", "recovery",
+                 "request_id", "size")
 
     def __init__(self, request_id: int, ledger_id: int, entry_id: int, data: bytes, *, last_add_confirmed: int,
                  recovery: bool = False, traceparent: str = "") -> None:
         self.request_id = request_id
+        self.ledger_id = ledger_id
         self.entry_id = entry_id
+        # As given, for a node of this process that takes the add without its bytes (local_node.py).
+        self.last_add_confirmed = last_add_confirmed
+        self.recovery = recovery
         # protobuf encodes the small fields (C code, canonical); only data is framed by hand, so
         # that its bytes are copied once, into the message that leaves.
         head = storage_pb2.AddRequest(request_id=request_id, ledger_id=ledger_id, entry_id=entry_id
@@ -85,6 +90,11 @@ class AddFrame:
     @property
     def parts(self) -> tuple[bytes, bytes, bytes]:
         return self._parts
+
+    @property
+    def data(self) -> bytes:
+        """The entry's bytes, as the broker gave them."""
+        return self._parts[1]
 
 
 def batch_message(frames: Sequence[AddFrame]) -> bytes:

@@ -3,7 +3,8 @@
 `NodeConnection` is one node: a gRPC channel, a pipelined AddEntryBatches stream whose adds must be
 answered within `add_timeout` (a paused node keeps its TCP connection open, so only the timeout
 notices it), and reads whose chunks must arrive within `read_timeout`. Adds come serialized
-already (AddFrame: one buffer for every node of a write set) and are written as bytes.
+already (AddFrame: one buffer for every node of a write set) and are written as bytes; to a node
+of this process (standalone) they go to its ledger store directly instead (local_node.py).
 
 `NodePool` holds a connection per node of the (static) bootstrap list and quarantines a node that
 failed or timed out for `quarantine_seconds`: a quarantined node is chosen for no new ensemble and
@@ -30,6 +31,7 @@ from herald.common import errors
 from herald.common.transport.rpc import channel_options, error_from_rpc
 from herald.common.transport.tls import PLAINTEXT, Dialer
 from herald.storage.client.add_frame import AddFrame, batch_message
+from herald.storage.client.local_node import LocalAddStream, local_store
 
 log = logging.getLogger(__name__)
 
@@ -194,17 +196,20 @@ class NodeConnection:
         self.add_batches = self._channel.stream_stream(
             _ADD_BATCHES_PATH, request_serializer=None,
             response_deserializer=storage_pb2.AddBatchResponse.FromString)
-        self._stream: _AddStream | None = None
+        self._stream: _AddStream | LocalAddStream | None = None
 
     def add(self, frame: AddFrame) -> asyncio.Future[storage_pb2.AddResponse]:
         """Queue an add on the stream; the future completes with the node's response, or fails with
         the stream (ConnectionError_, or HeraldTimeoutError if no answer came within add_timeout).
         The frame's request id must be unique on this connection (NodePool.next_request_id)."""
-        if self._stream is None:
-            self._stream = _AddStream(self)
-        return self._stream.add(frame)
+        stream = self._stream
+        if stream is None:
+            # A node of this process (standalone) takes adds directly: local_node.py.
+            store = local_store(self.address)
+            stream = self._stream = _AddStream(self) if store is None else LocalAddStream(self, store)
+        return stream.add(frame)
 
-    def stream_ended(self, stream: _AddStream) -> None:
+    def stream_ended(self, stream: _AddStream | LocalAddStream) -> None:
         if self._stream is stream:
             self._stream = None
 
