@@ -60,9 +60,9 @@ class StandaloneSettings(MetricsEndpointSettings):
     web_port: int = 8080
     dlq_worker: bool = True  # move dead letters to their dead-letter topics
     entry_cache_max_bytes: int = 64 * 1024 * 1024
-    # The broker hands its adds to the storage node of this process directly rather than through a
-    # gRPC stream to itself (storage/client/local_node.py); false: through gRPC, as in a cluster.
-    local_storage_adds: bool = True
+    # The broker hands its adds to (and reads from) the storage node of this process directly rather
+    # than through gRPC to itself (storage/client/local_node.py); false: through gRPC, as in a cluster.
+    local_storage: bool = True
     # Security for every service at once (docs/security.md): TLS on every port with this certificate
     # (the services trust tls_ca_file between themselves), token authentication with the secret or
     # public key, authorization with super-user roles. The services call each other with the token
@@ -130,7 +130,7 @@ class Standalone:
             self.http.start()
         await self.store.start()
         await self.storage.start()
-        if self.settings.local_storage_adds:
+        if self.settings.local_storage:
             serve_locally(self.storage.address, self.storage.store)
         await self.lookup.start()
         # HERALD_BROKER_* (and _PROXY_, _DLQ_WORKER_) variables tune the rest (check intervals, limits).

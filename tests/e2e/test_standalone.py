@@ -80,10 +80,10 @@ def test_the_command_prints_every_endpoint(whole: StandaloneProcess) -> None:
     assert whole.proxy_url in log and whole.metrics_url in log
 
 
-async def test_with_local_storage_adds_off_the_broker_stores_through_grpc(tmp_path: Path) -> None:
-    # local_storage_adds=false: the broker's adds go through its gRPC stream to the node, as in a
+async def test_with_local_storage_off_the_broker_stores_through_grpc(tmp_path: Path) -> None:
+    # local_storage=false: the broker's adds go through its gRPC stream to the node, as in a
     # cluster (storage/client/local_node.py is the default's path); messages are stored and delivered.
-    env = {"HERALD_STANDALONE_LOCAL_STORAGE_ADDS": "false"}
+    env = {"HERALD_STANDALONE_LOCAL_STORAGE": "false"}
     with running_standalone(tmp_path / "data", extra_env=env) as server:
         topic = unique_topic("grpc-adds")
         async with AsyncClient(server.service_url) as client:

@@ -10,14 +10,18 @@ order completion, fencing, ensemble changes, quarantine) are the ones every othe
 
 The process registers its node under the address the broker knows it by (`serve_locally`); the
 storage client uses it for adds to that address (`NodeConnection.add`), everything else (reads,
-fencing, the LAC, deletes) still goes through gRPC. This module knows the node only as the
-`LocalStore` protocol: the storage client and the storage node stay unaware of each other.
+fencing, the LAC, deletes) still goes through gRPC. Reads of that node's entries (a catch-up reader's,
+which miss the broker's cache) come from the store directly too (`read_locally`): over gRPC, each
+byte of a backlog went through a protobuf reply and the loopback socket into the same process.
+This module knows the node only as the `LocalStore` protocol: the storage client and the storage
+node stay unaware of each other.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Protocol
 
 from herald.api.v1 import storage_pb2
@@ -38,11 +42,16 @@ class StreamOwner(Protocol):
 
 
 class LocalStore(Protocol):
-    """What a storage node of this process offers the storage client: its ledger store's add."""
+    """What a storage node of this process offers the storage client: its ledger store's add and read."""
 
     async def begin_add(self, ledger_id: int, entry_id: int, data: bytes, *, last_add_confirmed: int = -1,
                         recovery: bool = False) -> asyncio.Future[None]:
         """Queue an add and return the future of its fsync (raises HeraldError when refused)."""
+        ...
+
+    def read_entries(self, ledger_id: int, first_entry_id: int, last_entry_id: int, *,
+                     max_bytes: int = 0) -> AsyncIterator[list[tuple[int, bytes]]]:
+        """Entries first..last as chunks, stopping at the first not held (raises HeraldError)."""
         ...
 
 
@@ -188,3 +197,24 @@ class LocalAddStream:
 def _retrieve(future: asyncio.Future[None]) -> None:
     if not future.cancelled():
         future.exception()
+
+
+async def read_locally(store: LocalStore, address: str, ledger_id: int, first: int, last: int,
+                       chunk_timeout: float) -> list[tuple[int, bytes]]:
+    """Entries first..last that the node of this process holds, as NodeConnection.read answers them
+    over gRPC: the node's own error (EntryNotFoundError, ChecksumError...), a failure of its disk as
+    PersistenceError, or HeraldTimeoutError if a chunk takes longer than `chunk_timeout`."""
+    entries: list[tuple[int, bytes]] = []
+    loop = asyncio.get_running_loop()
+    try:
+        async with asyncio.timeout(chunk_timeout) as deadline:
+            async for chunk in store.read_entries(ledger_id, first, last):
+                entries.extend(chunk)
+                deadline.reschedule(loop.time() + chunk_timeout)
+    except TimeoutError:  # before OSError, whose subclass it is
+        raise errors.HeraldTimeoutError(
+            f"read of ledger {ledger_id} entries {first}..{last} from storage node {address}: "
+            f"no answer within {chunk_timeout} s") from None
+    except OSError as exc:
+        raise errors.PersistenceError(f"read ledger {ledger_id} from storage node {address}: {exc!r}") from None
+    return entries

@@ -4,7 +4,8 @@
 answered within `add_timeout` (a paused node keeps its TCP connection open, so only the timeout
 notices it), and reads whose chunks must arrive within `read_timeout`. Adds come serialized
 already (AddFrame: one buffer for every node of a write set) and are written as bytes; to a node
-of this process (standalone) they go to its ledger store directly instead (local_node.py).
+of this process (standalone) they go to its ledger store directly instead (local_node.py), and so do
+reads of its entries.
 
 `NodePool` holds a connection per node of the (static) bootstrap list and quarantines a node that
 failed or timed out for `quarantine_seconds`: a quarantined node is chosen for no new ensemble and
@@ -31,7 +32,7 @@ from herald.common import errors
 from herald.common.transport.rpc import channel_options, error_from_rpc
 from herald.common.transport.tls import PLAINTEXT, Dialer
 from herald.storage.client.add_frame import AddFrame, batch_message
-from herald.storage.client.local_node import LocalAddStream, local_store
+from herald.storage.client.local_node import LocalAddStream, local_store, read_locally
 
 log = logging.getLogger(__name__)
 
@@ -217,6 +218,9 @@ class NodeConnection:
         """Entries first..last the node holds, stopping at the first it lacks. Raises the node's
         error (EntryNotFoundError if it lacks `first`, ChecksumError for a damaged entry), or
         HeraldTimeoutError if a chunk does not come within read_timeout."""
+        store = local_store(self.address)
+        if store is not None:  # a node of this process (standalone): local_node.py
+            return await read_locally(store, self.address, ledger_id, first, last, self.read_timeout)
         request = storage_pb2.ReadRequest(ledger_id=ledger_id, first_entry_id=first, last_entry_id=last)
         entries: list[tuple[int, bytes]] = []
         call = self.stub.ReadEntries(request)
