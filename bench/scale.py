@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import TypeVar
 
 import grpc.aio
-
 from herald.api.v1 import lookup_pb2, lookup_pb2_grpc
 
 T = TypeVar("T")

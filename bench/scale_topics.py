@@ -20,9 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from harness import Standalone, append_result, machine_limits
-from scale import bounded, idle_cpu_percent, lookup_rate
-
 from herald.client import AsyncClient, AsyncConsumer, AsyncProducer, ConsumerType, InitialPosition
+from scale import bounded, idle_cpu_percent, lookup_rate
 
 SUBSCRIPTION = "scale"
 CONCURRENCY = 100
