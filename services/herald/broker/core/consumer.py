@@ -137,6 +137,21 @@ class Consumer:
         self.subscription.notify()  # buffer room for more
         return taken
 
+    async def next_output(
+        self, max_entries: int = DEFAULT_MAX_BATCH_ENTRIES, max_bytes: int = DEFAULT_MAX_BATCH_BYTES,
+    ) -> list[Delivery] | ConsumerEvent:
+        """For a front end that sends both from one task (one task per consumer, not one for each):
+        the next event for the client or else the next deliveries, waiting for either.
+        ConsumerClosedError as soon as the consumer is closed (what is buffered is not sent)."""
+        while True:
+            self._check_open()
+            if self._events:
+                return self._events.popleft()
+            if self._buffer:
+                return await self.next_deliveries(max_entries, max_bytes)
+            self._ready.clear()
+            await self._ready.wait()
+
     async def next_event(self) -> ConsumerEvent:
         """Wait for the next event to tell the client; ConsumerClosedError once closed."""
         while not self._events:
@@ -202,6 +217,7 @@ class Consumer:
             self._active = event.is_active
         self._events.append(event)
         self._event_ready.set()
+        self._ready.set()  # next_output waits on this one for both
 
     @property
     def is_active(self) -> bool:
