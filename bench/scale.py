@@ -40,6 +40,13 @@ async def idle_cpu_percent(pid: int, seconds: float) -> float:
     return 100 * (cpu_seconds(pid) - before) / (time.monotonic() - started)
 
 
+def connections_for(streams: int) -> int:
+    """Connections per broker for a client opening `streams` streams at once: a broker takes at
+    most max_streams_per_connection (4,096) on one connection; past that a new stream waits for
+    one to end, and a producer or consumer times out registering."""
+    return 1 + streams // 3000
+
+
 async def bounded(work: Callable[[T], Awaitable[R]], items: Iterable[T], concurrency: int) -> list[R]:
     """`work` on each item, `concurrency` at a time; results in the items' order."""
     gate = asyncio.Semaphore(concurrency)

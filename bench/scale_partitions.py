@@ -22,7 +22,7 @@ from typing import Any
 from harness import Standalone, append_result, machine_limits
 from herald.client import AsyncClient, AsyncConsumer, ConsumerType, InitialPosition
 from herald.client.admin import AdminClient
-from scale import bounded, idle_cpu_percent
+from scale import bounded, connections_for, idle_cpu_percent
 
 TOPIC = "persistent://public/default/scale-partitioned"
 
@@ -65,7 +65,9 @@ async def measure(server: Standalone, partitions: int, consumers: int, messages:
                   idle_seconds: float) -> dict[str, Any]:
     payload = b"x" * 100
     out: dict[str, Any] = {"partitions": partitions, "consumers": consumers, "messages": messages, "size": 100}
-    async with AsyncClient(server.service_url) as client, AdminClient(server.service_url) as admin:
+    connections = connections_for(partitions * (consumers + 2))  # the consumers, a producer, one more consumer
+    async with AsyncClient(server.service_url, connections_per_broker=connections) as client, \
+            AdminClient(server.service_url) as admin:
         warm = await client.create_producer("persistent://public/default/warm-up")
         await warm.send(payload)
         out["rss_baseline_mib"] = server.rss_mib()
@@ -99,7 +101,7 @@ async def measure(server: Standalone, partitions: int, consumers: int, messages:
     server.stop()
     started = time.perf_counter()
     server.start()
-    async with AsyncClient(server.service_url) as client:
+    async with AsyncClient(server.service_url, connections_per_broker=connections) as client:
         producer = await client.create_producer(TOPIC)
         many = await subscribe(client, "shared", consumers)
         await bounded(lambda _i: producer.send(payload), range(partitions), 100)  # round robin: one each

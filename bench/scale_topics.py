@@ -21,7 +21,7 @@ from typing import Any
 
 from harness import Standalone, append_result, machine_limits
 from herald.client import AsyncClient, AsyncConsumer, AsyncProducer, ConsumerType, InitialPosition
-from scale import bounded, idle_cpu_percent, lookup_rate
+from scale import bounded, connections_for, idle_cpu_percent, lookup_rate
 
 SUBSCRIPTION = "scale"
 CONCURRENCY = 100
@@ -54,7 +54,7 @@ async def measure(server: Standalone, n: int, idle_seconds: float, lookup_second
     topics = [f"persistent://public/default/scale-{i}" for i in range(n)]
     payload = b"x" * 100
     out: dict[str, Any] = {"topics": n}
-    async with AsyncClient(server.service_url) as client:
+    async with AsyncClient(server.service_url, connections_per_broker=connections_for(2 * n)) as client:
         await open_all(client, ["persistent://public/default/warm-up"], True, True, payload)
         out["rss_baseline_mib"] = server.rss_mib()
 
@@ -80,7 +80,7 @@ async def measure(server: Standalone, n: int, idle_seconds: float, lookup_second
     started = time.perf_counter()
     server.start()
     out["restart_to_ready_s"] = time.perf_counter() - started
-    async with AsyncClient(server.service_url) as client:
+    async with AsyncClient(server.service_url, connections_per_broker=connections_for(2 * n)) as client:
         await open_all(client, topics, True, True, payload)
         out["restart_to_serving_all_s"] = time.perf_counter() - started
         out["rss_after_reload_mib"] = server.rss_mib()
