@@ -22,7 +22,7 @@ from typing import Any
 
 import pulsar
 from harness import Standalone, append_result, machine_limits
-from herald.client import AdminClient
+from herald.client.admin import AdminClient
 
 TOPIC = "persistent://public/default/pulsar-partitioned"
 
