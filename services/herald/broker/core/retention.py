@@ -81,6 +81,7 @@ class RetentionTrimmer:
         self.clock = clock
         self._lock = asyncio.Lock()
         self._stopping = False
+        self._requested_early = False  # request() came before start()
         # The broker's one retention job runs every topic's passes (broker.core.scheduler).
         self._job = job if job is not None else PeriodicJob("retention", interval, RetentionTrimmer.run_pass)
         # Called after each periodic pass: the topic's compaction checks its threshold here.
@@ -89,9 +90,12 @@ class RetentionTrimmer:
     def start(self) -> None:
         if not self._stopping:
             self._job.add(self)
+            if self._requested_early:
+                self._job.request(self)
 
     def request(self) -> None:
-        """Check soon (a ledger just closed)."""
+        """Check soon (a ledger just closed); before start(), as soon as started."""
+        self._requested_early = True
         self._job.request(self)
 
     async def stop(self) -> None:
