@@ -35,7 +35,10 @@ def measure(server: Standalone, partitions: int, consumers: int) -> dict[str, An
             await admin.create_topic(TOPIC, partitions)
 
     asyncio.run(create())
-    client = pulsar.Client(server.pulsar_url, operation_timeout_seconds=120)
+    # A subscribe to P partitions makes P lookups at once: room for them all; the client logs errors only.
+    client = pulsar.Client(server.pulsar_url, operation_timeout_seconds=120,
+                           concurrent_lookup_requests=max(50_000, 10 * partitions),
+                           logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
     try:
         producer = client.create_producer(TOPIC)
         producer.send(b"warm")
