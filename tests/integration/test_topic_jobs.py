@@ -12,7 +12,7 @@ from herald.broker.core.topic import PersistentTopic
 from herald.broker.settings import BrokerSettings
 
 from tests.helpers import eventually
-from tests.integration.test_broker_core import DEADLINE, EARLIEST, EXCLUSIVE, Cluster, publish_all, receive
+from tests.integration.test_broker_core import DEADLINE, EARLIEST, EXCLUSIVE, Cluster, entry, publish_all, receive
 from tests.integration.test_broker_core import cluster as cluster
 
 TOPICS = 40
@@ -77,3 +77,27 @@ async def test_the_cursor_flush_visits_only_the_topics_whose_cursors_changed(clu
     # (each of which had a producer leave: dedup's forgetting is on a timer, not every pass).
     assert flush.runs - runs_before <= 3 * 2
     await consumer.close()
+
+
+async def test_held_sends_are_rechecked_without_waiting_for_the_quota_interval(cluster: Cluster) -> None:
+    # The quota's periodic check is an hour away: the held send is released by the recheck timer
+    # the shared job's check leaves behind while sends are held (as the per-topic task's 1 s wait was).
+    from tests.integration.test_broker_sessions import TOPIC as SESSIONS_TOPIC
+    from tests.integration.test_broker_sessions import deliveries, receipts, registered, subscribed
+
+    service = await cluster.broker(BrokerSettings(backlog_quota_limit_bytes=100, backlog_quota_check_interval=3600))
+    consumer = await subscribed(service)
+    session = await registered(service, "p")
+    big = b"x" * 60  # two such entries are over the quota
+    session.publish(0, 0, 1, entry("p", 0, big))
+    session.publish(1, 1, 1, entry("p", 1, big))
+    assert [r.sequence_id for r in await receipts(session, 2)] == [0, 1]
+    session.publish(2, 2, 1, entry("p", 2, big))
+    topic = await service.get_topic(SESSIONS_TOPIC)
+    assert isinstance(topic, PersistentTopic)
+    await eventually(lambda: topic.backlog_quota.held == 1, "the third send held", timeout=DEADLINE)
+    consumer.flow(10)
+    batch = await deliveries(consumer, 2)
+    consumer.ack([(d.ledger_id, d.entry_id) for d in batch])
+    got = await receipts(session, 1)
+    assert got[0].sequence_id == 2 and got[0].error is None
