@@ -61,6 +61,13 @@ async def subscribe(client: AsyncClient, name: str, count: int) -> list[AsyncCon
         range(count), 10)
 
 
+def producer_options(partitions: int) -> dict[str, Any]:
+    """100 pending per partition at least: at 1,000 partitions a partition's share (50) filled up
+    and raised ProducerQueueIsFullError despite block_if_queue_full (noticed: client)."""
+    return {"max_pending_messages": 1000, "block_if_queue_full": True,
+            "max_pending_messages_across_partitions": max(50_000, 100 * partitions)}
+
+
 async def measure(server: Standalone, partitions: int, consumers: int, messages: int,
                   idle_seconds: float) -> dict[str, Any]:
     payload = b"x" * 100
@@ -74,11 +81,7 @@ async def measure(server: Standalone, partitions: int, consumers: int, messages:
 
         started = time.perf_counter()
         await admin.create_topic(TOPIC, partitions)
-        # 100 pending per partition at least: a partition's producer at its share raised
-        # ProducerQueueIsFullError at 1,000 partitions despite block_if_queue_full (noticed, client).
-        producer = await client.create_producer(
-            TOPIC, max_pending_messages=1000, block_if_queue_full=True,
-            max_pending_messages_across_partitions=max(50_000, 100 * partitions))
+        producer = await client.create_producer(TOPIC, **producer_options(partitions))
         out["create_and_produce_attach_s"] = time.perf_counter() - started
         out["rss_after_partitions_mib"] = server.rss_mib()
 
@@ -101,12 +104,13 @@ async def measure(server: Standalone, partitions: int, consumers: int, messages:
     out["per_partition_kib"] = (out["rss_after_partitions_mib"] - out["rss_baseline_mib"]) * 1024 / partitions
     out["per_consumer_partition_kib"] = (
         (out["rss_after_subscriptions_mib"] - out["rss_after_partitions_mib"]) * 1024 / ((consumers + 1) * partitions))
+    print("before the restart:", out, flush=True)  # kept if the restart phase fails
 
     server.stop()
     started = time.perf_counter()
     server.start()
     async with AsyncClient(server.service_url, connections_per_broker=connections) as client:
-        producer = await client.create_producer(TOPIC)
+        producer = await client.create_producer(TOPIC, **producer_options(partitions))
         many = await subscribe(client, "shared", consumers)
         await bounded(lambda _i: producer.send(payload), range(partitions), 100)  # round robin: one each
         await consume(many, partitions)
