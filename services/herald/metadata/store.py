@@ -123,16 +123,26 @@ class MetadataStore(abc.ABC):
         key nobody writes, for readiness checks."""
         await self.get("/health/ping")
 
+    _allocation_locks: dict[str, asyncio.Lock] | None = None  # per counter key, made on first use
+
     async def allocate_id(self, counter_key: str) -> int:
-        """A cluster-unique, increasing id (>= 1) from a counter key, by compare-and-set."""
-        while True:
-            current = await self.get(counter_key)
-            next_id = int(current.value) + 1 if current else 1
-            try:
-                await self.compare_and_set(counter_key, current, str(next_id).encode())
-                return next_id
-            except BadVersionError:
-                continue
+        """A cluster-unique, increasing id (>= 1) from a counter key, by compare-and-set.
+
+        Allocations of one process take turns: concurrent ones (a broker loading thousands of
+        topics, each with a ledger and a producer name) would otherwise lose their compare-and-set
+        to each other and retry, k at a time costing O(k²) store round trips. Only other processes'
+        allocations can make one retry."""
+        if self._allocation_locks is None:
+            self._allocation_locks = {}
+        async with self._allocation_locks.setdefault(counter_key, asyncio.Lock()):
+            while True:
+                current = await self.get(counter_key)
+                next_id = int(current.value) + 1 if current else 1
+                try:
+                    await self.compare_and_set(counter_key, current, str(next_id).encode())
+                    return next_id
+                except BadVersionError:
+                    continue
 
 
 class WatchHub:

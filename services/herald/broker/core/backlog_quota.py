@@ -24,10 +24,10 @@ from typing import Protocol
 
 from herald.broker.core.ledger_list import Position
 from herald.broker.core.managed_ledger import ManagedLedger
+from herald.broker.core.scheduler import PeriodicJob
 from herald.broker.core.subscription import Subscription
 from herald.common.codec.entry import read_metadata
 from herald.common.errors import BacklogQuotaExceededError, HeraldError, PersistenceError
-from herald.common.tasks import cancel_and_wait, wait_event
 from herald.metadata.policies import BacklogQuota, BacklogQuotaPolicy
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,8 @@ class HeldSend:
 class BacklogQuotaGuard:
     """One persistent topic's backlog quota: admits, refuses or holds its sends, and evicts."""
 
-    def __init__(self, topic: QuotaTopic, interval: float, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, topic: QuotaTopic, interval: float, clock: Callable[[], float] = time.time,
+                 job: PeriodicJob[BacklogQuotaGuard] | None = None) -> None:
         self._topic = topic
         self._interval = interval
         self._clock = clock
@@ -68,20 +69,23 @@ class BacklogQuotaGuard:
         self._age_exceeded = False
         self._oldest: tuple[Position, int] | None = None  # (position, publish time ms) last read
         self._held: deque[HeldSend] = deque()
-        self._wakeup = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        # The broker's one backlog quota job runs every topic's checks (broker.core.scheduler);
+        # while sends are held, a timer asks for a check every HOLD_RECHECK_SECONDS too.
+        self._job = job if job is not None else PeriodicJob("backlog quota", interval, BacklogQuotaGuard.run_check)
+        self._recheck: asyncio.TimerHandle | None = None
         self.evicted_entries = 0
 
     # ---- life cycle ----
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name=f"backlog quota {self._topic.name}")
+        self._job.add(self)
 
     async def stop(self) -> None:
         """Stop checking; held sends fail (their clients resend after reconnecting)."""
-        task, self._task = self._task, None
-        await cancel_and_wait(task)
+        await self._job.remove(self)
+        if self._recheck is not None:
+            self._recheck.cancel()
+            self._recheck = None
         held, self._held = self._held, deque()
         error = PersistenceError(f"topic {self._topic.name} is closing: reconnect and retry")
         for send in held:
@@ -94,7 +98,7 @@ class BacklogQuotaGuard:
         self._size_exceeded = quota.limits_size and self._estimate > quota.limit_bytes
         if not quota.limits_age:
             self._age_exceeded = False
-        self._wakeup.set()
+        self._job.request(self)
 
     @property
     def exceeded(self) -> bool:
@@ -141,7 +145,7 @@ class BacklogQuotaGuard:
                     "consumers must catch up, or the quota be raised")
             if quota.policy is BacklogQuotaPolicy.PRODUCER_REQUEST_HOLD:
                 return False
-            self._wakeup.set()  # consumer_backlog_eviction: make room now, keep accepting
+            self._job.request(self)  # consumer_backlog_eviction: make room now, keep accepting
         self._estimate += size
         return True
 
@@ -149,7 +153,7 @@ class BacklogQuotaGuard:
         """Keep a send until the backlog is under quota again: then `release` stores it; `fail`
         is called instead when the topic closes first."""
         self._held.append(HeldSend(size, release, fail))
-        self._wakeup.set()
+        self._job.request(self)
 
     def describe(self) -> str:
         quota = self.quota
@@ -194,19 +198,17 @@ class BacklogQuotaGuard:
 
     # ---- checking ----
 
-    async def _run(self) -> None:
-        while True:
-            timeout: float | None = self._interval if self._interval > 0 else None
-            if self._held:
-                timeout = min(timeout or HOLD_RECHECK_SECONDS, HOLD_RECHECK_SECONDS)
-            await wait_event(self._wakeup, timeout)
-            self._wakeup.clear()
-            try:
-                await self.check()
-            except HeraldError as exc:
-                log.warning("topic %s: checking the backlog quota failed: %s", self._topic.name, exc)
-            except Exception:
-                log.exception("topic %s: checking the backlog quota failed", self._topic.name)
+    async def run_check(self) -> None:
+        """The job's check; while sends stay held, another one in HOLD_RECHECK_SECONDS."""
+        try:
+            await self.check()
+        finally:
+            if self._held and self._recheck is None:
+                self._recheck = asyncio.get_running_loop().call_later(HOLD_RECHECK_SECONDS, self._recheck_held)
+
+    def _recheck_held(self) -> None:
+        self._recheck = None
+        self._job.request(self)
 
     async def check(self) -> None:
         """Measure size and age, evict under consumer_backlog_eviction, release held sends once

@@ -95,9 +95,10 @@ class Consumer:
         self._buffer: deque[Delivery] = deque()  # dispatched, not yet taken by the adapter
         self._max_buffered = max(1, max_buffered)
         self._ready = asyncio.Event()
-        self._closed_event = asyncio.Event()
-        self._events: deque[ConsumerEvent] = deque()  # for the client, beside deliveries
-        self._event_ready = asyncio.Event()
+        # Made when first waited on (an asyncio.Event holds a deque, ~0.8 KiB: per consumer, it adds up).
+        self._closed_event: asyncio.Event | None = None
+        self._events: list[ConsumerEvent] = []  # for the client, beside deliveries (rare: a list)
+        self._event_ready: asyncio.Event | None = None
         self._active = True  # False only for a Failover consumer that is not the active one
         self.key_shared: KeySharedMeta | None = None  # what a Key_Shared consumer asked for
         # Reads the topic's compacted view up to its horizon (broker.core.compacted_reads).
@@ -137,13 +138,30 @@ class Consumer:
         self.subscription.notify()  # buffer room for more
         return taken
 
+    async def next_output(
+        self, max_entries: int = DEFAULT_MAX_BATCH_ENTRIES, max_bytes: int = DEFAULT_MAX_BATCH_BYTES,
+    ) -> list[Delivery] | ConsumerEvent:
+        """For a front end that sends both from one task (one task per consumer, not one for each):
+        the next event for the client or else the next deliveries, waiting for either.
+        ConsumerClosedError as soon as the consumer is closed (what is buffered is not sent)."""
+        while True:
+            self._check_open()
+            if self._events:
+                return self._events.pop(0)
+            if self._buffer:
+                return await self.next_deliveries(max_entries, max_bytes)
+            self._ready.clear()
+            await self._ready.wait()
+
     async def next_event(self) -> ConsumerEvent:
         """Wait for the next event to tell the client; ConsumerClosedError once closed."""
         while not self._events:
             self._check_open()
+            if self._event_ready is None:
+                self._event_ready = asyncio.Event()
             self._event_ready.clear()
             await self._event_ready.wait()
-        return self._events.popleft()
+        return self._events.pop(0)
 
     def ack(self, positions: Iterable[tuple[int, int]], cumulative: bool = False,
             ack_sets: dict[tuple[int, int], int] | None = None) -> None:
@@ -186,12 +204,18 @@ class Consumer:
             self.closed = True
             self.close_reason = reason
         self._ready.set()
-        self._event_ready.set()
-        self._closed_event.set()
+        if self._event_ready is not None:
+            self._event_ready.set()
+        if self._closed_event is not None:
+            self._closed_event.set()
 
     async def wait_closed(self) -> None:
         """Returns once the consumer is closed (by its client, or by the broker when the topic is
         unloaded): the adapter then ends the stream so the client reconnects."""
+        if self.closed:
+            return
+        if self._closed_event is None:
+            self._closed_event = asyncio.Event()
         await self._closed_event.wait()
 
     # ---- the dispatcher's side ----
@@ -201,7 +225,9 @@ class Consumer:
         if isinstance(event, ActiveConsumerChanged):
             self._active = event.is_active
         self._events.append(event)
-        self._event_ready.set()
+        if self._event_ready is not None:
+            self._event_ready.set()
+        self._ready.set()  # next_output waits on this one for both
 
     @property
     def is_active(self) -> bool:

@@ -154,6 +154,10 @@ class ConsumerSession:
             if delivery.span is not None:
                 broker_tracing.end_deliver(delivery.span)
 
+    async def next_output(self) -> list[Delivery] | ConsumerEvent:
+        """The next event or else deliveries for the client (Consumer.next_output)."""
+        return await self._subscribed().next_output()
+
     async def next_event(self) -> ConsumerEvent:
         """The next event for the client (ActiveConsumerChanged, EndOfTopic); ConsumerClosedError
         once closed."""

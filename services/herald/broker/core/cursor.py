@@ -14,7 +14,7 @@ import bisect
 import enum
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -193,9 +193,22 @@ class ManagedCursor:
         # Reading resumes right after the mark-delete position: unacknowledged entries come back.
         self.read_position = Position(mark_delete.ledger_id, mark_delete.entry_id + 1)
         self._version = version
-        self.dirty = False
+        # Told when the cursor becomes dirty: its topic marks itself for the next cursor flush
+        # (broker.core.topic_jobs), so the flush job visits only topics with something to persist.
+        self.on_dirty: Callable[[], None] | None = None
+        self._dirty = False
         self.fenced = False
         self._flush_lock = asyncio.Lock()
+
+    @property
+    def dirty(self) -> bool:
+        return self._dirty
+
+    @dirty.setter
+    def dirty(self, value: bool) -> None:
+        self._dirty = value
+        if value and self.on_dirty is not None:
+            self.on_dirty()
 
     @classmethod
     async def open(

@@ -123,6 +123,10 @@ class MessageDeduplication:
         if producer_name in self._pushed or producer_name in self._persisted:
             self._inactive_since[producer_name] = now
 
+    def next_purge_at(self, inactivity: float) -> float | None:
+        """When purge_inactive will next forget a producer (monotonic seconds); None: none left."""
+        return min(self._inactive_since.values()) + inactivity if self._inactive_since else None
+
     def purge_inactive(self, now: float, inactivity: float) -> int:
         """Forget the producers disconnected for `inactivity` seconds or more; returns how many.
         A resend from one after that is taken as new (Pulsar's trade-off too)."""

@@ -21,10 +21,10 @@ from typing import Protocol
 from herald.broker.core.compaction.topic_compaction import COMPACTION_CURSOR
 from herald.broker.core.ledger_list import Position
 from herald.broker.core.managed_ledger import ManagedLedger
+from herald.broker.core.scheduler import PeriodicJob
 from herald.broker.core.subscription import Subscription
 from herald.common.codec.entry import read_metadata
 from herald.common.errors import HeraldError
-from herald.common.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -46,29 +46,19 @@ class ExpiringTopic(Protocol):
 class MessageExpiry:
     """One topic's expiry checks: a task that runs them every `interval` seconds until stopped."""
 
-    def __init__(self, topic: ExpiringTopic, interval: float) -> None:
+    def __init__(self, topic: ExpiringTopic, interval: float, job: PeriodicJob[MessageExpiry] | None = None) -> None:
         self._topic = topic
         self._interval = interval
-        self._task: asyncio.Task[None] | None = None
+        # The broker's one expiry job runs every topic's checks (broker.core.scheduler).
+        self._job = job if job is not None else PeriodicJob("message expiry", interval, MessageExpiry.expire)
 
     def start(self) -> None:
-        if self._task is None and self._interval > 0:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name=f"expiry {self._topic.name}")
+        if self._interval > 0:
+            self._job.add(self)
 
     async def stop(self) -> None:
-        # Cancelling is safe: a check only acknowledges in memory (cursors are persisted elsewhere).
-        task, self._task = self._task, None
-        await cancel_and_wait(task)
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval)
-            try:
-                await self.expire()
-            except HeraldError as exc:
-                log.warning("topic %s: message expiry failed: %s", self._topic.name, exc)
-            except Exception:
-                log.exception("topic %s: message expiry failed", self._topic.name)
+        # A check in progress finishes (it only acknowledges in memory and stops at a closed topic).
+        await self._job.remove(self)
 
     async def expire(self, now_ms: int | None = None) -> int:
         """One check of every durable subscription; returns the messages expired."""
@@ -90,7 +80,7 @@ class MessageExpiry:
         candidates: list[tuple[Position, int]] = []  # (position, messages) of old unacked entries
         position = ledger.normalize(Position(started_at.ledger_id, started_at.entry_id + 1))
         young = False
-        while not young and ledger.has_entries_from(position):
+        while not young and not self._topic.closed and ledger.has_entries_from(position):
             entries = await ledger.read_entries(position, READ_CHUNK)
             if not entries:
                 break

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from herald.broker.core.dedup import MessageDeduplication
 from herald.broker.core.ledger_list import LedgerInfo, Position
 from herald.broker.core.managed_ledger import ManagedLedger
+from herald.broker.core.scheduler import PeriodicJob
 from herald.common.errors import HeraldError
-from herald.common.tasks import wait_event
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +71,7 @@ class RetentionTrimmer:
         policy: RetentionPolicy,
         interval: float,
         clock: Callable[[], float] = time.time,
+        job: PeriodicJob[RetentionTrimmer] | None = None,
     ) -> None:
         self._ledger = ledger
         self._mark_deletes = mark_deletes
@@ -79,44 +80,43 @@ class RetentionTrimmer:
         self._interval = interval
         self.clock = clock
         self._lock = asyncio.Lock()
-        self._wakeup = asyncio.Event()
         self._stopping = False
-        self._task: asyncio.Task[None] | None = None
+        self._requested_early = False  # request() came before start()
+        # The broker's one retention job runs every topic's passes (broker.core.scheduler).
+        self._job = job if job is not None else PeriodicJob("retention", interval, RetentionTrimmer.run_pass)
         # Called after each periodic pass: the topic's compaction checks its threshold here.
         self.after_pass: Callable[[], object] | None = None
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name=f"retention {self._ledger.name}")
+        if not self._stopping:
+            self._job.add(self)
+            if self._requested_early:
+                self._job.request(self)
 
     def request(self) -> None:
-        """Check soon (a ledger just closed)."""
-        self._wakeup.set()
+        """Check soon (a ledger just closed); before start(), as soon as started."""
+        self._requested_early = True
+        self._job.request(self)
 
     async def stop(self) -> None:
         self._stopping = True
-        self._wakeup.set()
-        task, self._task = self._task, None
-        if task is not None:
-            await task
+        await self._job.remove(self)
 
-    async def _run(self) -> None:
-        while True:
-            await wait_event(self._wakeup, self._interval if self._interval > 0 else None)
-            self._wakeup.clear()
-            if self._stopping:
-                return
+    async def run_pass(self) -> None:
+        """One periodic (or requested) pass: trim, then the after-pass check."""
+        if self._stopping:
+            return
+        try:
+            await self.trim()
+        except HeraldError as exc:
+            log.warning("managed ledger %s: trimming consumed ledgers failed: %s", self._ledger.name, exc)
+        except Exception:
+            log.exception("managed ledger %s: trimming consumed ledgers failed", self._ledger.name)
+        if self.after_pass is not None:
             try:
-                await self.trim()
+                self.after_pass()
             except HeraldError as exc:
-                log.warning("managed ledger %s: trimming consumed ledgers failed: %s", self._ledger.name, exc)
-            except Exception:
-                log.exception("managed ledger %s: trimming consumed ledgers failed", self._ledger.name)
-            if self.after_pass is not None:
-                try:
-                    self.after_pass()
-                except HeraldError as exc:
-                    log.warning("managed ledger %s: periodic check failed: %s", self._ledger.name, exc)
+                log.warning("managed ledger %s: periodic check failed: %s", self._ledger.name, exc)
 
     async def trim(self) -> list[int]:
         """One pass: delete what retention lets go; returns the ledger ids deleted."""

@@ -51,6 +51,7 @@ class BrokerService(TopicAdmin):
         self.dead_letters = DeadLetterQueue()  # served to dlq-workers by the dead-letter front end
         resources = Resources(store)
         loader = TopicLoader(settings, store, storage, self.entry_cache, self.dead_letters, observer)
+        self.topic_jobs = loader.jobs  # periodic work of every persistent topic: one task per job
         registry = TopicRegistry(store, ownership, loader, resources, PolicyResolver(resources, settings))
         super().__init__(registry, settings, store, storage)
         self.ownership = ownership

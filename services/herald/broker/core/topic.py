@@ -40,13 +40,13 @@ from herald.broker.core.stats import ProducerStats as ProducerStats
 from herald.broker.core.subscription import Subscription, SubscriptionType
 from herald.broker.core.topic_base import PRODUCER_NAME_COUNTER as PRODUCER_NAME_COUNTER  # re-exported
 from herald.broker.core.topic_base import PersistentOps, Topic
+from herald.broker.core.topic_jobs import CursorFlush, TopicJobs
 from herald.broker.settings import BrokerSettings
 from herald.common.codec.entry import is_leading_pulsar_chunk, read_metadata
 from herald.common.codec.message_id import check_position
 from herald.common.codec.names import validate_subscription_name
 from herald.common.errors import (
     AlreadyExistsError,
-    BadVersionError,
     DuplicateUnknownError,
     FencedError,
     HeraldError,
@@ -56,7 +56,6 @@ from herald.common.errors import (
     PersistenceError,
     TopicTerminatedError,
 )
-from herald.common.tasks import wait_event
 from herald.metadata.policies import Policies
 from herald.metadata.store import MetadataStore
 
@@ -82,6 +81,7 @@ class PersistentTopic(Topic[Subscription]):
         on_fenced: Callable[[PersistentTopic], None] | None = None,
         dead_letters: DeadLetterQueue | None = None,
         observer: BrokerObserver | None = None,
+        jobs: TopicJobs | None = None,
     ) -> None:
         super().__init__(name, settings, store)
         self.ledger = ledger
@@ -93,18 +93,20 @@ class PersistentTopic(Topic[Subscription]):
         ledger.on_fenced = self._ledger_fenced
         self.fenced = False  # another broker owns the topic now: write no more metadata
         self._subscribe_lock = asyncio.Lock()
-        self._flush_task: asyncio.Task[None] | None = None
-        self._stopping = asyncio.Event()
+        # Periodic work runs in the broker's jobs, shared by its topics (no task per topic).
+        jobs = jobs if jobs is not None else TopicJobs.for_settings(settings)
+        self.cursor_flush = CursorFlush(name, jobs.cursor_flush, lambda: self.subscriptions.values(), dedup,
+                                        settings.dedup_producer_inactivity_seconds, self._ledger_fenced)
         self.retention = RetentionTrimmer(
             ledger, self._mark_delete_positions, dedup,
             RetentionPolicy(settings.retention_time_seconds, settings.retention_size_bytes),
-            settings.retention_check_interval,
+            settings.retention_check_interval, job=jobs.retention,
         )
         ledger.on_ledger_closed = self.retention.request
-        self.backlog_quota = BacklogQuotaGuard(self, settings.backlog_quota_check_interval)
+        self.backlog_quota = BacklogQuotaGuard(self, settings.backlog_quota_check_interval, job=jobs.backlog_quota)
         # Message TTL in seconds (0: off); policies set it per topic (broker.core.expiry acts on it).
         self.message_ttl_seconds = settings.message_ttl_seconds
-        self.expiry = MessageExpiry(self, settings.message_expiry_check_interval)
+        self.expiry = MessageExpiry(self, settings.message_expiry_check_interval, job=jobs.expiry)
         self.add_waiters = AddWaiters()  # long-polling pulls, woken by each add
         self._held_readers: dict[Subscription, asyncio.TimerHandle] = {}  # readers reset, kept a while
         self._background: set[asyncio.Task[None]] = set()
@@ -120,8 +122,7 @@ class PersistentTopic(Topic[Subscription]):
             await self.compaction.load()
         except HeraldError as exc:  # the topic serves on; read_compacted readers see no compacted view
             log.warning("topic %s: loading its compaction state failed: %s", self.name, exc)
-        self._flush_task = asyncio.get_running_loop().create_task(
-            self._flush_cursors(), name=f"cursor flush {self.name}")
+        self.cursor_flush.start()
         self.retention.start()
         self.expiry.start()
         self.backlog_quota.start()
@@ -171,6 +172,7 @@ class PersistentTopic(Topic[Subscription]):
 
     def _producer_removed(self, name: str) -> None:
         self.dedup.producer_disconnected(name, time.monotonic())
+        self.cursor_flush.mark()  # its dedup state is forgotten after inactivity, checked on flushes
 
     def submit(self, producer: Producer, sequence_id: int, highest_sequence_id: int, num_messages: int,
                entry: bytes, publication: Publication) -> None:
@@ -327,6 +329,9 @@ class PersistentTopic(Topic[Subscription]):
             self.name, cursor, self.ledger, self.settings, dead_letters=self.dead_letters,
             compaction=lambda: self.compaction)
         sub.on_idle = self._subscription_idle
+        cursor.on_dirty = self.cursor_flush.mark
+        if cursor.dirty:
+            self.cursor_flush.mark()
         return sub
 
     def _subscription_idle(self, sub: Subscription) -> None:
@@ -473,24 +478,6 @@ class PersistentTopic(Topic[Subscription]):
         log.info("topic %s terminated at %s", self.name, last)
         return last
 
-    async def _flush_cursors(self) -> None:
-        # Stopped by an event, never cancelled: a compare-and-set cut off in flight would leave the
-        # cursor's version unknown and its final flush refused.
-        while not self._stopping.is_set():
-            await wait_event(self._stopping, self.settings.cursor_flush_interval)
-            self.dedup.purge_inactive(time.monotonic(), self.settings.dedup_producer_inactivity_seconds)
-            for sub in list(self.subscriptions.values()):
-                if sub.cursor.dirty and not sub.cursor.fenced:
-                    try:
-                        await sub.cursor.flush()
-                    except BadVersionError:
-                        # Someone else wrote the cursor: ownership is in doubt. Unloading lets the
-                        # rightful owner (maybe us, after ownership is checked again) reload it.
-                        self._ledger_fenced()
-                        return
-                    except HeraldError as exc:
-                        log.warning("topic %s: persisting cursor %s failed: %s", self.name, sub.name, exc)
-
     # ---- stats ----
 
     def _fill_stats(self, stats: TopicStats, subscriptions: list[tuple[Subscription, SubscriptionStats]]) -> None:
@@ -571,10 +558,7 @@ class PersistentTopic(Topic[Subscription]):
             self.fenced = True
         self._close_producers()
         await self.backlog_quota.stop()  # held sends fail: their clients resend after reconnecting
-        self._stopping.set()
-        task, self._flush_task = self._flush_task, None
-        if task is not None:
-            await task
+        await self.cursor_flush.stop()  # a flush in flight finishes (never cut off)
         await self.retention.stop()
         await self.compaction.close()
         await self.expiry.stop()

@@ -17,6 +17,7 @@ from herald.broker.core.nonpersistent_topic import NonPersistentTopic
 from herald.broker.core.ports import BrokerObserver
 from herald.broker.core.topic import PersistentTopic
 from herald.broker.core.topic_base import Topic
+from herald.broker.core.topic_jobs import TopicJobs
 from herald.broker.settings import BrokerSettings
 from herald.common.codec.names import TopicName
 from herald.metadata.policies import Policies
@@ -39,6 +40,8 @@ class TopicLoader:
         self._entry_cache = entry_cache
         self._dead_letters = dead_letters
         self._observer = observer
+        # One of each periodic job for all of this broker's persistent topics (not a task per topic).
+        self.jobs = TopicJobs.for_settings(settings)
 
     async def create(
         self, name: TopicName, policies: Policies, on_fenced: Callable[[Topic[Any]], None],
@@ -64,4 +67,4 @@ class TopicLoader:
                 await ledger.close()
             raise
         return PersistentTopic(key, ledger, dedup, settings, self._store, on_fenced=on_fenced,
-                               dead_letters=self._dead_letters, observer=self._observer)
+                               dead_letters=self._dead_letters, observer=self._observer, jobs=self.jobs)

@@ -65,6 +65,8 @@ async def _decode(decoder: Decoder, raw: bytes, context: Context, method: str) -
 class _DecodingContext:
     """The call's context with read() decoding (everything else is the context's own)."""
 
+    __slots__ = ("_context", "_decoder", "_limit")  # one per stream
+
     def __init__(self, context: Context, decoder: Decoder, limit: _Limit) -> None:
         self._context = context
         self._decoder = decoder
