@@ -97,6 +97,7 @@ class ReadAhead:
         self.clear()
 
     def _take(self, max_entries: int) -> list[tuple[Position, bytes]]:
+        """Entries from the buffer; the next read ahead starts once half of it is free."""
         buffer = self._buffer
         taken: list[tuple[Position, bytes]] = []
         size = 0
@@ -114,6 +115,12 @@ class ReadAhead:
     def _fill(self, position: Position, *, after: bool = False) -> None:
         """Start the next read ahead (from `position`, or just after it) if there is room for it."""
         if self._closed or self._task is not None:
+            return
+        if self._buffer and self.buffered_bytes > self.max_bytes // 2:
+            # Refill once half the buffer is free (or it ran dry), not after each take or read of
+            # a few entries: one large storage read instead of many small ones. Each read has a
+            # fixed cost (an index lookup, a worker thread, the storage client's bookkeeping, a
+            # task) that small reads paid per entry or two.
             return
         if after:
             position = Position(position.ledger_id, position.entry_id + 1)
