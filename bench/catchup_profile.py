@@ -25,8 +25,8 @@ import time
 from typing import Any
 
 from harness import free_port, peak_rss_mib
-from hot_path_profile import by_stage, cpu_split, thread_cpu
 from herald.client import AsyncClient, ConsumerType, InitialPosition
+from hot_path_profile import by_stage, cpu_split, thread_cpu
 
 TOPIC = "persistent://public/default/catchup-profile"
 
