@@ -203,3 +203,30 @@ async def test_entries_larger_than_the_buffer_are_read_when_asked_never_ahead(co
 def test_read_ahead_settings_out_of_range_are_refused(setting: str) -> None:
     with pytest.raises(InvalidArgumentError, match=setting):
         BrokerSettings(**{setting: -1})  # type: ignore[arg-type]
+
+
+async def test_a_full_buffer_is_refilled_in_one_read_once_half_of_it_is_free(core: Core) -> None:
+    await publish(await core.broker(), 0, 200)
+    bound = 20 * (PAYLOAD + 100)  # about 20 entries
+    service = await core.broker(BrokerSettings(read_ahead_max_bytes=bound, read_ahead_max_entries=100))
+    consumer = await service.subscribe(TOPIC, "catch-up", EXCLUSIVE, InitialPosition.EARLIEST)
+    read_ahead = (await dispatcher_of(service, "catch-up")).read_ahead
+    consumer.flow(1)
+    got = await receive(consumer, 1)
+    await eventually(lambda: not read_ahead.reading and read_ahead.buffered_bytes + PAYLOAD > bound,
+                     "the read-ahead buffer filled up to its bound")
+    reads = read_ahead.reads
+    # Taking a few entries from a full buffer starts no read (each take used to start one, of
+    # as many entries as were taken): the decision is made as the entries are taken.
+    for _ in range(3):
+        consumer.flow(1)
+        got += await receive(consumer, 1)
+        assert not read_ahead.reading and read_ahead.reads == reads
+    # Once half of it is free, one read fills it up again.
+    consumer.flow(10)
+    got += await receive(consumer, 10)
+    await eventually(lambda: not read_ahead.reading and read_ahead.reads > reads, "the buffer was refilled")
+    assert read_ahead.reads == reads + 1 and read_ahead.buffered_bytes > bound // 2
+    consumer.flow(1000)
+    got += await receive(consumer, 200 - len(got))
+    assert seqs(got) == list(range(200))

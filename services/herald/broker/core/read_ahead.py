@@ -45,6 +45,7 @@ class ReadAhead:
         self.reads = 0  # storage reads made ahead of the dispatcher
         self._task: asyncio.Task[None] | None = None
         self._task_start: Position | None = None
+        self._task_chained = False  # the read in flight leaves room for more (see _fill)
         self._reserved = 0  # bytes reserved for the read in flight
         self._entry_bytes = 0.0  # running average of the entries read
         self._closed = False
@@ -97,6 +98,7 @@ class ReadAhead:
         self.clear()
 
     def _take(self, max_entries: int) -> list[tuple[Position, bytes]]:
+        """Entries from the buffer; the next read ahead starts once half of it is free."""
         buffer = self._buffer
         taken: list[tuple[Position, bytes]] = []
         size = 0
@@ -111,9 +113,17 @@ class ReadAhead:
             self._fill(self._buffer[-1][0] if self._buffer else last, after=True)
         return taken
 
-    def _fill(self, position: Position, *, after: bool = False) -> None:
-        """Start the next read ahead (from `position`, or just after it) if there is room for it."""
+    def _fill(self, position: Position, *, after: bool = False, chained: bool = False) -> None:
+        """Start the next read ahead (from `position`, or just after it) if there is room for it:
+        once half the buffer is free (or it ran dry), or right away when `chained` (the last read
+        was cut at max_entries or by the broker's budget, not by the room left: the buffer is still
+        filling up)."""
         if self._closed or self._task is not None:
+            return
+        if not chained and self._buffer and self.buffered_bytes > self.max_bytes // 2:
+            # Not after each take or read of a few entries: one large storage read instead of
+            # many small ones. Each read has a fixed cost (an index lookup, a worker thread, the
+            # storage client's bookkeeping, a task) that small reads paid per entry or two.
             return
         if after:
             position = Position(position.ledger_id, position.entry_id + 1)
@@ -135,6 +145,9 @@ class ReadAhead:
         count = max(1, min(self._max_entries, int(self._reserved // estimate)))
         self._task_start = position
         self._task = asyncio.get_running_loop().create_task(self._read_ahead(position, count))
+        # Cut short by max_entries or the broker's budget rather than this buffer's room: the
+        # buffer is still filling up, the next read follows this one at once.
+        self._task_chained = count < room // estimate
 
     async def _read_ahead(self, position: Position, count: int) -> None:
         try:
@@ -150,9 +163,9 @@ class ReadAhead:
             raise
         self._task = None
         self.reads += 1
-        self._keep(got)
+        self._keep(got, chained=self._task_chained)
 
-    def _keep(self, got: list[tuple[Position, bytes]]) -> None:
+    def _keep(self, got: list[tuple[Position, bytes]], *, chained: bool = False) -> None:
         """Buffer what a read ahead returned, within the reservation made for it: what is beyond
         is dropped, and read again when the dispatcher gets there (so an entry larger than a
         whole buffer is only ever read when asked for, never ahead)."""
@@ -170,7 +183,7 @@ class ReadAhead:
         self.buffered_bytes += size
         self.peak_bytes = max(self.peak_bytes, self.buffered_bytes)
         if kept:
-            self._fill(got[kept - 1][0], after=True)
+            self._fill(got[kept - 1][0], after=True, chained=chained and kept == len(got))
 
     def _release_reserved(self) -> None:
         self._budget.release(self._reserved)
