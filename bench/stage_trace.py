@@ -60,7 +60,8 @@ def install_client_hooks() -> None:
     from herald.client import producer_protocol, sender
 
     _wrap(sender.Sender, "ship", "c.batch_closed", None)
-    _wrap(producer_protocol.ProducerProtocol, "next_request", "c.next_request", "c.request_taken", lambda r: r is not None)
+    _wrap(producer_protocol.ProducerProtocol, "next_request", "c.next_request", "c.request_taken",
+          lambda r: r is not None)
     _wrap(producer_protocol.ProducerProtocol, "request_written", "c.grpc_write_done", None)
     _wrap(producer_protocol.ProducerProtocol, "on_receipt", "c.receipt_read", "c.futures_resolved")
 

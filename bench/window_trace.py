@@ -23,7 +23,6 @@ from typing import Any
 
 import stage_trace
 from harness import Standalone, append_result
-
 from herald.client import AsyncClient
 
 BENCH = Path(__file__).resolve().parent
@@ -84,7 +83,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="window-trace-") as tmp:
         trace_file = Path(tmp) / "server-trace.json"
         env = dict(os.environ, HERALD_BENCH_TRACE=str(trace_file),
-                   PYTHONPATH=os.pathsep.join([str(BENCH / "trace_site"), str(BENCH), os.environ.get("PYTHONPATH", "")]))
+                   PYTHONPATH=os.pathsep.join([str(BENCH / "trace_site"), str(BENCH),
+                                               os.environ.get("PYTHONPATH", "")]))
         server = Standalone(Path(tmp), env=env)
         server.start()
         try:
