@@ -359,30 +359,3 @@ async def test_writers_wait_while_too_many_bytes_are_queued(tmp_path: Path) -> N
     held.release.set()
     await asyncio.wait_for(asyncio.gather(waiter, *futures), DEADLINE)
     await j.close()
-
-
-async def test_the_entry_log_write_does_not_wait_for_a_busy_loop(tmp_path: Path) -> None:
-    """The writer thread gives the loop a moment to start answering a synced batch before it writes
-    that batch to the entry log; a loop that stays busy past that moment must not hold it back."""
-    handler = Recorder()
-    written = threading.Event()
-    write_synced = handler.write_synced
-
-    def noting_write_synced(records: Sequence[JournalRecord]) -> object:
-        outcome = write_synced(records)
-        written.set()
-        return outcome
-
-    handler.write_synced = noting_write_synced  # type: ignore[method-assign]
-    j = make_journal(tmp_path / "journal", handler)
-    await j.open(1)
-    try:
-        future = j.append(add(1, 0, b"x"))
-        # Block the loop (the writer thread cannot hand it the answer) until the entry log write.
-        assert written.wait(DEADLINE), "the entry log write waited for the event loop"
-        assert not future.done()  # the loop had not run: nobody had been answered yet
-        assert len(handler.synced) == 1
-        await asyncio.wait_for(future, DEADLINE)
-        assert handler.applied == handler.synced
-    finally:
-        await j.close()

@@ -46,9 +46,6 @@ SUFFIX = ".journal"
 _HEAD = struct.Struct("<IB3xqqqI")
 _CRC = struct.Struct("<I")
 HEADER_SIZE = _HEAD.size + _CRC.size
-# How long the writer thread lets the loop start answering a synced batch before it writes that
-# batch to the entry log (seconds): the loop's wake-up is a few tens of µs on an idle machine.
-ANSWER_HANDOFF_WAIT = 0.0005
 
 
 class RecordKind(enum.IntEnum):
@@ -138,10 +135,6 @@ class Journal:
         # (a checkpoint's rotation, a compaction's copies, the stop). Until then the ledger store
         # serves that batch's entries from memory: one group at most.
         self._written: tuple[list[JournalRecord], object] | None = None
-        # Set by the loop as it starts answering a batch: the writer thread waits for it (up to
-        # ANSWER_HANDOFF_WAIT) before its entry log work, so that work does not hold the GIL while
-        # the loop wakes to answer (bench/results/issue20_window_latency.md: ~60 µs per add).
-        self._answering = threading.Event()
         # Counters (written by the writer thread, read anywhere): show that adds share fsyncs.
         self.fsync_count = 0
         self.record_count = 0
@@ -385,12 +378,7 @@ class Journal:
             return
         # Durable: answered now, with what the previous batch's write_synced gave.
         previous, self._written = self._written, None
-        self._answering.clear()
         self._call_soon(self._complete, batch, previous)
-        # Let the loop take the GIL and start answering before this thread's Python work below
-        # (the entry log), which would otherwise make the answers wait for it. Bounded: a busy
-        # loop only delays the entry log write, never the next group by more than this.
-        self._answering.wait(ANSWER_HANDOFF_WAIT)
         try:
             self._written = (records, self._handler.write_synced(records))
         except Exception as exc:
@@ -443,7 +431,6 @@ class Journal:
     # ---- completions (on the event loop) ----------------------------------------------------
 
     def _complete(self, batch: list[_Pending], written: tuple[list[JournalRecord], object] | None) -> None:
-        self._answering.set()  # the writer thread may go on with the entry log
         if written is not None:
             self._handler.apply_written(*written)
         self._release(batch)
