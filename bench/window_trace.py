@@ -6,16 +6,17 @@ step from the mark before it, median and p90 over the windows.
 
     PYTHONPATH=$PWD/services:$PWD/bench python bench/window_trace.py --windows 2000 --size 100
 
-With one window in flight at a time, a window's marks are the first of each name between its
-first send and its await's return. Appends a line to bench/results/window_trace.jsonl.
+With one window in flight at a time, a window's marks follow its causal chain (CHAIN): each the
+first of its name after the mark before it; a mark off the chain (SIDE) the first after its anchor.
+Appends a line to bench/results/window_trace.jsonl.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import os
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -45,31 +46,87 @@ async def produce(url: str, windows: int, window: int, size: int) -> None:
         await producer.close()
 
 
+# The stage boundaries of one window, in causal order, each with what happens before it.
+CHAIN = (
+    ("w.start", "the application's first send_async"),
+    ("c.batch_closed", "client: 500 send_async (the 500th closes the batch and ships it)"),
+    ("w.sends_done", "client: the last send_async returns"),
+    ("c.next_request", "client: the application's gather(), then the stream's writer task wakes"),
+    ("c.request_taken", "client: the ProduceRequest built"),
+    ("s.publish", "gRPC: client write, loopback, broker read and parse"),
+    ("s.check", "broker: ProducerSession.publish -> Topic.submit"),
+    ("s.checked", "broker: publish checks (entry crc32c, metadata)"),
+    ("s.ml_add", "broker: dedup, managed ledger add"),
+    ("s.local_add", "broker: ledger handle -> the local add stream"),
+    ("s.journal_append", "storage: the add stream's task wakes, begin_add, journal queue"),
+    ("w.write_start", "journal: the writer thread wakes (thread hand-off)"),
+    ("w.fsync_start", "journal: record headers, writev"),
+    ("w.fsync_done", "journal: fdatasync"),
+    ("s.loop_completion", "journal -> loop: call_soon_threadsafe wake-up"),
+    ("s.add_answered", "storage: index, futures; the add stream answers"),
+    ("s.receipt_succeed", "broker: ledger handle, managed ledger, topic completions"),
+    ("s.receipts_taken", "broker: the receipts task wakes"),
+    ("s.reply_write", "broker: ProduceResponse built"),
+    ("c.receipt_read", "gRPC: broker write, loopback, client read and parse"),
+    ("c.futures_resolved", "client: 500 message ids and future.set_result"),
+    ("w.await_returned", "client: gather's 500 done callbacks, the application resumes"),
+)
+# Marks off the chain: (mark, the chain mark it follows, what happens between them).
+SIDE = (
+    ("c.grpc_write_done", "c.request_taken", "client: await call.write() returns"),
+    ("s.published", "s.check", "broker: the whole ProducerSession.publish call"),
+    ("w.batch_done", "w.fsync_done", "journal: entry log write (after the answer was posted)"),
+    ("s.reply_written", "s.reply_write", "broker: await context.write() returns"),
+)
+
+
 def windows_of(events: list[tuple[str, int]]) -> list[dict[str, int]]:
+    """Each whole window's marks: each chain mark the first of its name after the one before it,
+    each side mark the first after its anchor."""
     events.sort(key=lambda e: e[1])
-    found: list[dict[str, int]] = []
-    current: dict[str, int] | None = None
+    starts = [t for name, t in events if name == "w.start"]
+    by_name: dict[str, list[int]] = {}
     for name, t in events:
-        if name == "w.start":
-            current = {name: t}
-        elif current is not None:
-            current.setdefault(name, t)
-            if name == "w.await_returned":
-                found.append(current)
-                current = None
+        by_name.setdefault(name, []).append(t)
+    found = []
+    for n, start in enumerate(starts):
+        end = starts[n + 1] if n + 1 < len(starts) else None
+        marks = {"w.start": start}
+        previous = start
+        for name, _ in CHAIN[1:]:
+            t = _first_after(by_name.get(name, []), previous)
+            if t is None or (end is not None and name == "w.await_returned" and t > end):
+                break
+            marks[name] = previous = t
+        else:
+            for name, anchor, _ in SIDE:
+                t = _first_after(by_name.get(name, []), marks[anchor])
+                if t is not None:
+                    marks[name] = t
+            found.append(marks)
     return found
 
 
+def _first_after(times: list[int], after: int) -> int | None:
+    i = bisect.bisect_left(times, after)
+    return times[i] if i < len(times) else None
+
+
 def table(found: list[dict[str, int]]) -> list[dict[str, Any]]:
-    names = {name for w in found for name in w}
-    complete = [w for w in found if all(name in w for name in names)]
-    order = sorted(names, key=lambda name: statistics.median(w[name] - w["w.start"] for w in complete))
+    def pct(values: list[float], q: float) -> float:
+        values.sort()
+        return round(values[min(len(values) - 1, int(len(values) * q))], 1)
+
     rows = []
-    for i, name in enumerate(order):
-        offsets = sorted((w[name] - w["w.start"]) / 1000 for w in complete)
-        steps = sorted((w[name] - w[order[i - 1]]) / 1000 for w in complete) if i else [0.0] * len(complete)
-        rows.append({"mark": name, "offset_p50_us": offsets[len(offsets) // 2],
-                     "step_p50_us": steps[len(steps) // 2], "step_p90_us": steps[int(len(steps) * 0.9)]})
+    steps = [(name, CHAIN[i - 1][0] if i else name, what) for i, (name, what) in enumerate(CHAIN)]
+    for name, anchor, what in [*steps, *SIDE]:
+        have = [w for w in found if name in w and anchor in w]
+        if not have:
+            continue
+        step = [(w[name] - w[anchor]) / 1000 for w in have]
+        offset = [(w[name] - w["w.start"]) / 1000 for w in have]
+        rows.append({"mark": name, "from": anchor, "what": what, "offset_p50_us": pct(offset, 0.5),
+                     "step_p50_us": pct(step, 0.5), "step_p90_us": pct(step, 0.9)})
     return rows
 
 
@@ -97,9 +154,10 @@ def main() -> None:
     found = windows_of(events)
     rows = table(found)
     print(f"{len(found)} windows of {args.window} x {args.size} B; standalone peak RSS {peak:.0f} MiB")
-    print(f"{'mark':24} {'offset p50':>11} {'step p50':>9} {'step p90':>9}  (us)")
+    print("| mark | from | offset p50 µs | step p50 µs | step p90 µs | what |\n|---|---|---|---|---|---|")
     for row in rows:
-        print(f"{row['mark']:24} {row['offset_p50_us']:11.1f} {row['step_p50_us']:9.1f} {row['step_p90_us']:9.1f}")
+        print(f"| {row['mark']} | {row['from']} | {row['offset_p50_us']} | {row['step_p50_us']} | "
+              f"{row['step_p90_us']} | {row['what']} |")
     append_result("window_trace.jsonl", {"label": args.label, "window": args.window, "size": args.size,
                                           "windows": len(found), "peak_rss_mib": round(peak, 1), "stages": rows})
 

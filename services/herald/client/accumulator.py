@@ -15,7 +15,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from itertools import count, repeat
 from typing import Any, cast
 
 from herald.api.v1 import broker_pb2
@@ -105,10 +104,8 @@ class PendingOp:
     def complete(self, ledger_id: int, entry_id: int, partition: int) -> None:
         """Hand every message its id: (ledger, entry, partition, index in the batch)."""
         if self.batched:
-            # The ids made by map() over zip(): no Python-level tuple per message (a receipt hands
-            # out a whole batch's, e.g. 500, while the application waits for them).
-            ids = map(_new_id, zip(repeat(ledger_id), repeat(entry_id), repeat(partition), count()))
-            for waiter, message_id in zip(self.waiters, ids, strict=False):  # ids never end
+            for index, waiter in enumerate(self.waiters):
+                message_id = _new_id((ledger_id, entry_id, partition, index))
                 if isinstance(waiter, _Future):
                     if not waiter.done():
                         waiter.set_result(message_id)
