@@ -142,3 +142,41 @@ async def _then_silence(first: Any) -> AsyncIterator[Any]:
     """A request stream that sends one request and then stays open, saying nothing."""
     yield first
     await asyncio.Event().wait()
+
+
+async def test_an_idle_producer_stream_is_told_when_the_broker_closes_its_producer(
+    shared_standalone: StandaloneProcess, admin: AdminClient,
+) -> None:
+    """The Produce handler waits for the next send in its own task (broker_servicer._Reads); the
+    broker closing the producer meanwhile (an unload) must end that wait with an error telling the
+    client to reconnect, and end the stream."""
+    topic = unique_topic("idle-unload")
+    async with WireClient(shared_standalone.port) as wire:
+        producer, _ = await wire.register(topic, "idle")
+        receipt = await producer.send(b"a")
+        assert receipt.receipt.entry_id >= 0
+        await admin.unload_topic(topic)  # the handler is waiting for the next send
+        reply = await producer.stream.reply()
+        assert reply.error.code == common_pb2.SERVICE_NOT_READY
+        assert reply.error.message == "producer idle was closed by the broker: reconnect"
+        await asyncio.wait_for(producer.stream.ended.wait(), 10)
+
+
+async def test_an_idle_producer_stream_cancelled_by_its_client_leaves_no_producer(
+    shared_standalone: StandaloneProcess, admin: AdminClient,
+) -> None:
+    """A client gone while the handler waits for its next send (the server cancels the handler, not
+    the broker): the producer is detached, and its name free again."""
+    topic = unique_topic("idle-cancel")
+    async with WireClient(shared_standalone.port) as wire:
+        producer, _ = await wire.register(topic, "gone")
+        assert (await producer.send(b"a")).receipt.entry_id >= 0
+        producer.stream.call.cancel()
+
+        async def producers() -> int:
+            return len((await admin.topic_stats(topic)).producers)
+
+        await eventually(producers, f"the producer of {topic} gone", until=lambda n: n == 0)
+        again, registered = await wire.register(topic, "gone")
+        assert registered.last_sequence_id == 0
+        assert (await again.send(b"b")).receipt.entry_id >= 0

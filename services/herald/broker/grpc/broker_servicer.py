@@ -90,13 +90,14 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
             raise
         writer = asyncio.create_task(_write_receipts(replies, session))
         closed = asyncio.create_task(session.wait_closed())
+        reads = _Reads(context, closed, writer)
         client_finished = False
         try:
             while True:
                 # At max_pending_sends sends without receipts, stop reading: the client's writes wait.
                 request = None
                 if session.has_room or await _unless(session.room(), writer):
-                    request = await _unless(context.read(), closed, writer)
+                    request = await reads.next()
                 if request is None:  # the broker closed the producer (unload, fenced ledger)
                     await replies.write(_produce_error(session.closed_error()))
                     break
@@ -322,6 +323,43 @@ def _consume_error(error: errors.HeraldError) -> broker_pb2.ConsumeResponse:
 
 def _position(position: common_pb2.Position) -> Position:
     return Position(position.ledger_id, position.entry_id)
+
+
+class _Reads:
+    """A stream's requests, read in the handler's own task, or None once one of the stoppers
+    finished (a read under way is then cancelled, and what it got dropped, as _unless does). No task
+    and no asyncio.wait per request: a Produce stream's every send is one read
+    (bench/results/issue20_window_latency.md)."""
+
+    def __init__(self, context: Context, *stoppers: asyncio.Task[Any]) -> None:
+        self._context = context
+        task = asyncio.current_task()
+        assert task is not None
+        self._task = task
+        self._reading = False
+        self.stopped = False
+        for stopper in stoppers:
+            stopper.add_done_callback(self._stop)
+
+    def _stop(self, _stopper: object) -> None:
+        if not self.stopped:
+            self.stopped = True
+            if self._reading:
+                self._task.cancel()
+
+    async def next(self) -> Any:
+        if self.stopped:
+            return None
+        self._reading = True
+        try:
+            return await self._context.read()
+        except asyncio.CancelledError:
+            # Ours (a stopper finished) unless someone else cancelled the handler too: then it ends.
+            if self.stopped and self._task.uncancel() == 0:
+                return None
+            raise
+        finally:
+            self._reading = False
 
 
 async def _unless(awaitable: Awaitable[Any], *stoppers: asyncio.Task[Any]) -> Any:
