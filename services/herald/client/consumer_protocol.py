@@ -28,12 +28,12 @@ from herald.common import tracing
 from herald.common.codec.entry import (
     ENTRY_FRAMING_ALLOWANCE,
     Record,
+    build_messages,
     entry_permits,
     open_entry,
     read_metadata,
     records_claimed,
 )
-from herald.common.codec.herald_entry import build_messages
 from herald.common.codec.message_id import MessageId
 from herald.common.codec.names import TopicName
 from herald.common.codec.schema_info import SchemaInfo
