@@ -382,7 +382,7 @@ class ConsumerProtocol(Generic[T]):
             # Messages made in one pass over the payload, every one of them queued.
             messages, compacted = build_messages(restored, records_claimed(metadata), Message, _detailed, info)
             count = info.num_messages = len(messages) + len(compacted)
-            tracker.track(ledger_id, entry_id, count)
+            info.acks = tracker.batch(ledger_id, entry_id, count)
             for index in compacted:
                 # Compaction removed it from a compacted ledger's entry (its place kept): never
                 # delivered, and counted acknowledged so that the entry's ack completes.
@@ -396,13 +396,13 @@ class ConsumerProtocol(Generic[T]):
             for value, key, event_time, sequence_id, properties, _, _ in records:
                 append(_message(value, key, properties, event_time, sequence_id, -1, info))
             return messages, permits - count
-        unacked = tracker.track(ledger_id, entry_id, count)
-        full = unacked == (1 << count) - 1
+        acks = info.acks = tracker.batch(ledger_id, entry_id, count)
+        unacked = acks.unacked if acks is not None else None  # a redelivery leaves out what was acked
         for index, (value, key, event_time, sequence_id, properties, compacted_out, _) in enumerate(records):
             if compacted_out:
                 tracker.acknowledge(ledger_id, entry_id, index, count)  # as above
                 continue
-            if full or (unacked >> index) & 1:
+            if unacked is None or unacked[index]:
                 append(_message(value, key, properties, event_time, sequence_id, index, info))
         return messages, permits - len(messages)
 

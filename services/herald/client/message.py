@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from herald.client.acks import BatchAcks
 from herald.client.schema_decoders import KeyedDecode
 from herald.common.codec.message_id import MessageId
 
@@ -23,7 +24,7 @@ class EntryInfo:
     """What every message of one delivered entry shares."""
 
     __slots__ = (
-        "decode", "entry_id", "ledger_id", "num_messages", "partition", "producer_name", "publish_time",
+        "acks", "decode", "entry_id", "ledger_id", "num_messages", "partition", "producer_name", "publish_time",
         "redelivery_count", "schema_version", "sequence_id", "topic", "traceparent",
     )
 
@@ -47,6 +48,9 @@ class EntryInfo:
         self.traceparent = ""  # the broker's deliver span, when the consumer traces (herald.client.tracing)
         # The entry's first sequence id: a plain message's is this plus its batch index.
         self.sequence_id = sequence_id
+        # A batch's acks as the consumer's AckTracker keeps them (None: not a batch of two or
+        # more): acking a message that is not its batch's last clears a flag here.
+        self.acks: BatchAcks | None = None
 
 
 class Message(Generic[T]):
