@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from herald.common.codec.entry import Record as RecordTuple
 from herald.common.codec.entry import (
     EntryMetadata,
     build_messages,
@@ -14,6 +13,7 @@ from herald.common.codec.entry import (
     pack_record,
     read_metadata,
 )
+from herald.common.codec.entry import Record as RecordTuple
 from herald.common.errors import ChecksumError, InvalidArgumentError
 from hypothesis import given
 from hypothesis import strategies as st

@@ -1,6 +1,7 @@
 """The consumer's acknowledgement tracker: which messages of each delivered batch are acked (an
 entry is acked on the broker only once all its messages are: BatchAcks, which the batch's
-Messages point to), and the acks grouped for the next flush. Pure bookkeeping: the consumer decides when to flush and sends what `take()` returns."""
+Messages point to), and the acks grouped for the next flush. Pure bookkeeping: the consumer
+decides when to flush and sends what `take()` returns."""
 
 from __future__ import annotations
 
