@@ -8,7 +8,7 @@ switched in through PYTHONPATH; every line goes to bench/results/produce_consume
 and the medians are printed as a Markdown table.
 
     git archive HEAD~1 services | tar -x -C /tmp/old
-    .venv/bin/python bench/before_after.py --old /tmp/old/services --rounds 3
+    .venv/bin/python bench/before_after.py --old /tmp/old/services --rounds 3 [--modes continuous]
 """
 
 from __future__ import annotations
@@ -55,7 +55,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--window", type=int, default=500)
     parser.add_argument("--tag", default="", help="prefix of the labels (before/after) of this run's lines")
+    parser.add_argument("--modes", nargs="+", choices=("window", "continuous"), default=["window", "continuous"],
+                        help="which modes to run (a consume-side change: continuous alone)")
     args = parser.parse_args()
+    cases = [case for case in CASES if case[0] in args.modes]
     with tempfile.TemporaryDirectory() as tmp:
         measured = machine_limits(Path(tmp))
     limits = (f"fdatasync {measured['fdatasync_per_s']:,.0f}/s, sequential write with fdatasync "
@@ -65,7 +68,7 @@ def main() -> None:
     tag = f"{args.tag} " if args.tag else ""
     codes = [(f"{tag}before", args.old), (f"{tag}after", SERVICES)]
     for round_ in range(args.rounds):
-        for mode, size, messages in CASES:
+        for mode, size, messages in cases:
             for label, services in codes if round_ % 2 == 0 else codes[::-1]:
                 result = run(services, label, mode, size, messages, args.window)
                 figures.setdefault((mode, size, label), []).append(result)
@@ -76,7 +79,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     summary: list[dict[str, Any]] = []
     for (mode, size, label), runs in sorted(figures.items(), key=lambda item: (CASES.index(
-            next(case for case in CASES if case[:2] == item[0][:2])), item[0][2] == "after")):
+            next(case for case in CASES if case[:2] == item[0][:2])), item[0][2].endswith("after"))):
         def median(key: str, runs: list[dict[str, Any]] = runs) -> float:
             return statistics.median(float(run.get(key, 0.0)) for run in runs)
 

@@ -5,7 +5,7 @@ turn a delivered entry into Messages and hand them to receive() (for one topic, 
 multi-topic consumer's shared queue over 4 partitions). Prints microseconds per message;
 the target is about 1-2 us each.
 
-    .venv/bin/python bench/client_hot_path.py [--messages 200000] [--size 100] [--repeat 5]
+    .venv/bin/python bench/client_hot_path.py [--messages 200000] [--size 100] [--repeat 5] [--only consumer]
 """
 
 from __future__ import annotations
@@ -265,6 +265,9 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=100, help="payload bytes")
     parser.add_argument("--batch", type=int, default=1000, help="messages per batch")
     parser.add_argument("--repeat", type=int, default=5, help="runs per case; the best is reported")
+    parser.add_argument("--only", nargs="+", default=[], metavar="PREFIX",
+                        help="run only the cases whose name starts so (say: consumer multi-topic)")
+    parser.add_argument("--label", default="", help="a note stored with the line (which code ran)")
     args = parser.parse_args()
     payload = b"x" * args.size
     print(f"{args.messages} messages of {args.size} B, batches of {args.batch}; best of {args.repeat}")
@@ -273,12 +276,15 @@ def main() -> None:
 
     async def run() -> None:
         for name, case in CASES:
+            if args.only and not name.startswith(tuple(args.only)):
+                continue
             best = min([await case(args.messages, payload, args.batch) for _ in range(args.repeat)])
             figures[name] = round(best / args.messages * 1e6, 3)
             print(f"  {name:<55} {figures[name]:6.2f} us/message")
 
     asyncio.run(run())
-    record = {"at": datetime.datetime.now().isoformat(timespec="seconds"), "messages": args.messages,
+    record = {"at": datetime.datetime.now().isoformat(timespec="seconds"), "label": args.label,
+              "messages": args.messages,
               "size": args.size, "batch": args.batch, "us_per_message": figures}
     with RESULTS.open("a") as results:
         results.write(json.dumps(record) + "\n")

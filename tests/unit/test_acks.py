@@ -178,3 +178,61 @@ def test_reset_after_a_seek_lets_messages_behind_the_floor_be_acked_again() -> N
     assert tracker.acknowledge_cumulative(1, 3, -1)
     assert tracker.acknowledge(1, 4, -1)
     assert tracker.take() == ([(1, 4)], (1, 3))
+
+
+async def test_a_batchs_messages_acked_in_any_order_ack_its_entry_once_and_a_seek_starts_over() -> None:
+    """The consumer's ack fast path (a flag cleared on the batch's BatchAcks for every message but
+    the batch's last): acking a message twice counts once, the entry's ack goes once all its
+    messages are acked, and after a seek a batch delivered again is tracked afresh."""
+    from herald.api.v1 import broker_pb2
+    from herald.client.config import ClientConfig, ConsumerConfig
+    from herald.client.connection import ConnectionPool
+    from herald.client.lookup import LookupService
+    from herald.client.topic_consumer import TopicConsumer
+    from herald.common.codec.entry import EntryMetadata, encode_entry, pack_record
+
+    config = ClientConfig("herald://127.0.0.1:1")
+    pool = ConnectionPool(config)
+    consumer = TopicConsumer("persistent://public/default/t", ConsumerConfig("s", ack_group_time=0), config, pool,
+                             LookupService(pool, config), lambda _c: None)
+    payload = bytearray()
+    for value in (b"a", b"b", b"c", b"d"):
+        pack_record(payload, value)
+    data = encode_entry(EntryMetadata(producer_name="p", sequence_id=0, highest_sequence_id=3, num_messages=4,
+                                      batched=True), payload)
+    delivered = broker_pb2.DeliveredEntry(ledger_id=1, entry_id=2, data=data)
+
+    def acks_sent() -> list[list[tuple[int, int]]]:
+        outbox = consumer._protocol.outbox
+        sent = [[(p.ledger_id, p.entry_id) for p in request.ack.positions] for request in outbox
+                if request.WhichOneof("command") == "ack"]
+        outbox.clear()
+        return sent
+
+    consumer._protocol.on_entries([delivered])
+    a, b, c, d = [await consumer.receive(timeout=0) for _ in range(4)]
+    assert a and b and c and d
+    for message in (b, b, d, b, c):  # b three times: it counts once
+        consumer.acknowledge(message)
+    assert acks_sent() == []
+    consumer.acknowledge(a)  # the last one
+    assert acks_sent() == [[(1, 2)]]
+    consumer.acknowledge(a)  # again: the entry was acked already, nothing more goes
+    assert acks_sent() == []
+
+    consumer._protocol.on_entries([broker_pb2.DeliveredEntry(ledger_id=1, entry_id=3, data=data)])
+    before_seek = [await consumer.receive(timeout=0) for _ in range(4)]
+    consumer.acknowledge(before_seek[0])  # 1 of 4
+    consumer._protocol.seeked()  # every message may come again, counted unacked
+    consumer._protocol._seeking = False  # the new stream's deliveries
+    consumer._protocol.on_entries([broker_pb2.DeliveredEntry(ledger_id=1, entry_id=3, data=data)])
+    after_seek = [await consumer.receive(timeout=0) for _ in range(4)]
+    assert [m.data() if m else None for m in after_seek] == [b"a", b"b", b"c", b"d"]  # a came again
+    for message in after_seek[1:]:
+        assert message
+        consumer.acknowledge(message)
+    assert acks_sent() == []  # a, acked before the seek, does not count
+    assert after_seek[0]
+    consumer.acknowledge(after_seek[0])
+    assert acks_sent() == [[(1, 3)]]
+    await consumer.close()

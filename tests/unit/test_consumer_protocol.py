@@ -14,6 +14,7 @@ import pytest
 from herald.api.v1 import broker_pb2, common_pb2, entry_pb2
 from herald.client.config import ConsumerConfig, ConsumerType
 from herald.client.consumer_protocol import ConsumerProtocol, Position
+from herald.client.message import DetailedMessage, Message
 from herald.common.codec.compression import compress
 from herald.common.codec.entry import EntryMetadata, encode_entry, pack_record
 from herald.common.codec.message_id import MessageId
@@ -186,6 +187,42 @@ def test_an_entry_is_unpacked_into_messages_with_their_ids() -> None:
                                                  MessageId(1, 5, -1, -1)]
     assert [m.sequence_id for m in (a, b, c)] == [20, 21, 22]
     assert (protocol.received, protocol.received_bytes > 0) == (3, True)
+
+
+def mixed_entry() -> bytes:
+    """A batch of plain records and records with a key, properties, an event time or a sequence id."""
+    payload = bytearray()
+    pack_record(payload, b"plain")
+    pack_record(payload, b"keyed", key="k", properties={"p": "v"}, event_time=5)
+    pack_record(payload, b"numbered", sequence_id=99)
+    pack_record(payload, b"plain too")
+    metadata = EntryMetadata(producer_name="p", sequence_id=40, highest_sequence_id=99, num_messages=4,
+                             batched=True, publish_time=1)
+    return encode_entry(metadata, payload)
+
+
+def test_plain_and_detailed_messages_read_alike_first_delivered_or_redelivered() -> None:
+    """A plain record's message (three fields) and a detailed one answer every question the same
+    way, whether the batch comes whole (the one-pass unpack) or again after a partial ack."""
+    protocol = connected(Owner())
+    protocol.on_reply(entries((3, mixed_entry())))
+    first = list(protocol.queue)
+    assert protocol.acknowledge(1, 3, 1, 4) is False  # the keyed one: the redelivery brings three
+    protocol.queue.clear()
+    protocol.on_reply(entries((3, mixed_entry())))
+    again = list(protocol.queue)
+    for messages, indexes in ((first, [0, 1, 2, 3]), (again, [0, 2, 3])):
+        shown = [(m.data(), m.key, m.properties, m.event_time, m.sequence_id, m.message_id.batch_index,
+                  m.producer_name, m.publish_time) for m in messages]
+        assert shown == [row for row in [
+            (b"plain", None, {}, None, 40, 0, "p", 1),
+            (b"keyed", "k", {"p": "v"}, 5, 41, 1, "p", 1),
+            (b"numbered", None, {}, None, 99, 2, "p", 1),
+            (b"plain too", None, {}, None, 43, 3, "p", 1)] if row[5] in indexes]
+    plain = first[0]
+    assert type(plain) is Message and isinstance(first[1], DetailedMessage)
+    plain.properties["changed"] = "here"  # a caller's own dict
+    assert plain.properties == {}
 
 
 def test_a_corrupt_entry_is_dropped_and_its_permits_go_back() -> None:

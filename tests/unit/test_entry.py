@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from herald.common.codec.entry import (
     EntryMetadata,
+    build_messages,
     decode_entry,
     encode_entry,
     entry_checksum_ok,
@@ -12,6 +13,7 @@ from herald.common.codec.entry import (
     pack_record,
     read_metadata,
 )
+from herald.common.codec.entry import Record as RecordTuple
 from herald.common.errors import ChecksumError, InvalidArgumentError
 from hypothesis import given
 from hypothesis import strategies as st
@@ -72,3 +74,39 @@ def test_record_running_past_the_payload_is_refused() -> None:
         list(iter_records(bytes(payload[:-3])))
     with pytest.raises(InvalidArgumentError, match="malformed"):
         list(iter_records(b"\x01\x00"))
+
+
+def _plain(value: bytes, index: int, context: str) -> tuple[str, int, bytes]:
+    return ("plain", index, value)
+
+
+def _detailed(record: RecordTuple, index: int, context: str) -> tuple[str, int, bytes]:
+    return ("detailed", index, record.value)
+
+
+@given(st.lists(records, max_size=30))
+def test_build_messages_makes_one_object_per_record_as_iter_records_reads_them(batch: list[Record]) -> None:
+    """The consumer's one-pass unpack: a record that is nothing but its value goes to the plain
+    maker, any other to the detailed one with the Record iter_records reads, each with its index."""
+    payload = bytearray()
+    for value, key, event_time, sequence_id, properties in batch:
+        pack_record(payload, value, key, event_time, sequence_id, properties)
+    made, compacted = build_messages(bytes(payload), len(batch), _plain, _detailed, "context")
+    expected = [
+        ("detailed" if (key is not None or event_time or sequence_id is not None or properties) else "plain", i,
+         value) for i, (value, key, event_time, sequence_id, properties) in enumerate(batch)]
+    assert (made, compacted) == (expected, [])
+
+
+def test_build_messages_refuses_what_iter_records_refuses() -> None:
+    payload = bytearray()
+    pack_record(payload, b"hello world")
+    pack_record(payload, b"keyed", key="k")
+    with pytest.raises(InvalidArgumentError, match="past the end"):
+        build_messages(bytes(payload[:14]), 2, _plain, _detailed, "")  # the plain one cut
+    with pytest.raises(InvalidArgumentError, match="past the end"):
+        build_messages(bytes(payload[:-2]), 2, _plain, _detailed, "")  # the keyed one cut
+    with pytest.raises(InvalidArgumentError, match="malformed"):
+        build_messages(b"\x01\x00", 1, _plain, _detailed, "")
+    with pytest.raises(InvalidArgumentError, match="more than the 1 message"):
+        build_messages(bytes(payload), 1, _plain, _detailed, "")

@@ -15,7 +15,7 @@ from typing import Any
 from herald.client.acks import AckTracker
 from herald.client.chunk_assembly import ChunkAssembler
 from herald.client.config import ConsumerConfig
-from herald.client.message import EntryInfo, Message
+from herald.client.message import DetailedMessage, EntryInfo, Message
 from herald.client.unacked_tracker import UnackedTracker
 from herald.common.codec.entry import ENTRY_FRAMING_ALLOWANCE, OpenedEntry, restore_payload
 from herald.common.errors import InvalidArgumentError
@@ -72,12 +72,16 @@ class ChunkedMessages:
         if len(records) != 1:
             raise InvalidArgumentError(f"chunked message {metadata.uuid} holds {len(records)} records, not one")
         value, key, event_time, sequence_id, properties, _, _ = records[0]
+        first_sequence_id = assembled.first_sequence_id
         info = EntryInfo(self._topic, position[0], position[1], self._partition, metadata.producer_name,
-                         metadata.publish_time, redelivery_count, 1, decode or self._decode, schema_version)
+                         metadata.publish_time, redelivery_count, 1, decode or self._decode, schema_version,
+                         first_sequence_id)
         if len(assembled.positions) > 1:
             self.whole[position] = assembled.positions
-        return [Message(value, key, properties or None, event_time,
-                        assembled.first_sequence_id if sequence_id is None else sequence_id, -1, info)]
+        if key is None and not properties and not event_time and sequence_id is None:
+            return [Message(value, -1, info)]
+        return [DetailedMessage(value, key, properties or None, event_time,
+                                first_sequence_id if sequence_id is None else sequence_id, -1, info)]
 
     def forget_incomplete(self) -> None:
         """The broker delivers every chunk not acknowledged again (a reconnect, a seek, a

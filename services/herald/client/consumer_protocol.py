@@ -20,12 +20,20 @@ from herald.api.v1 import broker_pb2
 from herald.client.acks import AckTracker
 from herald.client.chunked_messages import ChunkedMessages
 from herald.client.config import ConsumerConfig, ConsumerType
-from herald.client.message import EntryInfo, Message
+from herald.client.message import DetailedMessage, EntryInfo, Message
 from herald.client.schema_decoders import SchemaDecoders
 from herald.client.stream_protocol import reply_error
 from herald.client.unacked_tracker import UnackedTracker
 from herald.common import tracing
-from herald.common.codec.entry import ENTRY_FRAMING_ALLOWANCE, entry_permits, open_entry, read_metadata
+from herald.common.codec.entry import (
+    ENTRY_FRAMING_ALLOWANCE,
+    Record,
+    build_messages,
+    entry_permits,
+    open_entry,
+    read_metadata,
+    records_claimed,
+)
 from herald.common.codec.message_id import MessageId
 from herald.common.codec.names import TopicName
 from herald.common.codec.schema_info import SchemaInfo
@@ -363,31 +371,39 @@ class ConsumerProtocol(Generic[T]):
                                        decode, version)
             return whole, permits - len(whole)
         # Decompressed bytes are read as they are; an uncompressed payload is a view of `data`.
-        records = list(opened.records(opened.restore(self._max_payload)))
-        count = len(records)
+        restored = opened.restore(self._max_payload)
         info = EntryInfo(self.topic, ledger_id, entry_id, self.partition, metadata.producer_name,
-                         metadata.publish_time, delivered.redelivery_count, count, decode, version)
+                         metadata.publish_time, delivered.redelivery_count, 0, decode, version, metadata.sequence_id)
         if self._traced:
             info.traceparent = delivered.traceparent  # the broker's deliver span
-        first_sequence_id = metadata.sequence_id
-        messages: list[Message[T]] = []
+        tracker = self.tracker
+        if metadata.batched and opened.pulsar is None and not tracker.has_unacked_messages(ledger_id, entry_id):
+            # Herald's batch delivered whole (not a redelivery of one partly acked here): its
+            # Messages made in one pass over the payload, every one of them queued.
+            messages, compacted = build_messages(restored, records_claimed(metadata), Message, _detailed, info)
+            count = info.num_messages = len(messages) + len(compacted)
+            info.acks = tracker.batch(ledger_id, entry_id, count)
+            for index in compacted:
+                # Compaction removed it from a compacted ledger's entry (its place kept): never
+                # delivered, and counted acknowledged so that the entry's ack completes.
+                tracker.acknowledge(ledger_id, entry_id, index, count)
+            return messages, permits - len(messages)
+        records = list(opened.records(restored))
+        count = info.num_messages = len(records)
+        messages = []
         append = messages.append
         if not metadata.batched:
             for value, key, event_time, sequence_id, properties, _, _ in records:
-                append(Message(value, key, properties or None, event_time,
-                               first_sequence_id if sequence_id is None else sequence_id, -1, info))
+                append(_message(value, key, properties, event_time, sequence_id, -1, info))
             return messages, permits - count
-        unacked = self.tracker.track(ledger_id, entry_id, count)
-        full = unacked == (1 << count) - 1
+        acks = info.acks = tracker.batch(ledger_id, entry_id, count)
+        unacked = acks.unacked if acks is not None else None  # a redelivery leaves out what was acked
         for index, (value, key, event_time, sequence_id, properties, compacted_out, _) in enumerate(records):
             if compacted_out:
-                # Compaction removed it from a compacted ledger's entry (its place kept): never
-                # delivered, and counted acknowledged so that the entry's ack completes.
-                self.tracker.acknowledge(ledger_id, entry_id, index, count)
+                tracker.acknowledge(ledger_id, entry_id, index, count)  # as above
                 continue
-            if full or (unacked >> index) & 1:
-                append(Message(value, key, properties or None, event_time,
-                               first_sequence_id + index if sequence_id is None else sequence_id, index, info))
+            if unacked is None or unacked[index]:
+                append(_message(value, key, properties, event_time, sequence_id, index, info))
         return messages, permits - len(messages)
 
     def rewound(self, position: Position, pending: list[Message[T]]) -> int:
@@ -484,6 +500,24 @@ def _schema_version(data: bytes) -> int | None:
     except Exception:
         return None
     return metadata.schema_version if metadata.HasField("schema_version") else None
+
+
+def _message(
+    value: bytes, key: str | None, properties: dict[str, str], event_time: int, sequence_id: int | None,
+    index: int, info: EntryInfo,
+) -> Message[Any]:
+    """A record's Message: a plain one when it is nothing but its value (sequence id the entry's
+    first plus its index)."""
+    if key is None and not properties and not event_time and sequence_id is None:
+        return Message(value, index, info)
+    if sequence_id is None:
+        sequence_id = info.sequence_id + index if index > 0 else info.sequence_id
+    return DetailedMessage(value, key, properties or None, event_time, sequence_id, index, info)
+
+
+def _detailed(record: Record, index: int, info: EntryInfo) -> Message[Any]:
+    """build_messages' maker of a record with more than its value."""
+    return _message(record.value, record.key, record.properties, record.event_time, record.sequence_id, index, info)
 
 
 def _position(message: Message[Any]) -> Position:

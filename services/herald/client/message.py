@@ -1,6 +1,7 @@
 """Messages. A received Message holds only what differs per record; what its whole entry shares
-(topic, position, producer, publish time, redelivery count, schema) lives once in an EntryInfo
-that all the entry's messages point to, since the consumer makes one Message per record.
+(topic, position, producer, publish time, first sequence id, redelivery count, schema) lives once
+in an EntryInfo that all the entry's messages point to, since the consumer makes one Message per
+record (a DetailedMessage when the record has a key, properties, event time or sequence id).
 OutgoingMessage is a message on its way out, as interceptors and custom routers see it."""
 
 from __future__ import annotations
@@ -9,10 +10,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from herald.client.acks import BatchAcks
 from herald.client.schema_decoders import KeyedDecode
 from herald.common.codec.message_id import MessageId
 
-__all__ = ["EntryInfo", "Message", "MessageId", "OutgoingMessage"]
+__all__ = ["DetailedMessage", "EntryInfo", "Message", "MessageId", "OutgoingMessage"]
 
 T = TypeVar("T")
 _new_id = MessageId._make
@@ -22,14 +24,14 @@ class EntryInfo:
     """What every message of one delivered entry shares."""
 
     __slots__ = (
-        "decode", "entry_id", "ledger_id", "num_messages", "partition", "producer_name", "publish_time",
-        "redelivery_count", "schema_version", "topic", "traceparent",
+        "acks", "decode", "entry_id", "ledger_id", "num_messages", "partition", "producer_name", "publish_time",
+        "redelivery_count", "schema_version", "sequence_id", "topic", "traceparent",
     )
 
     def __init__(
         self, topic: str, ledger_id: int, entry_id: int, partition: int, producer_name: str,
         publish_time: int, redelivery_count: int, num_messages: int,
-        decode: Callable[[bytes], Any] | None = None, schema_version: int | None = None,
+        decode: Callable[[bytes], Any] | None = None, schema_version: int | None = None, sequence_id: int = 0,
     ) -> None:
         self.topic = topic
         self.ledger_id = ledger_id
@@ -44,25 +46,47 @@ class EntryInfo:
         self.decode = decode
         self.schema_version = schema_version  # the topic's schema version the producer wrote with
         self.traceparent = ""  # the broker's deliver span, when the consumer traces (herald.client.tracing)
+        # The entry's first sequence id: a plain message's is this plus its batch index.
+        self.sequence_id = sequence_id
+        # A batch's acks as the consumer's AckTracker keeps them (None: not a batch of two or
+        # more): acking a message that is not its batch's last clears a flag here.
+        self.acks: BatchAcks | None = None
 
 
 class Message(Generic[T]):
     """One received message: its value (decoded by the consumer's schema; bytes by default), key,
-    properties and the ids that place it."""
+    properties and the ids that place it.
 
-    __slots__ = ("_data", "_entry", "_event_time", "_properties", "batch_index", "key", "sequence_id")
+    A Message itself is a plain one (the common case, made for every record that is nothing but
+    its value): three fields, its key None, no properties or event time, its sequence id the
+    entry's first plus its index. A message with any of those of its own is a DetailedMessage.
+    The consumer makes one object per message, so fewer fields set is fewer microseconds."""
 
-    def __init__(
-        self, data: bytes, key: str | None, properties: dict[str, str] | None, event_time: int,
-        sequence_id: int, batch_index: int, entry: EntryInfo,
-    ) -> None:
+    __slots__ = ("_data", "_entry", "batch_index")
+
+    def __init__(self, data: bytes, batch_index: int, entry: EntryInfo) -> None:
         self._data = data
-        self.key = key
-        self._properties = properties
-        self._event_time = event_time
-        self.sequence_id = sequence_id
         self.batch_index = batch_index  # -1 when the entry is not a batch
         self._entry = entry
+
+    @property
+    def key(self) -> str | None:
+        return None
+
+    @property
+    def sequence_id(self) -> int:
+        index = self.batch_index
+        first: int = self._entry.sequence_id
+        return first + index if index > 0 else first
+
+    @property
+    def properties(self) -> dict[str, str]:
+        return {}  # a fresh dict, so a caller's changes stay its own
+
+    @property
+    def event_time(self) -> int | None:
+        """The producer's event time, unix milliseconds; None when it set none."""
+        return None
 
     @property
     def value(self) -> T:
@@ -83,16 +107,6 @@ class Message(Generic[T]):
     def data(self) -> bytes:
         """The payload's bytes, as the producer sent them (before any schema)."""
         return self._data
-
-    @property
-    def properties(self) -> dict[str, str]:
-        # A fresh dict for messages without properties, so a caller's changes stay its own.
-        return self._properties if self._properties is not None else {}
-
-    @property
-    def event_time(self) -> int | None:
-        """The producer's event time, unix milliseconds; None when it set none."""
-        return self._event_time or None
 
     @property
     def publish_time(self) -> int:
@@ -121,6 +135,41 @@ class Message(Generic[T]):
         data = self._data
         shown = data if len(data) <= 32 else data[:32] + b"..."
         return f"Message(id={self.message_id}, key={self.key!r}, data={shown!r})"
+
+
+class DetailedMessage(Message[T]):
+    """A received message with a key, properties, an event time or a sequence id of its own."""
+
+    __slots__ = ("_event_time", "_key", "_properties", "_sequence_id")
+
+    def __init__(
+        self, data: bytes, key: str | None, properties: dict[str, str] | None, event_time: int,
+        sequence_id: int, batch_index: int, entry: EntryInfo,
+    ) -> None:
+        self._data = data
+        self._key = key
+        self._properties = properties
+        self._event_time = event_time
+        self._sequence_id = sequence_id
+        self.batch_index = batch_index
+        self._entry = entry
+
+    @property
+    def key(self) -> str | None:
+        return self._key
+
+    @property
+    def sequence_id(self) -> int:
+        return self._sequence_id
+
+    @property
+    def properties(self) -> dict[str, str]:
+        # A fresh dict for messages without properties, so a caller's changes stay its own.
+        return self._properties if self._properties is not None else {}
+
+    @property
+    def event_time(self) -> int | None:
+        return self._event_time or None
 
 
 @dataclass(slots=True)

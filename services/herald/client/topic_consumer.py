@@ -190,6 +190,18 @@ class TopicConsumer(ReceiveQueue[T], AsyncConsumer[T]):
         # the protocol's AckTracker, and the other chunks of a chunked message.
         if isinstance(message, Message):
             entry = message._entry
+            acks = entry.acks
+            if acks is not None and acks.left > 1:
+                # Not its batch's last message (most acks): a flag cleared on the batch's BatchAcks,
+                # nothing queued for the broker. The last one takes the tracker's path below.
+                flags = acks.unacked
+                index = message.batch_index
+                if flags[index]:
+                    flags[index] = 0
+                    acks.left -= 1
+                if self._interceptors:
+                    self._acked_hooks(message)
+                return
             ledger_id, entry_id = entry.ledger_id, entry.entry_id
             done = self._track_ack(ledger_id, entry_id, message.batch_index, entry.num_messages)
         elif isinstance(message, MessageId):

@@ -102,7 +102,7 @@ def received(consumer: Any, messages: Sequence[Message[Any]], started: int) -> N
     ambient = tracing.current_span_context()
     links = []
     for message in messages:
-        links += tracing.link(tracing.span_context(message._properties),
+        links += tracing.link(tracing.span_context(message.properties),
                               {tracing.MESSAGE_ID: str(message.message_id)})
         if ambient is not None and message._entry.traceparent:
             links += tracing.link(tracing.parse(message._entry.traceparent))
@@ -126,7 +126,7 @@ def start_process(consumer: Any, message: Message[Any]) -> tracing.Span:
     return _tracer().start_span(
         f"process {message.topic}", context=tracing.parent(delivered) if delivered is not None else None,
         kind=trace.SpanKind.CONSUMER, attributes=attributes,
-        links=[*tracing.link(tracing.span_context(message._properties)), *tracing.link(ambient)])
+        links=[*tracing.link(tracing.span_context(message.properties)), *tracing.link(ambient)])
 
 
 def _consumer_attributes(consumer: Any, operation: str, topic: str) -> dict[str, Any]:

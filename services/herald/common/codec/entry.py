@@ -16,7 +16,8 @@ What a format can hold bounds what its metadata may claim (`records_capacity`): 
 takes MIN_RECORD_SIZE (5) bytes at least, a message of a Pulsar batch PULSAR_MIN_MESSAGE_SIZE (6:
 its size and a SingleMessageMetadata with its payload_size), and an unbatched Pulsar entry is one
 message whatever its size. Herald's own format (encode_entry, pack_record, Record, iter_records and
-the constants) is re-exported from here for the producer side.
+the constants) is re-exported from here for the producer side, and build_messages (iter_records'
+one-pass twin that makes the consumer's Message objects as it reads) for the consumer's.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from herald.common.codec.herald_entry import MIN_RECORD_SIZE as MIN_RECORD_SIZE
 from herald.common.codec.herald_entry import RECORD_HEADER as RECORD_HEADER
 from herald.common.codec.herald_entry import EntryMetadata as EntryMetadata
 from herald.common.codec.herald_entry import Record as Record
+from herald.common.codec.herald_entry import build_messages as build_messages
 from herald.common.codec.herald_entry import encode_entry as encode_entry
 from herald.common.codec.herald_entry import iter_records as iter_records
 from herald.common.codec.herald_entry import pack_record as pack_record

@@ -21,8 +21,8 @@ A record takes MIN_RECORD_SIZE bytes at least, which bounds how many messages an
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
-from typing import NamedTuple
+from collections.abc import Callable, Iterator
+from typing import NamedTuple, TypeVar
 
 from google.protobuf.message import DecodeError
 
@@ -149,6 +149,8 @@ class Record(NamedTuple):
 
 
 _NO_PROPERTIES: dict[str, str] = {}
+C = TypeVar("C")  # what build_messages hands its makers (the consumer's entry)
+M = TypeVar("M")  # what they make (the consumer's Message)
 
 
 def iter_records(payload: bytes | memoryview, max_records: int | None = None) -> Iterator[Record]:
@@ -164,8 +166,7 @@ def iter_records(payload: bytes | memoryview, max_records: int | None = None) ->
     try:
         while offset < end:
             if left <= 0:
-                raise InvalidArgumentError(
-                    f"the entry holds more than the {max_records} message(s) its metadata says (num_messages)")
+                raise _too_many(max_records)
             left -= 1
             length, flags = unpack_header(data, offset)
             offset += 5
@@ -176,36 +177,85 @@ def iter_records(payload: bytes | memoryview, max_records: int | None = None) ->
                 yield Record(data[offset:stop], None, 0, None, _NO_PROPERTIES)
                 offset = stop
                 continue
-            key = None
-            event_time = 0
-            sequence_id = None
-            properties = _NO_PROPERTIES
-            if flags & FLAG_KEY:
-                (n,) = _U16.unpack_from(data, offset)
-                key = data[offset + 2 : offset + 2 + n].decode()
-                offset += 2 + n
-            if flags & FLAG_EVENT_TIME:
-                (event_time,) = _I64.unpack_from(data, offset)
-                offset += 8
-            if flags & FLAG_SEQUENCE_ID:
-                (sequence_id,) = _I64.unpack_from(data, offset)
-                offset += 8
-            if flags & FLAG_PROPERTIES:
-                (count,) = _U16.unpack_from(data, offset)
-                offset += 2
-                properties = {}
-                for _ in range(count):
-                    (n,) = _U16.unpack_from(data, offset)
-                    name = data[offset + 2 : offset + 2 + n].decode()
-                    offset += 2 + n
-                    (n,) = _U32.unpack_from(data, offset)
-                    properties[name] = data[offset + 4 : offset + 4 + n].decode()
-                    offset += 4 + n
-            stop = offset + length
-            if stop > end:
-                raise InvalidArgumentError("batch record runs past the end of the entry")
-            yield Record(data[offset:stop], key, event_time, sequence_id, properties,
-                         bool(flags & FLAG_COMPACTED_OUT))
-            offset = stop
+            record, offset = _flagged_record(data, offset, length, flags)
+            yield record
     except (struct.error, UnicodeDecodeError) as exc:
         raise InvalidArgumentError(f"malformed batch payload: {exc}") from exc
+
+
+def build_messages(
+    payload: bytes | memoryview, max_records: int, plain: Callable[[bytes, int, C], M],
+    detailed: Callable[[Record, int, C], M], context: C,
+) -> tuple[list[M], list[int]]:
+    """What iter_records reads (same checks, same errors), in one pass that makes the consumer's
+    objects as it goes: `plain(value, index, context)` for a record that is nothing but its value
+    (no key, properties, event time or sequence id: the common case, with no Record tuple and no
+    generator step per message), `detailed(record, index, context)` for any other. Records the
+    compactor removed (FLAG_COMPACTED_OUT) make no object: their indexes come back second."""
+    data = bytes(payload)
+    end = len(data)
+    offset = index = 0
+    unpack_header = RECORD_HEADER.unpack_from
+    made: list[M] = []
+    append = made.append
+    compacted: list[int] = []
+    try:
+        while offset < end:
+            if index >= max_records:
+                raise _too_many(max_records)
+            length, flags = unpack_header(data, offset)
+            offset += 5
+            if not flags:
+                stop = offset + length
+                if stop > end:
+                    raise InvalidArgumentError("batch record runs past the end of the entry")
+                append(plain(data[offset:stop], index, context))
+                offset = stop
+            else:
+                record, offset = _flagged_record(data, offset, length, flags)
+                if record.compacted_out:
+                    compacted.append(index)
+                else:
+                    append(detailed(record, index, context))
+            index += 1
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise InvalidArgumentError(f"malformed batch payload: {exc}") from exc
+    return made, compacted
+
+
+def _too_many(max_records: int | None) -> InvalidArgumentError:
+    return InvalidArgumentError(
+        f"the entry holds more than the {max_records} message(s) its metadata says (num_messages)")
+
+
+def _flagged_record(data: bytes, offset: int, length: int, flags: int) -> tuple[Record, int]:
+    """The record whose header (`length`, `flags`: not 0) ends at `offset`, and the offset after it."""
+    key = None
+    event_time = 0
+    sequence_id = None
+    properties = _NO_PROPERTIES
+    if flags & FLAG_KEY:
+        (n,) = _U16.unpack_from(data, offset)
+        key = data[offset + 2 : offset + 2 + n].decode()
+        offset += 2 + n
+    if flags & FLAG_EVENT_TIME:
+        (event_time,) = _I64.unpack_from(data, offset)
+        offset += 8
+    if flags & FLAG_SEQUENCE_ID:
+        (sequence_id,) = _I64.unpack_from(data, offset)
+        offset += 8
+    if flags & FLAG_PROPERTIES:
+        (count,) = _U16.unpack_from(data, offset)
+        offset += 2
+        properties = {}
+        for _ in range(count):
+            (n,) = _U16.unpack_from(data, offset)
+            name = data[offset + 2 : offset + 2 + n].decode()
+            offset += 2 + n
+            (n,) = _U32.unpack_from(data, offset)
+            properties[name] = data[offset + 4 : offset + 4 + n].decode()
+            offset += 4 + n
+    stop = offset + length
+    if stop > len(data):
+        raise InvalidArgumentError("batch record runs past the end of the entry")
+    return Record(data[offset:stop], key, event_time, sequence_id, properties, bool(flags & FLAG_COMPACTED_OUT)), stop
