@@ -131,7 +131,7 @@ class Standalone:
         await self.store.start()
         await self.storage.start()
         if self.settings.local_storage:
-            serve_locally(self.storage.address, self.storage.store)
+            serve_locally(self.storage.address, self.storage.local_access())
         await self.lookup.start()
         # HERALD_BROKER_* (and _PROXY_, _DLQ_WORKER_) variables tune the rest (check intervals, limits).
         broker_settings = load_settings(BrokerSettings, "broker", overrides=dict(

@@ -26,7 +26,7 @@ async def local_node(cluster: Cluster) -> AsyncIterator[InProcessNode]:
     """One in-process node whose adds this process's storage clients hand over directly."""
     (node,) = await cluster.add_nodes(1)
     assert isinstance(node, InProcessNode) and node.server is not None
-    serve_locally(node.address, node.server.store)
+    serve_locally(node.address, node.server.local_access())
     try:
         yield node
     finally:

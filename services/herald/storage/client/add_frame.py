@@ -41,7 +41,7 @@ class AddFrame:
     after data. `size` is the frame's length in bytes."""
 
     __slots__ = ("_message", "_parts", "_streams", "entry_id", "last_add_confirmed", "ledger_id", "recovery",
-                 "request_id", "size")
+                 "request_id", "size", "traceparent")
 
     def __init__(self, request_id: int, ledger_id: int, entry_id: int, data: bytes, *, last_add_confirmed: int,
                  recovery: bool = False, traceparent: str = "") -> None:
@@ -51,6 +51,7 @@ class AddFrame:
         # As given, for a node of this process that takes the add without its bytes (local_node.py).
         self.last_add_confirmed = last_add_confirmed
         self.recovery = recovery
+        self.traceparent = traceparent
         # protobuf encodes the small fields (C code, canonical); only data is framed by hand, so
         # that its bytes are copied once, into the message that leaves.
         head = storage_pb2.AddRequest(request_id=request_id, ledger_id=ledger_id, entry_id=entry_id

@@ -45,8 +45,9 @@ class LocalStore(Protocol):
     """What a storage node of this process offers the storage client: its ledger store's add and read."""
 
     async def begin_add(self, ledger_id: int, entry_id: int, data: bytes, *, last_add_confirmed: int = -1,
-                        recovery: bool = False) -> asyncio.Future[None]:
-        """Queue an add and return the future of its fsync (raises HeraldError when refused)."""
+                        recovery: bool = False, traceparent: str = "") -> asyncio.Future[None]:
+        """Queue an add and return the future of its fsync (raises HeraldError when refused); a
+        traced add (`traceparent`) is the node's span, as over gRPC."""
         ...
 
     def read_entries(self, ledger_id: int, first_entry_id: int, last_entry_id: int, *,
@@ -138,7 +139,7 @@ class LocalAddStream:
                     try:
                         started = await store.begin_add(frame.ledger_id, frame.entry_id, frame.data,
                                                         last_add_confirmed=frame.last_add_confirmed,
-                                                        recovery=frame.recovery)
+                                                        recovery=frame.recovery, traceparent=frame.traceparent)
                     except errors.HeraldError as exc:
                         started = exc
                     self._begun.append((frame, future, started))

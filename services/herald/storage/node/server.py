@@ -154,12 +154,16 @@ class _AddStream:
 
 
 def _add_span(request: storage_pb2.AddRequest, size: int) -> tracing.Span:
+    return _traced_add_span(request.traceparent, request.ledger_id, request.entry_id, size, request.recovery)
+
+
+def _traced_add_span(traceparent: str, ledger_id: int, entry_id: int, size: int, recovery: bool) -> tracing.Span:
     """The node's span of one traced add, child of the writer's: until the add is durable (its
     journal group commit, shared with other adds, is not a span of its own)."""
     return tracing.tracer("herald.storage").start_span(
-        "storage add", context=tracing.parent(tracing.parse(request.traceparent)), kind=trace.SpanKind.SERVER,
-        attributes={"herald.ledger_id": request.ledger_id, "herald.entry_id": request.entry_id,
-                    "herald.entry_size": size, "herald.recovery": request.recovery})
+        "storage add", context=tracing.parent(tracing.parse(traceparent)), kind=trace.SpanKind.SERVER,
+        attributes={"herald.ledger_id": ledger_id, "herald.entry_id": entry_id,
+                    "herald.entry_size": size, "herald.recovery": recovery})
 
 
 def _end_add_span(span: tracing.Span, started: _Started) -> None:
@@ -252,6 +256,33 @@ async def _stop_reader(reader: asyncio.Task[None], stream: _AddStream) -> None:
     stream.abandon()
 
 
+class LocalAccess:
+    """What a storage client of this process (standalone) calls instead of this node's rpcs
+    (storage/client/local_node.py): the ledger store's add, traced as a streamed add is, and its read."""
+
+    def __init__(self, store: LedgerStore) -> None:
+        self._store = store
+
+    async def begin_add(self, ledger_id: int, entry_id: int, data: bytes, *, last_add_confirmed: int = -1,
+                        recovery: bool = False, traceparent: str = "") -> asyncio.Future[None]:
+        span = (_traced_add_span(traceparent, ledger_id, entry_id, len(data), recovery)
+                if tracing.ENABLED and traceparent else None)
+        try:
+            started = await self._store.begin_add(ledger_id, entry_id, data, last_add_confirmed=last_add_confirmed,
+                                                  recovery=recovery)
+        except HeraldError as exc:
+            if span is not None:
+                tracing.end(span, exc)
+            raise
+        if span is not None:
+            _end_add_span(span, started)
+        return started
+
+    def read_entries(self, ledger_id: int, first_entry_id: int, last_entry_id: int, *,
+                     max_bytes: int = 0) -> AsyncIterator[list[tuple[int, bytes]]]:
+        return self._store.read_entries(ledger_id, first_entry_id, last_entry_id, max_bytes=max_bytes)
+
+
 class StorageServer:
     """A storage node: the ledger store on settings.data_dir behind a gRPC server, and its HTTP
     endpoint (/metrics) unless settings.metrics_port is -1. `registry`: where its metrics go (None:
@@ -280,6 +311,10 @@ class StorageServer:
         if not self._port:
             raise ServiceNotReadyError("the storage server is not started")
         return self._port
+
+    def local_access(self) -> LocalAccess:
+        """This node's adds and reads for a storage client of the same process (standalone)."""
+        return LocalAccess(self.store)
 
     @property
     def address(self) -> str:
