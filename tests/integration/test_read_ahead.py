@@ -6,12 +6,9 @@ storage client, brokers restarted over them so that nothing is cached."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
-from herald.broker.core.consumer import Consumer, Delivery
+from herald.broker.core.consumer import Delivery
 from herald.broker.core.cursor import InitialPosition
 from herald.broker.core.dispatcher import Dispatcher
 from herald.broker.core.service import BrokerService
@@ -19,12 +16,10 @@ from herald.broker.core.subscription import SubscriptionType
 from herald.broker.settings import BrokerSettings
 from herald.common.codec.entry import EntryMetadata, encode_entry, read_metadata
 from herald.common.errors import InvalidArgumentError
-from herald.metadata.embedded import EmbeddedMetadataStore
-from herald.storage.client.storage_client import StorageClient
-from herald.storage.node.server import StorageServer
-from herald.storage.node.settings import StorageSettings
 
 from tests.helpers import eventually
+from tests.integration import test_broker_core
+from tests.integration.test_broker_core import Cluster, receive
 
 DEADLINE = 60.0  # bounds waits; never asserted as a duration
 TOPIC = "persistent://public/default/backlog"
@@ -32,51 +27,20 @@ PAYLOAD = 1000  # bytes of each entry's one message
 EXCLUSIVE = SubscriptionType.EXCLUSIVE
 
 
-class AllowAll:
-    async def acquire(self, topic: str) -> None:
-        return None
-
-    async def release(self, topic: str) -> bool:
-        return False
-
-
-@dataclass
-class Core:
-    store: EmbeddedMetadataStore
-    storage: StorageServer
-    clients: list[StorageClient] = field(default_factory=list)
-    services: list[BrokerService] = field(default_factory=list)
-
-    async def broker(self, settings: BrokerSettings | None = None) -> BrokerService:
-        """A broker over the shared store and storage node: a fresh one has nothing cached."""
-        for service in self.services:
-            await service.close_all()
-        client = StorageClient(self.store, [self.storage.address])
-        await client.start()
-        self.clients.append(client)
-        settings = settings or BrokerSettings()
-        settings.ensemble_size = settings.write_quorum = settings.ack_quorum = 1
-        service = BrokerService(settings, self.store, client, AllowAll())  # type: ignore[arg-type]
-        self.services.append(service)
-        return service
+cluster = test_broker_core.cluster  # the fixture: one metadata store and storage node, brokers over them
 
 
 @pytest.fixture
-async def core(tmp_path: Path) -> AsyncIterator[Core]:
-    store = EmbeddedMetadataStore(str(tmp_path / "metadata.db"))
-    await store.start()
-    server = StorageServer(StorageSettings(data_dir=str(tmp_path / "storage"), port=0, metrics_port=-1))
-    await server.start()
-    core = Core(store, server)
-    try:
-        yield core
-    finally:
-        for service in core.services:
-            await service.close_all()
-        for client in core.clients:
-            await client.close()
-        await server.stop()
-        await store.close()
+async def core(cluster: Cluster) -> Cluster:
+    """test_broker_core's broker over one metadata store and storage node."""
+    return cluster
+
+
+async def fresh_broker(core: Cluster, settings: BrokerSettings | None = None) -> BrokerService:
+    """A broker with nothing cached: the ones before it are closed (a restart)."""
+    for service in core.services:
+        await service.close_all()
+    return await core.broker(settings)
 
 
 async def publish(service: BrokerService, first: int, count: int) -> None:
@@ -87,13 +51,6 @@ async def publish(service: BrokerService, first: int, count: int) -> None:
         futures.append(producer.topic.publish(producer, seq, seq, 1, encode_entry(meta, b"x" * PAYLOAD)))
     await asyncio.gather(*futures)
     await service.close_producer(producer)
-
-
-async def receive(consumer: Consumer, count: int) -> list[Delivery]:
-    got: list[Delivery] = []
-    while len(got) < count:
-        got += await asyncio.wait_for(consumer.next_deliveries(), DEADLINE)
-    return got
 
 
 def seqs(deliveries: list[Delivery]) -> list[int]:
@@ -107,11 +64,11 @@ async def dispatcher_of(service: BrokerService, subscription: str) -> Dispatcher
     return dispatcher
 
 
-async def test_a_backlog_is_read_ahead_up_to_the_bound_then_resumes_as_it_is_consumed(core: Core) -> None:
-    await publish(await core.broker(), 0, 200)
+async def test_a_backlog_is_read_ahead_up_to_the_bound_then_resumes_as_it_is_consumed(core: Cluster) -> None:
+    await publish(await fresh_broker(core), 0, 200)
     bound = 20 * (PAYLOAD + 100)  # about 20 entries
     settings = BrokerSettings(read_ahead_max_bytes=bound, read_ahead_max_entries=8)
-    service = await core.broker(settings)  # restarted: nothing cached
+    service = await fresh_broker(core, settings)  # restarted: nothing cached
     consumer = await service.subscribe(TOPIC, "catch-up", EXCLUSIVE, InitialPosition.EARLIEST)
     read_ahead = (await dispatcher_of(service, "catch-up")).read_ahead
     consumer.flow(1)
@@ -134,13 +91,13 @@ async def test_a_backlog_is_read_ahead_up_to_the_bound_then_resumes_as_it_is_con
     assert service.entry_cache.entries == 0
 
 
-async def test_cursors_reading_ahead_together_stay_within_the_broker_bound(core: Core) -> None:
-    await publish(await core.broker(), 0, 150)
+async def test_cursors_reading_ahead_together_stay_within_the_broker_bound(core: Cluster) -> None:
+    await publish(await fresh_broker(core), 0, 150)
     per_cursor = 20 * (PAYLOAD + 100)
     total = 30 * (PAYLOAD + 100)
     settings = BrokerSettings(read_ahead_max_bytes=per_cursor, read_ahead_total_max_bytes=total,
                               read_ahead_max_entries=5)
-    service = await core.broker(settings)
+    service = await fresh_broker(core, settings)
     consumers = [await service.subscribe(TOPIC, name, EXCLUSIVE, InitialPosition.EARLIEST) for name in ("a", "b")]
     read_aheads = [(await dispatcher_of(service, name)).read_ahead for name in ("a", "b")]
     for consumer in consumers:
@@ -157,9 +114,9 @@ async def test_cursors_reading_ahead_together_stay_within_the_broker_bound(core:
     assert budget.peak <= total and budget.used == 0
 
 
-async def test_a_catch_up_reader_leaves_the_tail_readers_entries_in_the_cache(core: Core) -> None:
-    await publish(await core.broker(), 0, 300)  # 300 KB of backlog
-    service = await core.broker(BrokerSettings(entry_cache_max_bytes=40 * (PAYLOAD + 100)))
+async def test_a_catch_up_reader_leaves_the_tail_readers_entries_in_the_cache(core: Cluster) -> None:
+    await publish(await fresh_broker(core), 0, 300)  # 300 KB of backlog
+    service = await fresh_broker(core, BrokerSettings(entry_cache_max_bytes=40 * (PAYLOAD + 100)))
     tail = await service.subscribe(TOPIC, "tail", EXCLUSIVE, InitialPosition.LATEST)
     tail.flow(1000)
     await publish(service, 300, 20)  # the tail: cached as it is added
@@ -174,9 +131,10 @@ async def test_a_catch_up_reader_leaves_the_tail_readers_entries_in_the_cache(co
     assert service.entry_cache.entries == cached
 
 
-async def test_a_seek_drops_what_was_read_ahead_and_reads_from_the_new_position(core: Core) -> None:
-    await publish(await core.broker(), 0, 100)
-    service = await core.broker(BrokerSettings(read_ahead_max_bytes=10 * (PAYLOAD + 100), read_ahead_max_entries=4))
+async def test_a_seek_drops_what_was_read_ahead_and_reads_from_the_new_position(core: Cluster) -> None:
+    await publish(await fresh_broker(core), 0, 100)
+    settings = BrokerSettings(read_ahead_max_bytes=10 * (PAYLOAD + 100), read_ahead_max_entries=4)
+    service = await fresh_broker(core, settings)
     consumer = await service.subscribe(TOPIC, "s", EXCLUSIVE, InitialPosition.EARLIEST)
     read_ahead = (await dispatcher_of(service, "s")).read_ahead
     consumer.flow(30)
@@ -188,9 +146,9 @@ async def test_a_seek_drops_what_was_read_ahead_and_reads_from_the_new_position(
     assert seqs(await receive(consumer, 100)) == list(range(100))
 
 
-async def test_entries_larger_than_the_buffer_are_read_when_asked_never_ahead(core: Core) -> None:
-    await publish(await core.broker(), 0, 50)
-    service = await core.broker(BrokerSettings(read_ahead_max_bytes=PAYLOAD // 2))
+async def test_entries_larger_than_the_buffer_are_read_when_asked_never_ahead(core: Cluster) -> None:
+    await publish(await fresh_broker(core), 0, 50)
+    service = await fresh_broker(core, BrokerSettings(read_ahead_max_bytes=PAYLOAD // 2))
     consumer = await service.subscribe(TOPIC, "s", EXCLUSIVE, InitialPosition.EARLIEST)
     read_ahead = (await dispatcher_of(service, "s")).read_ahead
     consumer.flow(1000)
@@ -205,10 +163,10 @@ def test_read_ahead_settings_out_of_range_are_refused(setting: str) -> None:
         BrokerSettings(**{setting: -1})  # type: ignore[arg-type]
 
 
-async def test_a_full_buffer_is_refilled_in_one_read_once_half_of_it_is_free(core: Core) -> None:
-    await publish(await core.broker(), 0, 200)
+async def test_a_full_buffer_is_refilled_in_one_read_once_half_of_it_is_free(core: Cluster) -> None:
+    await publish(await fresh_broker(core), 0, 200)
     bound = 20 * (PAYLOAD + 100)  # about 20 entries
-    service = await core.broker(BrokerSettings(read_ahead_max_bytes=bound, read_ahead_max_entries=100))
+    service = await fresh_broker(core, BrokerSettings(read_ahead_max_bytes=bound, read_ahead_max_entries=100))
     consumer = await service.subscribe(TOPIC, "catch-up", EXCLUSIVE, InitialPosition.EARLIEST)
     read_ahead = (await dispatcher_of(service, "catch-up")).read_ahead
     consumer.flow(1)

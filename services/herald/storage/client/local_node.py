@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Protocol
 from herald.api.v1 import storage_pb2
 from herald.common import errors
 from herald.common.transport.rpc import error_to_proto
+from herald.storage.client.add_deadlines import AddDeadlines
 
 if TYPE_CHECKING:
     from herald.storage.client.add_frame import AddFrame
@@ -88,8 +89,8 @@ class LocalAddStream:
         # Begun, in order: (frame, response future, the fsync's future or the refusal).
         self._begun: deque[tuple[AddFrame, asyncio.Future[storage_pb2.AddResponse],
                                  asyncio.Future[None] | errors.HeraldError]] = deque()
-        self._deadlines: deque[tuple[float, asyncio.Future[storage_pb2.AddResponse]]] = deque()
-        self._timer: asyncio.TimerHandle | None = None
+        self._deadlines = AddDeadlines[asyncio.Future[storage_pb2.AddResponse]](
+            connection.address, connection.add_timeout, asyncio.Future.done, self.fail)
         self._wake = asyncio.Event()
         self._failure: errors.HeraldError | None = None
         self.task = self._loop.create_task(self._run(), name=f"storage-local-adds-{connection.address}")
@@ -100,27 +101,9 @@ class LocalAddStream:
             future.set_exception(self._failure)
             return future
         self._queued.append((frame, future))
-        deadline = self._loop.time() + self._connection.add_timeout
-        self._deadlines.append((deadline, future))
-        if self._timer is None:
-            self._timer = self._loop.call_at(deadline, self._check_deadlines)
+        self._deadlines.track(future)
         self._wake.set()
         return future
-
-    def _check_deadlines(self) -> None:
-        self._timer = None
-        deadlines = self._deadlines
-        while deadlines and deadlines[0][1].done():
-            deadlines.popleft()
-        if not deadlines:
-            return
-        deadline = deadlines[0][0]
-        if deadline <= self._loop.time():
-            self.fail(errors.HeraldTimeoutError(
-                f"storage node {self._connection.address} did not answer an add within "
-                f"{self._connection.add_timeout} s"))
-        else:
-            self._timer = self._loop.call_at(deadline, self._check_deadlines)
 
     def fail(self, error: errors.HeraldError) -> None:
         if self._failure is None:
@@ -151,9 +134,7 @@ class LocalAddStream:
             if self._failure is None:
                 raise
         finally:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
+            self._deadlines.cancel()
             self._connection.stream_ended(self)
             error = self._failure or errors.ConnectionError_(
                 f"storage node {self._connection.address}: add stream closed")

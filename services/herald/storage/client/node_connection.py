@@ -31,6 +31,7 @@ from herald.api.v1 import storage_pb2, storage_pb2_grpc
 from herald.common import errors
 from herald.common.transport.rpc import channel_options, error_from_rpc
 from herald.common.transport.tls import PLAINTEXT, Dialer
+from herald.storage.client.add_deadlines import AddDeadlines
 from herald.storage.client.add_frame import AddFrame, batch_message
 from herald.storage.client.local_node import LocalAddStream, local_store, read_locally
 
@@ -69,10 +70,10 @@ class _AddStream:
         self._loop = asyncio.get_running_loop()
         self._outbox: list[AddFrame] = []
         self._waiting: dict[int, asyncio.Future[storage_pb2.AddResponse]] = {}
-        self._deadlines: deque[tuple[float, int]] = deque()  # (deadline, request id), in send order
+        self._deadlines = AddDeadlines[int](connection.address, connection.add_timeout,
+                                            lambda request_id: request_id not in self._waiting, self.fail)
         # The last request id of each message written and not wholly answered, in write order.
         self._unanswered: deque[int] = deque()
-        self._timer: asyncio.TimerHandle | None = None
         self._wake = asyncio.Event()
         self._failure: errors.HeraldError | None = None
         self.task = self._loop.create_task(self._run(), name=f"storage-adds-{connection.address}")
@@ -82,10 +83,7 @@ class _AddStream:
         self._waiting[frame.request_id] = future
         frame.queued()
         self._outbox.append(frame)
-        deadline = self._loop.time() + self._connection.add_timeout
-        self._deadlines.append((deadline, frame.request_id))
-        if self._timer is None:
-            self._timer = self._loop.call_at(deadline, self._check_deadlines)
+        self._deadlines.track(frame.request_id)
         self._wake.set()
         return future
 
@@ -99,22 +97,6 @@ class _AddStream:
             count += 1
         batch, self._outbox = outbox[:count], outbox[count:]
         return batch
-
-    def _check_deadlines(self) -> None:
-        self._timer = None
-        deadlines, waiting = self._deadlines, self._waiting
-        while deadlines and deadlines[0][1] not in waiting:
-            deadlines.popleft()
-        if not deadlines:
-            return
-        deadline = deadlines[0][0]
-        if deadline <= self._loop.time():
-            # Answers come in request order: the oldest add unanswered means the node is stuck.
-            self.fail(errors.HeraldTimeoutError(
-                f"storage node {self._connection.address} did not answer an add within "
-                f"{self._connection.add_timeout} s"))
-        else:
-            self._timer = self._loop.call_at(deadline, self._check_deadlines)
 
     def fail(self, error: errors.HeraldError) -> None:
         if self._failure is None:
@@ -150,9 +132,7 @@ class _AddStream:
         except Exception as exc:  # the channel broke in a way grpc does not wrap
             failure = errors.ConnectionError_(f"add to storage node {address} failed: {exc!r}")
         finally:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
+            self._deadlines.cancel()
             reader.cancel()
             call.cancel()
             self._connection.stream_ended(self)
@@ -164,14 +144,13 @@ class _AddStream:
                     future.set_exception(error)
 
     async def _read_responses(self, call: grpc.aio.StreamStreamCall) -> None:  # type: ignore[type-arg]
-        waiting, deadlines, unanswered = self._waiting, self._deadlines, self._unanswered
+        waiting, unanswered = self._waiting, self._unanswered
         async for batch in call:
             for response in batch.responses:
                 future = waiting.pop(response.request_id, None)
                 if future is not None and not future.done():
                     future.set_result(response)
-            while deadlines and deadlines[0][1] not in waiting:
-                deadlines.popleft()
+            self._deadlines.prune()
             if unanswered and unanswered[0] not in waiting:
                 # Answers come in request order: a message is answered once its last add is.
                 while unanswered and unanswered[0] not in waiting:
