@@ -74,7 +74,6 @@ class ManagedLedger:
         self._storage = storage
         self._settings = settings
         self._cache = cache
-        self.read_ahead_budget: ReadAheadBudget = cache.read_ahead_budget  # bounds backlog reads read ahead
         self.on_fenced = on_fenced
         self.state = State.NONE
         self._version = NOT_EXISTS
@@ -598,3 +597,12 @@ class ManagedLedger:
         """Whether the entry at `position` (normalized) is in the entry cache."""
         return self._cache.contains(position.ledger_id, position.entry_id)
 
+    def average_entry_size(self, ledger_id: int) -> int:
+        """The mean size of a listed ledger's entries (0 when unknown)."""
+        info = self._list.find(ledger_id)
+        return info.size // info.entries if info is not None and info.entries and info.size else 0
+
+    @property
+    def read_ahead_budget(self) -> ReadAheadBudget:
+        """The broker's bound on backlog reads buffered ahead (broker.core.read_ahead)."""
+        return self._cache.read_ahead_budget

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# The estimate of an entry's size before any was read (the topic's average when it has one).
+# The estimate of an entry's size before any was read (the ledger list's average when it has one).
 _DEFAULT_ENTRY_BYTES = 1024
 
 
@@ -133,8 +133,7 @@ class ReadAhead:
         position = ledger.normalize(position)
         if ledger.is_cached(position):
             return  # caught up with the tail: the cache serves the rest
-        total = ledger.number_of_entries_total
-        estimate = self._entry_bytes or (ledger.storage_size // total if total else 0) or _DEFAULT_ENTRY_BYTES
+        estimate = self._entry_bytes or ledger.average_entry_size(position.ledger_id) or _DEFAULT_ENTRY_BYTES
         room = self.max_bytes - self.buffered_bytes
         if room < estimate:
             return  # full: resumes when the dispatcher takes entries
