@@ -150,6 +150,7 @@ def cmd_storage(args: argparse.Namespace) -> None:
 
     settings = load_settings(StorageSettings, "storage", config_file=args.config,
                              overrides=_flags(args, "data_dir", "host", "port", "metrics_host", "metrics_port",
+                                              "max_data_bytes", "min_free_bytes", "fault_fsync_delay_ms",
                                               *METRICS_ENDPOINT_FLAGS, *SERVICE_SECURITY_FLAGS))
     log.info("storage settings:\n%s", describe(settings))
 
@@ -318,6 +319,12 @@ def add_service_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
 
     sub = service("storage", "run a storage node")
     sub.add_argument("--data-dir", help="journal and ledger directory")
+    sub.add_argument("--max-data-bytes", type=int,
+                     help="refuse adds once the data directory holds this many bytes (default 0: no cap)")
+    sub.add_argument("--min-free-bytes", type=int,
+                     help="refuse adds while the file system has less free (default 64 MiB)")
+    sub.add_argument("--fault-fsync-delay-ms", type=int,
+                     help="fault injection for tests: sleep this long before each journal fsync (default 0)")
     metrics_flags(sub, 9103, "storage")
     service_security_flags(sub, "storage")
     sub.set_defaults(func=cmd_storage)

@@ -71,6 +71,13 @@ class PersistenceError(HeraldError):
     retryable = True
 
 
+class StorageFullError(PersistenceError):
+    """A storage node refused an add because its disk is full (its data cap reached, its file system
+    short of its reserve, or ENOSPC): nothing of the add was kept. Its code is PERSISTENCE_ERROR, so
+    a writer treats the node as failed for the ledger and moves on to another node (an ensemble
+    change); the node stays readable and takes adds again once space returns."""
+
+
 class MetadataError(HeraldError):
     code = ErrorCode.METADATA_ERROR
 

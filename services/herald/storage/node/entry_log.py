@@ -15,6 +15,7 @@ immutable once the log moves past them; deleted ledgers leave dead bytes in them
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 import threading
@@ -180,14 +181,26 @@ class EntryLog:
             buffers.append(entry.data)
             locations.append(pack_location(self._current, offset))
             offset += HEADER_SIZE + len(entry.data)
-        self._size += write_all(self._writers[self._current], buffers)
+        fd = self._writers[self._current]
+        try:
+            self._size += write_all(fd, buffers)
+        except OSError:
+            # A write cut short (disk full) must leave no partial entry where the next one goes.
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, self._size)
+            raise
         return locations
 
     def _new_file(self, file_id: int) -> None:
         if file_id > MAX_FILE_ID:
             raise OSError(f"entry log file ids are exhausted ({file_id} > {MAX_FILE_ID})")
         fd = os.open(self._path(file_id), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
-        write_all(fd, [FILE_MAGIC])
+        try:
+            write_all(fd, [FILE_MAGIC])
+        except OSError:  # disk full: no half-made file (the next attempt creates it again)
+            os.close(fd)
+            self._path(file_id).unlink(missing_ok=True)
+            raise
         with self._lock:
             self._writers[file_id] = fd
             self._files.add(file_id)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import errno
 import logging
 import os
 import queue
@@ -33,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 from herald.common.codec.checksum import crc32c
-from herald.common.errors import PersistenceError, ServiceNotReadyError
+from herald.common.errors import PersistenceError, ServiceNotReadyError, StorageFullError
 from herald.storage.node.files import fsync_dir, numbered_files, write_all
 
 if TYPE_CHECKING:
@@ -84,7 +85,8 @@ class SyncedBatchHandler(Protocol):
     def write_synced(self, records: Sequence[JournalRecord]) -> object:
         """On the writer thread, after records were handed to the loop to be answered (e.g. write
         the entry log). A PersistenceError (or any error) fails the journal: records stay
-        acknowledged (they are durable) and nothing more is accepted."""
+        acknowledged (they are durable) and nothing more is accepted. Also called with no records
+        before a rotation: then an error only fails that rotation."""
 
     def apply_written(self, records: Sequence[JournalRecord], outcome: object) -> None:
         """On the event loop, with write_synced's outcome: after apply_synced of the same batch."""
@@ -109,13 +111,18 @@ class Journal:
     """Group-commit journal over numbered files in one directory."""
 
     def __init__(self, directory: Path, handler: SyncedBatchHandler, *, max_file_size: int,
-                 max_group_bytes: int, max_queued_bytes: int, metrics: StorageMetrics | None = None) -> None:
+                 max_group_bytes: int, max_queued_bytes: int, metrics: StorageMetrics | None = None,
+                 space_check: Callable[[int], str | None] | None = None, fsync_delay: float = 0.0) -> None:
         self._dir = directory
         self._handler = handler
         self._metrics = metrics  # add latency (on the loop), fsync latency and group sizes (writer thread)
         self._max_file_size = max_file_size
         self._max_group_bytes = max_group_bytes
         self._max_queued_bytes = max_queued_bytes
+        # Called on the writer thread with the bytes of a batch's adds: why the disk cannot take them
+        # (the adds are refused with StorageFullError), or None.
+        self._space_check = space_check
+        self._fsync_delay = fsync_delay  # fault injection: seconds slept before each fsync
         self._queue: queue.SimpleQueue[_Pending | _Control] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -138,6 +145,7 @@ class Journal:
         # Counters (written by the writer thread, read anywhere): show that adds share fsyncs.
         self.fsync_count = 0
         self.record_count = 0
+        self.refused_adds = 0  # refused by the space check (disk full)
 
     # ---- replay (before start, on a plain thread) -------------------------------------------
 
@@ -270,6 +278,10 @@ class Journal:
                 # What failed after its sync (an entry-log write) is acknowledged and only in these
                 # files: no checkpoint may cover them; a restart replays them.
                 raise self._failure
+            # Adds a full disk held back from the entry log go first (raises while they do not fit).
+            held_back = self._handler.write_synced(())
+            if held_back is not None:
+                self._call_soon(self._handler.apply_written, [], held_back)
             result = before()
             self._rotate_file()
             return self._file_id, result
@@ -344,7 +356,12 @@ class Journal:
     def _write_batch(self, batch: list[_Pending]) -> None:
         if not batch:
             return
+        if self._failure is None and self._space_check is not None:
+            batch = self._refuse_adds_if_full(batch)
+            if not batch:
+                return
         records = [p.record for p in batch]
+        size_before = self._file_size
         try:
             if self._failure is not None:
                 raise self._failure
@@ -357,6 +374,8 @@ class Journal:
             written = write_all(self._fd, buffers)
             self._file_size += written
             started = time.perf_counter()
+            if self._fsync_delay > 0:
+                time.sleep(self._fsync_delay)  # fault injection (a slow disk): counted as fsync time
             self._fsync(self._fd)
             if self._metrics is not None:
                 self._metrics.journal_fsync_latency.observe(time.perf_counter() - started)
@@ -364,9 +383,17 @@ class Journal:
                 self._metrics.journal_group_bytes.observe(written)
             self.fsync_count += 1
             self.record_count += len(records)
-            if self._file_size >= self._max_file_size:
-                self._rotate_file()
         except Exception as exc:
+            if _out_of_space(exc) and self._undo_write(size_before):
+                # Disk full: nothing of this batch is acknowledged and the file is as it was, so
+                # the journal goes on (the next batch tries again, or is refused by the space check).
+                log.warning("journal %s: disk full (%s): %d records refused", self._path(self._file_id), exc,
+                            len(batch))
+                self.refused_adds += sum(1 for r in records if r.kind is RecordKind.ADD)
+                self._call_soon(self._fail, batch, StorageFullError(
+                    f"the storage node's disk is full (writing its journal failed: {exc}): nothing was kept; "
+                    "write to another storage node, or free space on this one"))
+                return
             # A failed write or fsync leaves the file in an unknown state (and Linux may forget the
             # failed pages): the journal accepts nothing more; a restart replays what is intact.
             if self._failure is None:
@@ -376,6 +403,11 @@ class Journal:
                     "this storage node accepts no more writes until it is restarted")
             self._call_soon(self._fail, batch, self._failure)
             return
+        if self._file_size >= self._max_file_size:
+            try:
+                self._rotate_file()
+            except OSError as exc:  # e.g. disk full: keep appending to the current file
+                log.warning("journal: could not start a new file (%s): the current one goes on", exc)
         # Durable: answered now, with what the previous batch's write_synced gave.
         previous, self._written = self._written, None
         self._call_soon(self._complete, batch, previous)
@@ -387,6 +419,34 @@ class Journal:
                 self._failure = exc if isinstance(exc, PersistenceError) else PersistenceError(
                     f"the work after the journal's sync failed: {exc!r}; this storage node accepts no more "
                     "writes until it is restarted")
+
+    def _refuse_adds_if_full(self, batch: list[_Pending]) -> list[_Pending]:
+        """The batch without its adds if the space check finds the disk full (its fences and deletes
+        still go: they are small, and what lets writers move away and space come back)."""
+        assert self._space_check is not None
+        add_bytes = sum(len(p.record.data) + HEADER_SIZE for p in batch if p.record.kind is RecordKind.ADD)
+        problem = self._space_check(add_bytes) if add_bytes else None
+        if problem is None:
+            return batch
+        refused = [p for p in batch if p.record.kind is RecordKind.ADD]
+        self.refused_adds += len(refused)
+        self._call_soon(self._fail, refused, StorageFullError(
+            f"this storage node refuses adds: {problem}; write to another storage node (reads, fencing and "
+            "deletes go on here, and adds are taken again once space returns)"))
+        return [p for p in batch if p.record.kind is not RecordKind.ADD]
+
+    def _undo_write(self, size: int) -> bool:
+        """Cut the current file back to size (a write or fsync that failed for want of space may
+        have left part of a batch) and sync that; False if even that fails."""
+        try:
+            os.ftruncate(self._fd, size)
+            self._fsync(self._fd)
+        except OSError:
+            log.exception("journal: could not cut %s back to %d bytes after a failed write",
+                          self._path(self._file_id), size)
+            return False
+        self._file_size = size
+        return True
 
     def _post_written(self) -> None:
         written, self._written = self._written, None
@@ -410,8 +470,10 @@ class Journal:
             pass
 
     def _rotate_file(self) -> None:
-        self._close_file()
+        # The new file first: if it cannot be made (disk full), the current one stays open.
+        old_fd = self._fd
         self._open_file(self._file_id + 1)
+        os.close(old_fd)
 
     def _close_file(self) -> None:
         if self._fd >= 0:
@@ -419,10 +481,16 @@ class Journal:
             self._fd = -1
 
     def _open_file(self, file_id: int) -> None:
-        fd = os.open(self._path(file_id), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
-        write_all(fd, [FILE_MAGIC])
-        os.fsync(fd)
-        fsync_dir(self._dir)
+        path = self._path(file_id)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        try:
+            write_all(fd, [FILE_MAGIC])
+            os.fsync(fd)
+            fsync_dir(self._dir)
+        except OSError:
+            os.close(fd)
+            path.unlink(missing_ok=True)
+            raise
         self._fd, self._file_id, self._file_size = fd, file_id, len(FILE_MAGIC)
 
     def _path(self, file_id: int) -> Path:
@@ -454,6 +522,10 @@ class Journal:
         self._queued_bytes -= sum(len(p.record.data) + HEADER_SIZE for p in batch)
         if self._queued_bytes <= self._max_queued_bytes:
             self._room.set()
+
+
+def _out_of_space(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 def _set_result(future: asyncio.Future[Any], result: object) -> None:

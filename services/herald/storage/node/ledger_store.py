@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import threading
 import time
@@ -49,6 +50,7 @@ from herald.storage.node.journal import Journal, JournalRecord, RecordKind
 from herald.storage.node.ledgers import Ledgers, LedgerState, Wanted
 from herald.storage.node.metrics import StorageReading
 from herald.storage.node.settings import StorageSettings
+from herald.storage.node.space import SPACE_REFRESH_INTERVAL, DiskSpace
 
 if TYPE_CHECKING:
     from herald.storage.node.metrics import StorageMetrics
@@ -88,11 +90,14 @@ class LedgerStore:
         self._metrics = metrics
         self._root = Path(settings.data_dir)
         self._entry_log = EntryLog(self._root / "entrylog", max_file_size=settings.entry_log_max_size)
+        self.space = DiskSpace(self._root, max_data_bytes=settings.max_data_bytes,
+                               min_free_bytes=settings.min_free_bytes)
         self._journal = Journal(
             self._root / "journal", self,
             max_file_size=settings.journal_file_max_size,
             max_group_bytes=settings.journal_max_group_bytes,
             max_queued_bytes=settings.journal_max_queued_bytes, metrics=metrics,
+            space_check=self.space.check, fsync_delay=settings.fault_fsync_delay_ms / 1000,
         )
         self._index_db = IndexDB(self._root / INDEX_DIRECTORY, settings.index_map_size)
         self._ledgers = Ledgers(self._index_db)
@@ -103,7 +108,9 @@ class LedgerStore:
         self._checkpoint_task: asyncio.Task[None] | None = None
         self._compaction_task: asyncio.Task[None] | None = None
         self._early_checkpoint: asyncio.Task[None] | None = None
+        self._space_task: asyncio.Task[None] | None = None
         self._closed = asyncio.Event()
+        self._unlogged: list[JournalRecord] = []  # journaled adds a full disk kept from the entry log (writer thread)
         self.checkpoint_count = 0
         # For metrics: entries made durable and read, adds refused as fenced.
         self.entries_written = self.bytes_written = 0
@@ -147,6 +154,8 @@ class LedgerStore:
         self._checkpoint_task = asyncio.create_task(self._checkpoint_loop(), name="storage-checkpoints")
         if self._settings.compaction_threshold > 0 and self._settings.compaction_interval > 0:
             self._compaction_task = asyncio.create_task(self._compaction_loop(), name="storage-compaction")
+        if self.space.capped:
+            self._space_task = asyncio.create_task(self.space.watch(SPACE_REFRESH_INTERVAL), name="storage-space")
         log.info("ledger store open in %s: %s", self._root, stats)
         return stats
 
@@ -161,7 +170,7 @@ class LedgerStore:
         opened = self._state == "open"
         self._state = "closing"
         try:
-            for task in (self._compaction_task, self._checkpoint_task, self._early_checkpoint):
+            for task in (self._compaction_task, self._checkpoint_task, self._early_checkpoint, self._space_task):
                 if task is not None:
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
@@ -258,16 +267,28 @@ class LedgerStore:
 
     def write_synced(self, records: Sequence[JournalRecord]) -> object:
         """On the journal's writer thread, after the batch was handed to the loop to be answered:
-        append its adds to the entry log. Returns the adds and their locations."""
-        adds = [r for r in records if r.kind is RecordKind.ADD]
+        append its adds to the entry log. Returns the adds and their locations.
+
+        A disk full (ENOSPC) holds the adds back, in memory (they are durable in the journal and
+        served from memory): the next batch, or the next checkpoint (records empty, when it must
+        raise if they still do not fit), appends them first."""
+        adds = [*self._unlogged, *(r for r in records if r.kind is RecordKind.ADD)]
         if not adds:
             return None
         try:
-            return adds, self._entry_log.append(adds)
+            locations = self._entry_log.append(adds)
         except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                self._unlogged = adds
+                if records:
+                    log.warning("entry log: disk full (%s): %d entries wait in memory for room", exc, len(adds))
+                    return None
+                raise PersistenceError(f"{len(adds)} entries wait for room in the entry log (disk full)") from exc
             raise PersistenceError(
                 f"the entry log could not be written: {exc}; this storage node accepts no more writes until it is "
                 "restarted (the journal holds every acknowledged entry)") from exc
+        self._unlogged = []
+        return adds, locations
 
     def apply_written(self, records: Sequence[JournalRecord], outcome: object) -> None:
         """On the event loop, in journal order: the index points at the entry log copies."""
@@ -286,7 +307,7 @@ class LedgerStore:
         """The counters and ledger counts the metrics report. On the event loop."""
         ledgers, fenced = self.ledger_counts()
         return StorageReading(self.entries_written, self.bytes_written, self.entries_read, self.bytes_read,
-                              self.fenced_adds, self.checkpoint_count, ledgers, fenced)
+                              self.fenced_adds, self.checkpoint_count, ledgers, fenced, self._journal.refused_adds)
 
     def ledger_info(self, ledger_id: int) -> LedgerInfo:
         """Last entry held, LAC and fencing of a ledger (-1, -1, False if unknown here)."""
@@ -564,6 +585,7 @@ class LedgerStore:
         dropped, self._ledgers.dropped = self._ledgers.dropped, []
         self._ledgers.file_refs.subtract(self._ledgers.count_dropped(dropped))
         self._journal.open_for_append(first_file_id)
+        self.space.refresh()
         self._dirty = records > 0
         return RecoveryStats(committed is not None, first_file_id, records, adds)
 

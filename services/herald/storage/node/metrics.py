@@ -78,6 +78,7 @@ class StorageReading:
     checkpoints: int
     ledgers: int
     fenced_ledgers: int
+    full_refused_adds: int = 0
 
 
 def disk_usage(data_dir: Path) -> dict[str, int]:
@@ -136,6 +137,8 @@ class StorageCollector(LoopCollector[StorageReading]):
                                 "Adds refused because their ledger is fenced (a newer writer took the ledger over)."),
             CounterMetricFamily("herald_storage_checkpoints_total",
                                 "Checkpoints (entry logs synced, index committed, journal files deleted)."),
+            CounterMetricFamily("herald_storage_full_refused_adds_total",
+                                "Adds refused because the disk is full (max_data_bytes or min_free_bytes reached)."),
         ]
         ledgers = GaugeMetricFamily("herald_storage_ledgers", "Ledgers with entries or state on this node.")
         fenced = GaugeMetricFamily("herald_storage_fenced_ledgers", "Ledgers fenced on this node.")
@@ -150,7 +153,8 @@ class StorageCollector(LoopCollector[StorageReading]):
         if reading is None:
             return everything
         for family, value in zip(counters, (reading.entries_written, reading.bytes_written, reading.entries_read,
-                                            reading.bytes_read, reading.fenced_adds, reading.checkpoints),
+                                            reading.bytes_read, reading.fenced_adds, reading.checkpoints,
+                                            reading.full_refused_adds),
                                  strict=True):
             family.add_metric([], value)
         ledgers.add_metric([], reading.ledgers)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from herald.common.config import check_metrics_port, check_server_limits
+from herald.common.errors import InvalidArgumentError
 from herald.common.limits import DEFAULT_MAX_STREAMS_PER_CONNECTION
 from herald.common.security.settings import MetricsEndpointSettings, SecuritySettings
 
@@ -62,7 +63,20 @@ class StorageSettings(SecuritySettings, MetricsEndpointSettings):
     # embedding process serves the registry itself).
     metrics_host: str = "127.0.0.1"
     metrics_port: int = 9103
+    # Disk full (storage.node.space): adds are refused with StorageFullError (the writer moves the
+    # ledger to other nodes; reads, fencing and deletes go on) while the data directory's files
+    # (journal, entry logs, index) take max_data_bytes or more (0: no cap), or the file system has
+    # less than min_free_bytes free, which keeps room for what an acknowledged add still writes (its
+    # entry log copy), for fences, deletes and checkpoints. Adds are taken again once space returns.
+    max_data_bytes: int = 0
+    min_free_bytes: int = 64 * MIB
+    # Fault injection, for tests only: the journal's writer sleeps this long before each fsync
+    # (a slow disk). 0 (the default) injects nothing.
+    fault_fsync_delay_ms: int = 0
 
     def __post_init__(self) -> None:
         check_metrics_port(self.metrics_port)
         check_server_limits(self)
+        for name in ("max_data_bytes", "min_free_bytes", "fault_fsync_delay_ms"):
+            if getattr(self, name) < 0:
+                raise InvalidArgumentError(f"storage setting {name} is {getattr(self, name)}: it must be 0 or more")

@@ -1,0 +1,88 @@
+"""Disk space of a storage node: whether its disk can take more adds (the journal asks before
+each group commit, on its writer thread).
+
+Two limits, either of which refuses adds (storage settings): the bytes of the data directory's
+files (journal, entry logs, index) against max_data_bytes, and the file system's free bytes
+against the min_free_bytes reserve. The reserve is what an add already acknowledged still needs
+(its entry log copy is written after its answer), and what fences, deletes and checkpoints need:
+without it, a full disk could stop the node from fencing or from freeing space.
+
+The data directory's size is scanned now and then (refresh, off the writer thread) and grows by
+what was accepted since; the free bytes are read (statvfs) at every check, a cheap system call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+from pathlib import Path
+
+from herald.storage.node.metrics import disk_usage
+
+log = logging.getLogger(__name__)
+
+# Seconds between two measures of the data directory's size, while max_data_bytes caps it.
+SPACE_REFRESH_INTERVAL = 1.0
+# Each byte an add brings is written twice: in the journal, then in the entry log.
+_COPIES = 2
+
+
+class DiskSpace:
+    def __init__(self, data_dir: Path, *, max_data_bytes: int, min_free_bytes: int) -> None:
+        self._dir = data_dir
+        self._max_data_bytes = max_data_bytes
+        self._min_free_bytes = min_free_bytes
+        self._lock = threading.Lock()
+        self._scanned = 0  # the data directory's bytes at the last refresh
+        self._accepted = 0  # bytes of adds let through since
+        self.problem: str | None = None  # the last check's answer
+
+    @property
+    def capped(self) -> bool:
+        return self._max_data_bytes > 0
+
+    def refresh(self) -> None:
+        """Scan the data directory's size (blocking: call it on a worker thread)."""
+        scanned = sum(disk_usage(self._dir).values())
+        with self._lock:
+            self._scanned, self._accepted = scanned, 0
+
+    def data_bytes(self) -> int:
+        with self._lock:
+            return self._scanned + self._accepted
+
+    def check(self, add_bytes: int) -> str | None:
+        """Why adds of add_bytes may not be written now, or None (then they count as written)."""
+        incoming = _COPIES * add_bytes
+        problem = None
+        if self._max_data_bytes > 0:
+            used = self.data_bytes()
+            if used + incoming > self._max_data_bytes:
+                problem = (f"its data directory {self._dir} holds about {used} bytes and {incoming} more would pass "
+                           f"its cap (max_data_bytes {self._max_data_bytes})")
+        if problem is None and self._min_free_bytes > 0:
+            try:
+                stat = os.statvfs(self._dir)
+            except OSError:
+                stat = None
+            free = stat.f_bavail * stat.f_frsize if stat is not None else None
+            if free is not None and free - incoming < self._min_free_bytes:
+                problem = (f"its file system ({self._dir}) has {free} bytes free, too few to keep "
+                           f"{self._min_free_bytes} (min_free_bytes) free after {incoming} more")
+        if problem is None:
+            with self._lock:
+                self._accepted += incoming
+        self.problem = problem
+        return problem
+
+    async def watch(self, interval: float) -> None:
+        """Refresh every interval seconds, forever (a task of the ledger store, while the cap is on):
+        space freed by compaction or deletes lets adds in again."""
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await asyncio.to_thread(self.refresh)
+            except OSError:
+                log.exception("could not measure the data directory %s; the cap counts on the last measure", self._dir)
