@@ -45,9 +45,8 @@ async def test_recovery_after_a_crashed_writer_closes_at_its_last_entry_and_fenc
     assert recovered.last_add_confirmed == 20  # never earlier than the last acknowledged (19)
     metadata = await cluster.metadata(handle.ledger_id)
     assert (metadata.state, metadata.last_entry_id) == ("CLOSED", 20)
-    # The length known without reading the ledger: entries before its last ensemble (none) plus
-    # those recovered after the LAC the nodes reported (19).
-    assert recovered.length == metadata.length == len(tail)
+    # Exact: the nodes' last entry 19 came with the writer's length up to it; the tail adds its own.
+    assert recovered.length == metadata.length == sum(map(len, datas)) + len(tail)
     # Re-replication filled both copies of the tail entry.
     assert await cluster.holders(handle.ledger_id, 20, tail) == set(metadata.write_set(20))
     assert await read_all(recovered, 20) == [*datas, tail]
@@ -62,7 +61,7 @@ async def test_recovery_after_a_crashed_writer_closes_at_its_last_entry_and_fenc
     assert again.closed and again.last_add_confirmed == 20
 
 
-async def test_recovery_after_an_ensemble_change_reads_the_last_ensemble_and_counts_what_it_knows(
+async def test_recovery_after_an_ensemble_change_reads_the_last_ensemble_and_knows_the_exact_length(
         cluster: Cluster) -> None:
     await cluster.add_nodes(4)
     writer, handle, _, _ = await kill_mid_stream(cluster)
@@ -76,8 +75,42 @@ async def test_recovery_after_an_ensemble_change_reads_the_last_ensemble_and_cou
     assert recovered.last_add_confirmed == last
     sizes = {entry_id: len(data) for entry_id, data in writer.acked.items()}
     assert metadata.length == sum(sizes[e] for e in range(metadata.ensemble_start))  # recorded at the change
-    assert recovered.length == metadata.length + sum(sizes[e] for e in range(lac + 1, last + 1))
+    assert lac < last
+    # Exact (the writer's length came with each add), not only what is known without reading the
+    # ledger (metadata.length and the entries after the LAC).
+    assert recovered.length == sum(sizes[e] for e in range(last + 1))
     assert await read_all(recovered, last) == [writer.acked[e] for e in range(last + 1)]
+
+
+async def test_a_writer_that_dies_after_n_adds_leaves_a_ledger_recovered_to_its_exact_length(
+        cluster: Cluster) -> None:
+    await cluster.add_nodes(3)
+    handle = await cluster.client().create_ledger(3, 2, 2)
+    datas = [payload(i, size=100 + 37 * i) for i in range(50)]
+    await add_all(handle, datas)  # concurrent adds, then the writer is dropped: never closed
+    ledger_id = handle.ledger_id
+    del handle
+    recovered = await cluster.client().open_ledger(ledger_id, recover=True)
+    assert recovered.last_add_confirmed == 49
+    assert recovered.length == (await cluster.metadata(ledger_id)).length == sum(map(len, datas))
+    # Opening it again reads the closed ledger's length.
+    again = await cluster.client().open_ledger(ledger_id, recover=True)
+    assert again.length == sum(map(len, datas))
+
+
+async def test_entries_written_without_lengths_recover_to_the_lower_bound_as_before(cluster: Cluster) -> None:
+    # A writer from before lengths were piggybacked: its adds carry none (the nodes store -1).
+    await cluster.add_nodes(2)
+    handle = await cluster.client().create_ledger(2, 2, 2)
+    datas = [payload(i) for i in range(5)]
+    for i, data in enumerate(datas):
+        for address in handle.metadata.write_set(i):
+            await cluster.add_directly(address, handle.ledger_id, i, data, lac=i - 1)
+    recovered = await cluster.client().open_ledger(handle.ledger_id, recover=True)
+    assert recovered.last_add_confirmed == 4
+    assert await read_all(recovered, 4) == datas
+    # What is known without the lengths: the entries after the LAC the nodes reported (3).
+    assert recovered.length == len(datas[4])
 
 
 async def test_two_racing_recoverers_close_the_ledger_the_same_way(cluster: Cluster) -> None:

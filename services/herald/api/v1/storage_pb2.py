@@ -26,7 +26,7 @@ _sym_db = _symbol_database.Default()
 from herald.api.v1 import common_pb2 as herald_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17herald/v1/storage.proto\x12\therald.v1\x1a\x16herald/v1/common.proto\"\x96\x01\n\nAddRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\x03\x12\x11\n\tledger_id\x18\x02 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x03 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\x12\x1a\n\x12last_add_confirmed\x18\x05 \x01(\x03\x12\x10\n\x08recovery\x18\x06 \x01(\x08\x12\x13\n\x0btraceparent\x18\x07 \x01(\t\"g\n\x0b\x41\x64\x64Response\x12\x12\n\nrequest_id\x18\x01 \x01(\x03\x12\x11\n\tledger_id\x18\x02 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x03 \x01(\x03\x12\x1f\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x10.herald.v1.Error\"6\n\x0f\x41\x64\x64\x42\x61tchRequest\x12#\n\x04\x61\x64\x64s\x18\x01 \x03(\x0b\x32\x15.herald.v1.AddRequest\"=\n\x10\x41\x64\x64\x42\x61tchResponse\x12)\n\tresponses\x18\x01 \x03(\x0b\x32\x16.herald.v1.AddResponse\"b\n\x0bReadRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x16\n\x0e\x66irst_entry_id\x18\x02 \x01(\x03\x12\x15\n\rlast_entry_id\x18\x03 \x01(\x03\x12\x11\n\tmax_bytes\x18\x04 \x01(\x05\"-\n\x0bStoredEntry\x12\x10\n\x08\x65ntry_id\x18\x01 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"J\n\x0cReadResponse\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\'\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\x16.herald.v1.StoredEntry\"\x1f\n\nLacRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\"c\n\x0bLacResponse\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x15\n\rlast_entry_id\x18\x02 \x01(\x03\x12\x1a\n\x12last_add_confirmed\x18\x03 \x01(\x03\x12\x0e\n\x06\x66\x65nced\x18\x04 \x01(\x08\"!\n\x0c\x46\x65nceRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\"9\n\rFenceResponse\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x15\n\rlast_entry_id\x18\x02 \x01(\x03\"(\n\x13\x44\x65leteLedgerRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\"\x16\n\x14\x44\x65leteLedgerResponse2\xb7\x03\n\x0eStorageService\x12?\n\nAddEntries\x12\x15.herald.v1.AddRequest\x1a\x16.herald.v1.AddResponse(\x01\x30\x01\x12N\n\x0f\x41\x64\x64\x45ntryBatches\x12\x1a.herald.v1.AddBatchRequest\x1a\x1b.herald.v1.AddBatchResponse(\x01\x30\x01\x12@\n\x0bReadEntries\x12\x16.herald.v1.ReadRequest\x1a\x17.herald.v1.ReadResponse0\x01\x12\x45\n\x14ReadLastAddConfirmed\x12\x15.herald.v1.LacRequest\x1a\x16.herald.v1.LacResponse\x12:\n\x05\x46\x65nce\x12\x17.herald.v1.FenceRequest\x1a\x18.herald.v1.FenceResponse\x12O\n\x0c\x44\x65leteLedger\x12\x1e.herald.v1.DeleteLedgerRequest\x1a\x1f.herald.v1.DeleteLedgerResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17herald/v1/storage.proto\x12\therald.v1\x1a\x16herald/v1/common.proto\"\xb6\x01\n\nAddRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\x03\x12\x11\n\tledger_id\x18\x02 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x03 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\x12\x1a\n\x12last_add_confirmed\x18\x05 \x01(\x03\x12\x10\n\x08recovery\x18\x06 \x01(\x08\x12\x13\n\x0btraceparent\x18\x07 \x01(\t\x12\x13\n\x06length\x18\x08 \x01(\x03H\x00\x88\x01\x01\x42\t\n\x07_length\"g\n\x0b\x41\x64\x64Response\x12\x12\n\nrequest_id\x18\x01 \x01(\x03\x12\x11\n\tledger_id\x18\x02 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x03 \x01(\x03\x12\x1f\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x10.herald.v1.Error\"6\n\x0f\x41\x64\x64\x42\x61tchRequest\x12#\n\x04\x61\x64\x64s\x18\x01 \x03(\x0b\x32\x15.herald.v1.AddRequest\"=\n\x10\x41\x64\x64\x42\x61tchResponse\x12)\n\tresponses\x18\x01 \x03(\x0b\x32\x16.herald.v1.AddResponse\"b\n\x0bReadRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x16\n\x0e\x66irst_entry_id\x18\x02 \x01(\x03\x12\x15\n\rlast_entry_id\x18\x03 \x01(\x03\x12\x11\n\tmax_bytes\x18\x04 \x01(\x05\"-\n\x0bStoredEntry\x12\x10\n\x08\x65ntry_id\x18\x01 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"J\n\x0cReadResponse\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\'\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\x16.herald.v1.StoredEntry\"\x1f\n\nLacRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\"\x83\x01\n\x0bLacResponse\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x15\n\rlast_entry_id\x18\x02 \x01(\x03\x12\x1a\n\x12last_add_confirmed\x18\x03 \x01(\x03\x12\x0e\n\x06\x66\x65nced\x18\x04 \x01(\x08\x12\x13\n\x06length\x18\x05 \x01(\x03H\x00\x88\x01\x01\x42\t\n\x07_length\"!\n\x0c\x46\x65nceRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\"9\n\rFenceResponse\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x15\n\rlast_entry_id\x18\x02 \x01(\x03\"(\n\x13\x44\x65leteLedgerRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\"\x16\n\x14\x44\x65leteLedgerResponse2\xb7\x03\n\x0eStorageService\x12?\n\nAddEntries\x12\x15.herald.v1.AddRequest\x1a\x16.herald.v1.AddResponse(\x01\x30\x01\x12N\n\x0f\x41\x64\x64\x45ntryBatches\x12\x1a.herald.v1.AddBatchRequest\x1a\x1b.herald.v1.AddBatchResponse(\x01\x30\x01\x12@\n\x0bReadEntries\x12\x16.herald.v1.ReadRequest\x1a\x17.herald.v1.ReadResponse0\x01\x12\x45\n\x14ReadLastAddConfirmed\x12\x15.herald.v1.LacRequest\x1a\x16.herald.v1.LacResponse\x12:\n\x05\x46\x65nce\x12\x17.herald.v1.FenceRequest\x1a\x18.herald.v1.FenceResponse\x12O\n\x0c\x44\x65leteLedger\x12\x1e.herald.v1.DeleteLedgerRequest\x1a\x1f.herald.v1.DeleteLedgerResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,31 +34,31 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'herald.v1.storage_pb2', _gl
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_ADDREQUEST']._serialized_start=63
-  _globals['_ADDREQUEST']._serialized_end=213
-  _globals['_ADDRESPONSE']._serialized_start=215
-  _globals['_ADDRESPONSE']._serialized_end=318
-  _globals['_ADDBATCHREQUEST']._serialized_start=320
-  _globals['_ADDBATCHREQUEST']._serialized_end=374
-  _globals['_ADDBATCHRESPONSE']._serialized_start=376
-  _globals['_ADDBATCHRESPONSE']._serialized_end=437
-  _globals['_READREQUEST']._serialized_start=439
-  _globals['_READREQUEST']._serialized_end=537
-  _globals['_STOREDENTRY']._serialized_start=539
-  _globals['_STOREDENTRY']._serialized_end=584
-  _globals['_READRESPONSE']._serialized_start=586
-  _globals['_READRESPONSE']._serialized_end=660
-  _globals['_LACREQUEST']._serialized_start=662
-  _globals['_LACREQUEST']._serialized_end=693
-  _globals['_LACRESPONSE']._serialized_start=695
-  _globals['_LACRESPONSE']._serialized_end=794
-  _globals['_FENCEREQUEST']._serialized_start=796
-  _globals['_FENCEREQUEST']._serialized_end=829
-  _globals['_FENCERESPONSE']._serialized_start=831
-  _globals['_FENCERESPONSE']._serialized_end=888
-  _globals['_DELETELEDGERREQUEST']._serialized_start=890
-  _globals['_DELETELEDGERREQUEST']._serialized_end=930
-  _globals['_DELETELEDGERRESPONSE']._serialized_start=932
-  _globals['_DELETELEDGERRESPONSE']._serialized_end=954
-  _globals['_STORAGESERVICE']._serialized_start=957
-  _globals['_STORAGESERVICE']._serialized_end=1396
+  _globals['_ADDREQUEST']._serialized_end=245
+  _globals['_ADDRESPONSE']._serialized_start=247
+  _globals['_ADDRESPONSE']._serialized_end=350
+  _globals['_ADDBATCHREQUEST']._serialized_start=352
+  _globals['_ADDBATCHREQUEST']._serialized_end=406
+  _globals['_ADDBATCHRESPONSE']._serialized_start=408
+  _globals['_ADDBATCHRESPONSE']._serialized_end=469
+  _globals['_READREQUEST']._serialized_start=471
+  _globals['_READREQUEST']._serialized_end=569
+  _globals['_STOREDENTRY']._serialized_start=571
+  _globals['_STOREDENTRY']._serialized_end=616
+  _globals['_READRESPONSE']._serialized_start=618
+  _globals['_READRESPONSE']._serialized_end=692
+  _globals['_LACREQUEST']._serialized_start=694
+  _globals['_LACREQUEST']._serialized_end=725
+  _globals['_LACRESPONSE']._serialized_start=728
+  _globals['_LACRESPONSE']._serialized_end=859
+  _globals['_FENCEREQUEST']._serialized_start=861
+  _globals['_FENCEREQUEST']._serialized_end=894
+  _globals['_FENCERESPONSE']._serialized_start=896
+  _globals['_FENCERESPONSE']._serialized_end=953
+  _globals['_DELETELEDGERREQUEST']._serialized_start=955
+  _globals['_DELETELEDGERREQUEST']._serialized_end=995
+  _globals['_DELETELEDGERRESPONSE']._serialized_start=997
+  _globals['_DELETELEDGERRESPONSE']._serialized_end=1019
+  _globals['_STORAGESERVICE']._serialized_start=1022
+  _globals['_STORAGESERVICE']._serialized_end=1461
 # @@protoc_insertion_point(module_scope)

@@ -31,6 +31,7 @@ class AddRequest(_message.Message):
     LAST_ADD_CONFIRMED_FIELD_NUMBER: _builtins.int
     RECOVERY_FIELD_NUMBER: _builtins.int
     TRACEPARENT_FIELD_NUMBER: _builtins.int
+    LENGTH_FIELD_NUMBER: _builtins.int
     request_id: _builtins.int
     """chosen by the client; echoed in the response"""
     ledger_id: _builtins.int
@@ -43,6 +44,11 @@ class AddRequest(_message.Message):
     """recovery add: allowed on a fenced ledger"""
     traceparent: _builtins.str
     """W3C trace context of the writer's add span (empty: not traced)"""
+    length: _builtins.int
+    """Piggybacked like the LAC: the writer's length of the ledger in bytes, this entry included
+    (BookKeeper's entry header carries it). The node keeps it with its last entry, so recovery
+    learns the exact length. Unset: not known (an older writer), recovery's length is a lower bound.
+    """
     def __init__(
         self,
         *,
@@ -53,12 +59,15 @@ class AddRequest(_message.Message):
         last_add_confirmed: _builtins.int = ...,
         recovery: _builtins.bool = ...,
         traceparent: _builtins.str = ...,
+        length: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_length", b"_length", "length", b"length"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "entry_id", b"entry_id", "last_add_confirmed", b"last_add_confirmed", "ledger_id", b"ledger_id", "recovery", b"recovery", "request_id", b"request_id", "traceparent", b"traceparent"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_length", b"_length", "data", b"data", "entry_id", b"entry_id", "last_add_confirmed", b"last_add_confirmed", "ledger_id", b"ledger_id", "length", b"length", "recovery", b"recovery", "request_id", b"request_id", "traceparent", b"traceparent"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__length: _TypeAlias = _typing.Literal["length"]  # noqa: Y015
+    _WhichOneofArgType__length: _TypeAlias = _typing.Literal["_length", b"_length"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__length) -> _WhichOneofReturnType__length | None: ...
 
 Global___AddRequest: _TypeAlias = AddRequest  # noqa: Y015
 
@@ -235,12 +244,17 @@ class LacResponse(_message.Message):
     LAST_ENTRY_ID_FIELD_NUMBER: _builtins.int
     LAST_ADD_CONFIRMED_FIELD_NUMBER: _builtins.int
     FENCED_FIELD_NUMBER: _builtins.int
+    LENGTH_FIELD_NUMBER: _builtins.int
     ledger_id: _builtins.int
     last_entry_id: _builtins.int
     """highest entry held, -1 if none"""
     last_add_confirmed: _builtins.int
     """highest LAC piggybacked by the writer, -1 if none"""
     fenced: _builtins.bool
+    length: _builtins.int
+    """The writer's length of the ledger up to last_entry_id, as piggybacked with that entry's add;
+    unset when not known (an add without it, or an older node).
+    """
     def __init__(
         self,
         *,
@@ -248,12 +262,15 @@ class LacResponse(_message.Message):
         last_entry_id: _builtins.int = ...,
         last_add_confirmed: _builtins.int = ...,
         fenced: _builtins.bool = ...,
+        length: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_length", b"_length", "length", b"length"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fenced", b"fenced", "last_add_confirmed", b"last_add_confirmed", "last_entry_id", b"last_entry_id", "ledger_id", b"ledger_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_length", b"_length", "fenced", b"fenced", "last_add_confirmed", b"last_add_confirmed", "last_entry_id", b"last_entry_id", "ledger_id", b"ledger_id", "length", b"length"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__length: _TypeAlias = _typing.Literal["length"]  # noqa: Y015
+    _WhichOneofArgType__length: _TypeAlias = _typing.Literal["_length", b"_length"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__length) -> _WhichOneofReturnType__length | None: ...
 
 Global___LacResponse: _TypeAlias = LacResponse  # noqa: Y015
 

@@ -40,11 +40,11 @@ class AddFrame:
     data with data's tag and length, the entry bytes themselves (never copied here), the fields
     after data. `size` is the frame's length in bytes."""
 
-    __slots__ = ("_message", "_parts", "_streams", "entry_id", "last_add_confirmed", "ledger_id", "recovery",
-                 "request_id", "size", "traceparent")
+    __slots__ = ("_message", "_parts", "_streams", "entry_id", "last_add_confirmed", "ledger_id", "length",
+                 "recovery", "request_id", "size", "traceparent")
 
     def __init__(self, request_id: int, ledger_id: int, entry_id: int, data: bytes, *, last_add_confirmed: int,
-                 recovery: bool = False, traceparent: str = "") -> None:
+                 recovery: bool = False, traceparent: str = "", length: int = -1) -> None:
         self.request_id = request_id
         self.ledger_id = ledger_id
         self.entry_id = entry_id
@@ -52,12 +52,14 @@ class AddFrame:
         self.last_add_confirmed = last_add_confirmed
         self.recovery = recovery
         self.traceparent = traceparent
+        self.length = length  # the writer's length of the ledger with this entry (-1: not known, not sent)
         # protobuf encodes the small fields (C code, canonical); only data is framed by hand, so
         # that its bytes are copied once, into the message that leaves.
         head = storage_pb2.AddRequest(request_id=request_id, ledger_id=ledger_id, entry_id=entry_id
                                       ).SerializeToString()
         tail = storage_pb2.AddRequest(last_add_confirmed=last_add_confirmed, recovery=recovery,
-                                      traceparent=traceparent).SerializeToString()
+                                      traceparent=traceparent, length=length if length >= 0 else None
+                                      ).SerializeToString()
         if data:  # proto3 leaves an empty bytes field out
             head += _DATA_TAG + varint(len(data))
         length = len(head) + len(data) + len(tail)

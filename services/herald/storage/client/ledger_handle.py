@@ -57,11 +57,12 @@ class PendingAdd:
     """An add waiting for its ack quorum (BookKeeper's PendingAddOp): serialized once (its frame)
     for every node of its write set, completed through its callback in entry order."""
 
-    __slots__ = ("acked", "callback", "data", "entry_id", "frame", "sent", "span", "write_set")
+    __slots__ = ("acked", "callback", "data", "entry_id", "frame", "length", "sent", "span", "write_set")
 
-    def __init__(self, entry_id: int, data: bytes, callback: AddCallback) -> None:
+    def __init__(self, entry_id: int, data: bytes, callback: AddCallback, length: int = -1) -> None:
         self.entry_id = entry_id
         self.data = data
+        self.length = length  # the ledger's length with this entry, piggybacked with it
         self.callback = callback
         self.frame: AddFrame | None = None  # built on its first send, then sent to every node as it is
         self.span: tracing.Span | None = None  # its CLIENT span when added within a trace
@@ -101,6 +102,7 @@ class LedgerHandle:
         self.last_add_confirmed = metadata.last_entry_id
         self._last_add_pushed = metadata.last_entry_id
         self._length = metadata.length
+        self._length_pushed = metadata.length  # with every add queued: piggybacked on each
         self._pending: deque[PendingAdd] = deque()
         self._failure: errors.HeraldError | None = None
         self._failed_nodes: set[str] = set()  # nodes that failed this writer: never chosen again
@@ -136,7 +138,8 @@ class LedgerHandle:
         if self._pool.closed:
             raise errors.PersistenceError(f"ledger {self.ledger_id}: the storage client is closed")
         self._last_add_pushed += 1
-        op = PendingAdd(self._last_add_pushed, data, callback)
+        self._length_pushed += len(data)
+        op = PendingAdd(self._last_add_pushed, data, callback, self._length_pushed)
         if tracing.ENABLED and tracing.current_span_context() is not None:
             op.span = self._start_span(op)
         self._pending.append(op)
@@ -169,7 +172,7 @@ class LedgerHandle:
             # Serialized once, with the LAC of its first send (a lower bound is all a node needs).
             frame = op.frame = AddFrame(
                 self._pool.next_request_id(), self.ledger_id, op.entry_id, op.data,
-                last_add_confirmed=self.last_add_confirmed,
+                last_add_confirmed=self.last_add_confirmed, length=op.length,
                 traceparent=tracing.traceparent(op.span) if op.span is not None else "")
         self._pool.node(address).add(frame).add_done_callback(functools.partial(self._on_response, op, address))
 

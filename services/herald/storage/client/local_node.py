@@ -46,7 +46,7 @@ class LocalStore(Protocol):
     """What a storage node of this process offers the storage client: its ledger store's add and read."""
 
     async def begin_add(self, ledger_id: int, entry_id: int, data: bytes, *, last_add_confirmed: int = -1,
-                        recovery: bool = False, traceparent: str = "") -> asyncio.Future[None]:
+                        recovery: bool = False, traceparent: str = "", length: int = -1) -> asyncio.Future[None]:
         """Queue an add and return the future of its fsync (raises HeraldError when refused); a
         traced add (`traceparent`) is the node's span, as over gRPC."""
         ...
@@ -122,7 +122,8 @@ class LocalAddStream:
                     try:
                         started = await store.begin_add(frame.ledger_id, frame.entry_id, frame.data,
                                                         last_add_confirmed=frame.last_add_confirmed,
-                                                        recovery=frame.recovery, traceparent=frame.traceparent)
+                                                        recovery=frame.recovery, traceparent=frame.traceparent,
+                                                        length=frame.length)
                     except errors.HeraldError as exc:
                         started = exc
                     self._begun.append((frame, future, started))

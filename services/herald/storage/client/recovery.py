@@ -17,12 +17,13 @@ entry no earlier than the last one it had acknowledged, so that a new writer can
 6. Close by CAS with that last entry and the ledger's length; if another recoverer closed it first,
    its result stands.
 
-The recovered length is what is known without reading the ledger: the bytes before its last
-ensemble (the writer records them at each ensemble change) plus the bytes of the entries recovered
-after the LAC. The entries of the last ensemble up to the LAC are not counted: their sizes are on
-the storage nodes only, and reading a ledger of up to 2 GB at every takeover would stall it. An
-exact length needs the writer's length piggybacked with its LAC (as BookKeeper's entry header
-does), which the storage protocol does not carry yet.
+The recovered length is exact: the writer piggybacks the ledger's length with each add (as
+BookKeeper's entry header does) and each node reports the one of its last entry with its LAC. A
+node whose last entry is one recovery reaches (from the LAC to the last entry recovered) anchors
+the count; each entry read after it adds its size, and the re-added entries carry their lengths in
+turn. When no node can tell (entries written before lengths were piggybacked), the length is what
+is known without reading the ledger: the bytes before its last ensemble (recorded at each ensemble
+change) plus those of the entries recovered after the LAC, a lower bound.
 """
 
 from __future__ import annotations
@@ -64,10 +65,14 @@ class LedgerRecoveryOp:
         metadata, version = await self._mark_in_recovery()
         if metadata.state == "CLOSED":
             return metadata, version
-        lac, unreachable = await self._fence(metadata)
-        # Known before: the bytes before the last ensemble (recorded at each ensemble change); the
-        # entries of the last ensemble up to lac are not counted, as only reading them would tell.
+        lac, unreachable, anchors = await self._fence(metadata)
+        # The lower bound, should no node know the length: the bytes before the last ensemble
+        # (recorded at each ensemble change) and those of the entries recovered after lac.
         length = metadata.length
+        # The exact length up to `last`, once `last` reaches an entry a node knows the length at.
+        exact = anchors.get(lac, -1)
+        if exact >= 0:
+            length = exact
         # Entries are read where the writer put them and re-added where they will be read from: the
         # same ensemble, unless some of its nodes are unreachable and get replaced first.
         target = metadata
@@ -87,7 +92,11 @@ class LedgerRecoveryOp:
                     break
                 last += 1
                 length += len(data)
-                await self._replicate(target, last, data, lac)
+                if exact >= 0:
+                    exact += len(data)
+                elif last in anchors:
+                    exact = anchors[last]
+                await self._replicate(target, last, data, lac, exact)
             while self._replicating:
                 await self._settle_oldest(target)
         finally:
@@ -97,8 +106,10 @@ class LedgerRecoveryOp:
             for _, sends in self._replicating:
                 for _, future in sends:
                     future.cancel()
-        log.info("ledger %d recovered: last entry %d (the nodes reported %d confirmed), %d bytes",
-                 self.ledger_id, last, lac, length)
+        if exact >= 0:
+            length = exact
+        log.info("ledger %d recovered: last entry %d (the nodes reported %d confirmed), %d bytes (%s)",
+                 self.ledger_id, last, lac, length, "exact" if exact >= 0 else "a lower bound: no node knew it")
         return await self._close(target, version, last, length)
 
     async def _mark_in_recovery(self) -> tuple[LedgerMetadata, int]:
@@ -118,21 +129,25 @@ class LedgerRecoveryOp:
         raise errors.BadVersionError(f"ledger {self.ledger_id} kept changing while it was being marked for "
                                      "recovery; retry")
 
-    async def _fence(self, metadata: LedgerMetadata) -> tuple[int, set[str]]:
-        """Fence the last ensemble; the highest LAC its fenced nodes report, and the nodes not fenced."""
+    async def _fence(self, metadata: LedgerMetadata) -> tuple[int, set[str], dict[int, int]]:
+        """Fence the last ensemble; the highest LAC its fenced nodes report, the nodes not fenced, and
+        the lengths they know: their last entry id -> the writer's length of the ledger up to it."""
         ensemble = metadata.ensemble
         results = await asyncio.gather(*(self._fence_one(address) for address in ensemble), return_exceptions=True)
-        lacs = [r for r in results if isinstance(r, int)]
-        unreachable = {a for a, r in zip(ensemble, results, strict=True) if not isinstance(r, int)}
+        answers = [r for r in results if isinstance(r, storage_pb2.LacResponse)]
+        lacs = [int(r.last_add_confirmed) for r in answers]
+        anchors = {int(r.last_entry_id): int(r.length) for r in answers if r.HasField("length") and r.length >= 0}
+        unreachable = {a for a, r in zip(ensemble, results, strict=True) if not isinstance(r, storage_pb2.LacResponse)}
         needed = len(ensemble) - metadata.ack_quorum + 1
         if len(lacs) < needed:
-            failures = "; ".join(f"{a}: {r}" for a, r in zip(ensemble, results, strict=True) if not isinstance(r, int))
+            failures = "; ".join(f"{a}: {r}" for a, r in zip(ensemble, results, strict=True)
+                                 if not isinstance(r, storage_pb2.LacResponse))
             raise errors.ServiceNotReadyError(
                 f"cannot recover ledger {self.ledger_id}: it is fenced on {len(lacs)} of the {len(ensemble)} storage "
                 f"nodes of its ensemble and {needed} are needed so that no ack quorum can form without them "
                 f"({failures}); retry once they answer")
         # Entries before the last ensemble were all acknowledged before it was recorded.
-        return max([*lacs, metadata.ensemble_start - 1]), unreachable
+        return max([*lacs, metadata.ensemble_start - 1]), unreachable, anchors
 
     async def _change_ensemble(self, metadata: LedgerMetadata, version: int, unreachable: set[str], lac: int,
                                length: int) -> tuple[LedgerMetadata, int]:
@@ -160,11 +175,11 @@ class LedgerRecoveryOp:
                  lac + 1, new, metadata.ensemble, sorted(unreachable))
         return updated, version
 
-    async def _fence_one(self, address: str) -> int:
+    async def _fence_one(self, address: str) -> storage_pb2.LacResponse:
         node = self._pool.node(address)
         try:
             await node.fence(self.ledger_id)
-            return int((await node.last_add_confirmed(self.ledger_id)).last_add_confirmed)
+            return await node.last_add_confirmed(self.ledger_id)
         except errors.HeraldError as exc:
             if isinstance(exc, NODE_FAILURES):
                 self._pool.quarantine(address, exc)
@@ -200,11 +215,12 @@ class LedgerRecoveryOp:
             f"{metadata.write_quorum - metadata.ack_quorum + 1} must "
             f"({'; '.join(f'{a}: {e}' for a, e in failures)}); retry once they answer")
 
-    async def _replicate(self, metadata: LedgerMetadata, entry_id: int, data: bytes, lac: int) -> None:
-        """Re-add a recovered entry to its whole write set (recovery adds pass the fence)."""
+    async def _replicate(self, metadata: LedgerMetadata, entry_id: int, data: bytes, lac: int, length: int) -> None:
+        """Re-add a recovered entry to its whole write set (recovery adds pass the fence), with the
+        ledger's length up to it when known (-1: not)."""
         # Serialized once for the whole write set, as the writer's adds are.
         frame = AddFrame(self._pool.next_request_id(), self.ledger_id, entry_id, data, last_add_confirmed=lac,
-                         recovery=True)
+                         recovery=True, length=length)
         sends = [(address, self._pool.node(address).add(frame)) for address in metadata.write_set(entry_id)]
         self._replicating.append((entry_id, sends))
         if len(self._replicating) > _MAX_REPLICATING:

@@ -33,6 +33,9 @@ _ENTRY_KEY = Struct(">QQ")
 _LEDGER_KEY = Struct(">Q")
 _U64 = Struct(">Q")
 _LEDGER_VALUE = Struct(">qBq")  # last add confirmed, fenced, last entry id held in `entries`
+# ... and the writer's length at that entry (-1: unknown); a value of _LEDGER_VALUE alone was
+# written before lengths were kept.
+_LENGTH = Struct(">q")
 _I64 = Struct(">q")
 _JOURNAL_KEY = b"journal"
 _FILE_PREFIX = b"f"
@@ -43,6 +46,7 @@ class LedgerMeta:
     last_entry_id: int
     last_add_confirmed: int
     fenced: bool
+    length: int = -1  # the writer's length of the ledger up to last_entry_id, -1 if unknown
 
 
 @dataclass(slots=True)
@@ -105,8 +109,9 @@ class IndexDB:
         found: dict[int, LedgerMeta] = {}
         with self.env.begin(db=self._ledgers) as txn:
             for key, value in txn.cursor():
-                lac, fenced, last = _LEDGER_VALUE.unpack(value)
-                found[_LEDGER_KEY.unpack(key)[0]] = LedgerMeta(last, lac, bool(fenced))
+                lac, fenced, last = _LEDGER_VALUE.unpack_from(value)
+                length = _LENGTH.unpack_from(value, _LEDGER_VALUE.size)[0] if len(value) > _LEDGER_VALUE.size else -1
+                found[_LEDGER_KEY.unpack(key)[0]] = LedgerMeta(last, lac, bool(fenced), length)
         return found
 
     def file_refs(self) -> Counter[int]:
@@ -191,7 +196,8 @@ class IndexDB:
                         refs[location >> OFFSET_BITS] += 1
                 for ledger_id, meta in batch.ledgers.items():
                     txn.put(_LEDGER_KEY.pack(ledger_id),
-                            _LEDGER_VALUE.pack(meta.last_add_confirmed, meta.fenced, meta.last_entry_id),
+                            _LEDGER_VALUE.pack(meta.last_add_confirmed, meta.fenced, meta.last_entry_id)
+                            + _LENGTH.pack(meta.length),
                             db=self._ledgers)
                 for file_id, change in refs.items():
                     if change:

@@ -11,10 +11,12 @@ last record a SIGKILL or power loss leaves behind).
 
 File format: the 8-byte magic `HRLDJRN1`, then records, each a 40-byte header and the data:
 
-    u32 data length | u8 kind | 3 pad | i64 ledger id | i64 entry id | i64 last add confirmed
-    | u32 crc32c(data) | u32 crc32c(the 36 header bytes before it)
+    u32 data length | u8 kind | u8 flags | 2 pad | i64 ledger id | i64 entry id
+    | i64 last add confirmed | u32 crc32c(data) | u32 crc32c(the 36 header bytes before it)
 
-All integers little-endian. A record whose header or data fails its crc ends the readable journal.
+then, if flags has HAS_LENGTH (an add that carried the writer's length of the ledger up to it),
+`i64 length | u32 crc32c(those 8 bytes)`. Files written before lengths have flags 0. All integers
+little-endian. A record whose header, data or length fails its crc ends the readable journal.
 """
 
 from __future__ import annotations
@@ -44,9 +46,12 @@ log = logging.getLogger(__name__)
 
 FILE_MAGIC = b"HRLDJRN1"
 SUFFIX = ".journal"
-_HEAD = struct.Struct("<IB3xqqqI")
+_HEAD = struct.Struct("<IBB2xqqqI")
 _CRC = struct.Struct("<I")
 HEADER_SIZE = _HEAD.size + _CRC.size
+_LENGTH = struct.Struct("<q")
+HAS_LENGTH = 1
+LENGTH_SIZE = _LENGTH.size + _CRC.size
 
 
 class RecordKind(enum.IntEnum):
@@ -67,12 +72,27 @@ class JournalRecord:
     data: bytes = b""
     # crc32c of data; computed on the writer thread when left at -1.
     data_crc: int = -1
+    # An add's writer's length of the ledger up to and including it (-1: not given).
+    length: int = -1
 
 
 def encode_header(record: JournalRecord) -> bytes:
-    head = _HEAD.pack(len(record.data), record.kind, record.ledger_id, record.entry_id,
+    flags = HAS_LENGTH if record.length >= 0 else 0
+    head = _HEAD.pack(len(record.data), record.kind, flags, record.ledger_id, record.entry_id,
                       record.last_add_confirmed, record.data_crc)
     return head + _CRC.pack(crc32c(head))
+
+
+def encode_length(record: JournalRecord) -> bytes:
+    """What follows the data of a record with a length (none otherwise)."""
+    if record.length < 0:
+        return b""
+    length = _LENGTH.pack(record.length)
+    return length + _CRC.pack(crc32c(length))
+
+
+def record_size(record: JournalRecord) -> int:
+    return HEADER_SIZE + len(record.data) + (LENGTH_SIZE if record.length >= 0 else 0)
 
 
 class SyncedBatchHandler(Protocol):
@@ -183,7 +203,7 @@ class Journal:
                 if record is None:
                     break
                 yield record
-                offset += HEADER_SIZE + len(record.data)
+                offset += record_size(record)
             size = os.fstat(f.fileno()).st_size
             if offset == size:
                 return
@@ -206,13 +226,20 @@ class Journal:
         (stored_crc,) = _CRC.unpack_from(header, _HEAD.size)
         if crc32c(head) != stored_crc:
             return None
-        length, kind, ledger_id, entry_id, lac, data_crc = _HEAD.unpack(head)
+        length, kind, flags, ledger_id, entry_id, lac, data_crc = _HEAD.unpack(head)
         if kind not in _KINDS:
             return None
         data = f.read(length)
         if len(data) < length or crc32c(data) != data_crc:
             return None
-        return JournalRecord(RecordKind(kind), ledger_id, entry_id, lac, data, data_crc)
+        ledger_length = -1
+        if flags & HAS_LENGTH:
+            trailer = f.read(LENGTH_SIZE)
+            if (len(trailer) < LENGTH_SIZE
+                    or crc32c(trailer[:_LENGTH.size]) != _CRC.unpack_from(trailer, _LENGTH.size)[0]):
+                return None
+            (ledger_length,) = _LENGTH.unpack_from(trailer)
+        return JournalRecord(RecordKind(kind), ledger_id, entry_id, lac, data, data_crc, ledger_length)
 
     # ---- running --------------------------------------------------------------------------
 
@@ -371,6 +398,8 @@ class Journal:
                     record.data_crc = crc32c(record.data)
                 buffers.append(encode_header(record))
                 buffers.append(record.data)
+                if record.length >= 0:
+                    buffers.append(encode_length(record))
             written = write_all(self._fd, buffers)
             self._file_size += written
             started = time.perf_counter()

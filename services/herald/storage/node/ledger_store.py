@@ -80,6 +80,7 @@ class LedgerInfo:
     last_entry_id: int  # -1 if no entry is held
     last_add_confirmed: int  # -1 if the writer never reported one
     fenced: bool
+    length: int = -1  # the writer's length of the ledger up to last_entry_id, -1 if unknown
 
 
 class LedgerStore:
@@ -200,13 +201,14 @@ class LedgerStore:
     # ---- adds, fencing, deletes ---------------------------------------------------------------
 
     async def add_entry(self, ledger_id: int, entry_id: int, data: bytes, *,
-                        last_add_confirmed: int = -1, recovery: bool = False) -> None:
+                        last_add_confirmed: int = -1, recovery: bool = False, length: int = -1) -> None:
         """Store an entry; returns once it is durable (journal fsynced)."""
-        await (await self.begin_add(ledger_id, entry_id, data,
-                                    last_add_confirmed=last_add_confirmed, recovery=recovery))
+        await (await self.begin_add(ledger_id, entry_id, data, last_add_confirmed=last_add_confirmed,
+                                    recovery=recovery, length=length))
 
     async def begin_add(self, ledger_id: int, entry_id: int, data: bytes, *,
-                        last_add_confirmed: int = -1, recovery: bool = False) -> asyncio.Future[None]:
+                        last_add_confirmed: int = -1, recovery: bool = False,
+                        length: int = -1) -> asyncio.Future[None]:
         """Queue an add (waiting only while the journal is full) and return the future of its fsync.
 
         Raises at once, without queueing, if the ledger is fenced (and this is no recovery add) or
@@ -226,7 +228,7 @@ class LedgerStore:
             raise InvalidArgumentError(
                 f"entry id {entry_id} of ledger {ledger_id} is too far past the last entry held ({last}): "
                 f"entry ids of a ledger are dense (at most {self._settings.max_entry_id_gap} ahead)")
-        record = JournalRecord(RecordKind.ADD, ledger_id, entry_id, last_add_confirmed, data)
+        record = JournalRecord(RecordKind.ADD, ledger_id, entry_id, last_add_confirmed, data, length=length)
         return self._journal.append(record)
 
     async def fence(self, ledger_id: int) -> int:
@@ -315,7 +317,7 @@ class LedgerStore:
         ledger = self._ledgers.index.get(ledger_id)
         if ledger is None:
             return LedgerInfo(-1, -1, False)
-        return LedgerInfo(ledger.last_entry_id, ledger.last_add_confirmed, ledger.fenced)
+        return LedgerInfo(ledger.last_entry_id, ledger.last_add_confirmed, ledger.fenced, ledger.length)
 
     def last_entry_id(self, ledger_id: int) -> int:
         return self.ledger_info(ledger_id).last_entry_id

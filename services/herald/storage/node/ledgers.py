@@ -39,6 +39,9 @@ class LedgerState:
     last_entry_id: int = -1  # the highest entry id held (logged or not), -1 if none
     last_add_confirmed: int = -1
     fenced: bool = False
+    # The writer's length of the ledger up to last_entry_id, piggybacked with that entry's add (-1:
+    # unknown, an add without it). Kept with the last entry only: recovery needs no more.
+    length: int = -1
     # entry id -> the bytes of an UNLOGGED entry (the latest copy journaled): never committed.
     unlogged: dict[int, bytes] = field(default_factory=dict)
     # entry id -> location (or UNLOGGED) changed since the last checkpoint: read before LMDB.
@@ -91,7 +94,7 @@ class Ledgers:
         """Start from what LMDB holds: one object per ledger, the file counts it keeps."""
         assert self.db is not None
         self.index = {ledger_id: LedgerState(ledger_id, self.db, meta.last_entry_id, meta.last_add_confirmed,
-                                             meta.fenced, in_db=True, committed_last=meta.last_entry_id)
+                                             meta.fenced, meta.length, in_db=True, committed_last=meta.last_entry_id)
                       for ledger_id, meta in self.db.ledgers().items()}
         self.file_refs = self.db.file_refs()
 
@@ -122,7 +125,10 @@ class Ledgers:
                 ledger.unlogged[entry_id] = record.data
                 if entry_id > ledger.last_entry_id:  # the usual case: the next entry
                     ledger.last_entry_id = entry_id
+                    ledger.length = record.length
                 else:
+                    if entry_id == ledger.last_entry_id and record.length >= 0:
+                        ledger.length = record.length  # a recovery's copy of the last entry
                     # A second copy of an entry (re-replication, a writer's retry) replaces the
                     # first at once: reads get it from memory until its own location is known.
                     previous = ledger.get(entry_id)
@@ -238,7 +244,10 @@ class Ledgers:
             logged = {e: loc for e, loc in ledger.changed.items() if loc < UNLOGGED}
             batch.locations[ledger_id] = logged
             last = max(ledger.committed_last, max(logged, default=-1))
-            batch.ledgers[ledger_id] = LedgerMeta(last, ledger.last_add_confirmed, ledger.fenced)
+            # The length goes with the last entry: unknown while that one is not logged yet (a
+            # restart replays it, length and all).
+            length = ledger.length if last == ledger.last_entry_id else -1
+            batch.ledgers[ledger_id] = LedgerMeta(last, ledger.last_add_confirmed, ledger.fenced, length)
         self._touched, self._deleted = set(), set()
         self.overlay_added = 0
         return batch

@@ -95,7 +95,8 @@ class _AddStream:
         try:
             started = await self._store.begin_add(
                 request.ledger_id, request.entry_id, data,
-                last_add_confirmed=request.last_add_confirmed, recovery=request.recovery)
+                last_add_confirmed=request.last_add_confirmed, recovery=request.recovery,
+                length=request.length if request.HasField("length") else -1)
         except HeraldError as exc:
             started = exc
         if span is not None:
@@ -233,7 +234,8 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
         except HeraldError as exc:
             await abort(context, exc)
         return storage_pb2.LacResponse(ledger_id=request.ledger_id, last_entry_id=info.last_entry_id,
-                                       last_add_confirmed=info.last_add_confirmed, fenced=info.fenced)
+                                       last_add_confirmed=info.last_add_confirmed, fenced=info.fenced,
+                                       length=info.length if info.length >= 0 else None)
 
     async def Fence(self, request: storage_pb2.FenceRequest, context: _Context) -> storage_pb2.FenceResponse:
         try:
@@ -264,12 +266,12 @@ class LocalAccess:
         self._store = store
 
     async def begin_add(self, ledger_id: int, entry_id: int, data: bytes, *, last_add_confirmed: int = -1,
-                        recovery: bool = False, traceparent: str = "") -> asyncio.Future[None]:
+                        recovery: bool = False, traceparent: str = "", length: int = -1) -> asyncio.Future[None]:
         span = (_traced_add_span(traceparent, ledger_id, entry_id, len(data), recovery)
                 if tracing.ENABLED and traceparent else None)
         try:
             started = await self._store.begin_add(ledger_id, entry_id, data, last_add_confirmed=last_add_confirmed,
-                                                  recovery=recovery)
+                                                  recovery=recovery, length=length)
         except HeraldError as exc:
             if span is not None:
                 tracing.end(span, exc)
