@@ -11,8 +11,10 @@ set comes from the ensemble in force for it. JSON form:
 
 `length` is the ledger's size in bytes once closed by its writer; while it is OPEN it is the size of
 the entries before the last ensemble's first entry (the writer records it at each ensemble change).
-A ledger closed by recovery records that plus the entries recovered after the LAC: a lower bound
-(see storage.client.recovery).
+A ledger closed by recovery records its exact size too (the writer piggybacks the length with each
+add, and the nodes report it with their last entry); only for entries written without it (by an
+older writer) is it a lower bound: that plus the entries recovered after the LAC (see
+storage.client.recovery).
 """
 
 from __future__ import annotations

@@ -9,6 +9,11 @@ Files rotate by size and at each checkpoint; the ledger store deletes the files 
 On open, `replay` reads the files from the last checkpoint and truncates a torn tail (the partial
 last record a SIGKILL or power loss leaves behind).
 
+Disk full: before each group commit, the space check (storage.node.space) may refuse the batch's
+adds (StorageFullError; its fences and deletes still go). A write or fsync failing with ENOSPC
+answers none of its batch (StorageFullError), cuts the file back to where the batch began, and the
+journal goes on; any other failure stops it for good (PersistenceError) until a restart.
+
 File format: the 8-byte magic `HRLDJRN1`, then records, each a 40-byte header and the data:
 
     u32 data length | u8 kind | u8 flags | 2 pad | i64 ledger id | i64 entry id

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import logging
 import threading
 import time
@@ -31,7 +30,6 @@ from herald.common.errors import (
     FencedError,
     InvalidArgumentError,
     LedgerNotFoundError,
-    PersistenceError,
     ServiceNotReadyError,
 )
 from herald.storage.node.compaction import CompactionStats, FileCompaction
@@ -50,7 +48,7 @@ from herald.storage.node.journal import Journal, JournalRecord, RecordKind
 from herald.storage.node.ledgers import Ledgers, LedgerState, Wanted
 from herald.storage.node.metrics import StorageReading
 from herald.storage.node.settings import StorageSettings
-from herald.storage.node.space import SPACE_REFRESH_INTERVAL, DiskSpace
+from herald.storage.node.space import SPACE_REFRESH_INTERVAL, DiskSpace, EntryLogAppender
 
 if TYPE_CHECKING:
     from herald.storage.node.metrics import StorageMetrics
@@ -93,6 +91,7 @@ class LedgerStore:
         self._entry_log = EntryLog(self._root / "entrylog", max_file_size=settings.entry_log_max_size)
         self.space = DiskSpace(self._root, max_data_bytes=settings.max_data_bytes,
                                min_free_bytes=settings.min_free_bytes)
+        self._appender = EntryLogAppender(self._entry_log)
         self._journal = Journal(
             self._root / "journal", self,
             max_file_size=settings.journal_file_max_size,
@@ -111,7 +110,6 @@ class LedgerStore:
         self._early_checkpoint: asyncio.Task[None] | None = None
         self._space_task: asyncio.Task[None] | None = None
         self._closed = asyncio.Event()
-        self._unlogged: list[JournalRecord] = []  # journaled adds a full disk kept from the entry log (writer thread)
         self.checkpoint_count = 0
         # For metrics: entries made durable and read, adds refused as fenced.
         self.entries_written = self.bytes_written = 0
@@ -269,28 +267,9 @@ class LedgerStore:
 
     def write_synced(self, records: Sequence[JournalRecord]) -> object:
         """On the journal's writer thread, after the batch was handed to the loop to be answered:
-        append its adds to the entry log. Returns the adds and their locations.
-
-        A disk full (ENOSPC) holds the adds back, in memory (they are durable in the journal and
-        served from memory): the next batch, or the next checkpoint (records empty, when it must
-        raise if they still do not fit), appends them first."""
-        adds = [*self._unlogged, *(r for r in records if r.kind is RecordKind.ADD)]
-        if not adds:
-            return None
-        try:
-            locations = self._entry_log.append(adds)
-        except OSError as exc:
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                self._unlogged = adds
-                if records:
-                    log.warning("entry log: disk full (%s): %d entries wait in memory for room", exc, len(adds))
-                    return None
-                raise PersistenceError(f"{len(adds)} entries wait for room in the entry log (disk full)") from exc
-            raise PersistenceError(
-                f"the entry log could not be written: {exc}; this storage node accepts no more writes until it is "
-                "restarted (the journal holds every acknowledged entry)") from exc
-        self._unlogged = []
-        return adds, locations
+        append its adds to the entry log (storage.node.space.EntryLogAppender: a full disk holds
+        them back in memory). Returns the adds and their locations, or None."""
+        return self._appender.append(records)
 
     def apply_written(self, records: Sequence[JournalRecord], outcome: object) -> None:
         """On the event loop, in journal order: the index points at the entry log copies."""

@@ -1,5 +1,5 @@
 """Disk space of a storage node: whether its disk can take more adds (the journal asks before
-each group commit, on its writer thread).
+each group commit, on its writer thread), and the entry log writes that wait for room.
 
 Two limits, either of which refuses adds (storage settings): the bytes of the data directory's
 files (journal, entry logs, index) against max_data_bytes, and the file system's free bytes
@@ -14,11 +14,16 @@ what was accepted since; the free bytes are read (statvfs) at every check, a che
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
+from herald.common.errors import PersistenceError
+from herald.storage.node.entry_log import EntryLog
+from herald.storage.node.journal import JournalRecord, RecordKind
 from herald.storage.node.metrics import disk_usage
 
 log = logging.getLogger(__name__)
@@ -86,3 +91,33 @@ class DiskSpace:
                 await asyncio.to_thread(self.refresh)
             except OSError:
                 log.exception("could not measure the data directory %s; the cap counts on the last measure", self._dir)
+
+
+class EntryLogAppender:
+    """Appends each journaled batch's adds to the entry log, on the journal's writer thread. A disk
+    full (ENOSPC) holds them back in memory (they are durable in the journal, and served from
+    memory meanwhile): the next batch appends them first, or the next checkpoint (no records: then
+    it raises while they still do not fit, so that no checkpoint covers them)."""
+
+    def __init__(self, entry_log: EntryLog) -> None:
+        self._entry_log = entry_log
+        self._held_back: list[JournalRecord] = []
+
+    def append(self, records: Sequence[JournalRecord]) -> tuple[list[JournalRecord], list[int]] | None:
+        adds = [*self._held_back, *(r for r in records if r.kind is RecordKind.ADD)]
+        if not adds:
+            return None
+        try:
+            locations = self._entry_log.append(adds)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise PersistenceError(
+                    f"the entry log could not be written: {exc}; this storage node accepts no more writes until it "
+                    "is restarted (the journal holds every acknowledged entry)") from exc
+            self._held_back = adds
+            if not records:
+                raise PersistenceError(f"{len(adds)} entries wait for room in the entry log (disk full)") from exc
+            log.warning("entry log: disk full (%s): %d entries wait in memory for room", exc, len(adds))
+            return None
+        self._held_back = []
+        return adds, locations
