@@ -267,3 +267,89 @@ async def test_the_fsync_delay_knob_slows_every_journal_fsync_and_adds_still_suc
     assert total >= 0.3 * fsyncs
     assert node.metric('herald_storage_journal_fsync_latency_seconds_bucket{le="0.25"}') == 0
     assert await node.read(1, 0, 2) == {i: entry(1, i) for i in range(3)}
+
+
+def mount_tmpfs(path: Path, size: str) -> str:
+    """Mount a tmpfs of `size` on path: "" once mounted, else why the machine refused."""
+    try:
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return repr(exc)
+    return done.stderr.strip() or "mount failed" if done.returncode != 0 else ""
+
+
+async def test_the_free_space_reserve_refuses_adds_but_not_fences_and_lets_them_in_when_space_returns(
+        nodes: list[Node], small_disk: SmallDisk, herald_env: dict[str, str]) -> None:
+    if not small_disk.real:
+        # The fixture said so (a warning): without a small file system, the cap stands in for it.
+        flags = ["--max-data-bytes", "600000", "--min-free-bytes", "0"]
+    else:
+        flags = ["--min-free-bytes", str(512 * 1024)]
+    node = Node(small_disk.path / "storage", herald_env, flags)
+    nodes.append(node)
+    await node.start()
+    if small_disk.real:
+        take_space(small_disk.ballast, 1 << 20)
+    acked, refused = await fill(node, 1)
+    assert acked
+    assert type(refused) is errors.PersistenceError
+    if small_disk.real:
+        assert "min_free_bytes" in str(refused) and "bytes free" in str(refused), refused
+    # The reserve is what fencing and deletes use: both go on.
+    fenced = await node.stub.Fence(storage_pb2.FenceRequest(ledger_id=1), timeout=DEADLINE)
+    assert fenced.last_entry_id == max(acked)
+    await node.stub.DeleteLedger(storage_pb2.DeleteLedgerRequest(ledger_id=7), timeout=DEADLINE)
+    if small_disk.real:
+        small_disk.ballast.unlink()
+    else:
+        await node.stop()
+        node.flags = ["--min-free-bytes", "0"]
+        await node.start()
+    assert await node.add(2, 0, entry(2, 0)) is None
+    assert await node.read(1, 0, max(acked)) == acked
+
+
+async def test_an_entry_log_out_of_space_keeps_acknowledged_adds_served_until_room_returns(
+        nodes: list[Node], tmp_path: Path, herald_env: dict[str, str]) -> None:
+    # Only the entry log's directory is small: the journal takes every add, the entry log copy
+    # written after the answer meets ENOSPC.
+    data_dir = tmp_path / "storage"
+    entry_logs = data_dir / "entrylog"
+    entry_logs.mkdir(parents=True)
+    refusal = mount_tmpfs(entry_logs, "128k")
+    node = Node(data_dir, {**herald_env, "HERALD_STORAGE_CHECKPOINT_INTERVAL": "3600"},
+                ["--min-free-bytes", "0"] if not refusal else ["--min-free-bytes", "0", "--max-data-bytes", "200000"])
+    nodes.append(node)
+    try:
+        if refusal:
+            message = (f"this machine refuses to mount a tmpfs ({refusal}): the entry log's ENOSPC cannot be "
+                       "made; the test checks the max_data_bytes cap instead")
+            print(message)
+            warnings.warn(message, stacklevel=1)
+        await node.start()
+        acked: dict[int, bytes] = {}
+        for i in range(12 if not refusal else 100):  # 192 KiB: more than the entry log's 128 KiB
+            error = await node.add(1, i, entry(1, i), lac=i - 1)
+            if refusal and error is not None:
+                assert "max_data_bytes" in str(error)
+                return
+            assert error is None, error
+            acked[i] = entry(1, i)
+        # Every acknowledged add is served (those the entry log could not take, from memory).
+        assert await node.read(1, 0, 11) == acked
+        assert any("wait in memory for room" in line for line in
+                   (data_dir.parent / "storage.log").read_text().splitlines())
+        # Room returns: the next add writes the held-back entries first; a clean stop checkpoints
+        # them, and the restart serves them from the entry log and the index.
+        grown = subprocess.run(["mount", "-o", "remount,size=4m", str(entry_logs)], capture_output=True, timeout=30)
+        assert grown.returncode == 0, grown.stderr
+        assert await node.add(1, 12, entry(1, 12), lac=11) is None
+        acked[12] = entry(1, 12)
+        await node.stop()
+        await node.start()
+        assert await node.read(1, 0, 12) == acked
+    finally:
+        await node.stop(kill=True)
+        if not refusal:
+            subprocess.run(["umount", "-l", str(entry_logs)], check=False, timeout=30)
