@@ -1,6 +1,7 @@
 """A storage node whose disk is full (issue 21): adds are refused with a clear, retryable error and
-nothing of them is kept, while reads and fencing go on; adds are taken again once space returns; a
-write that hits ENOSPC leaves the journal intact for a restart. And the slow-fsync fault knob.
+nothing of them is kept, while reads, fencing and deletes go on; adds are taken again once space
+returns; a journal write that hits ENOSPC leaves the journal intact for a restart, and an entry
+log write that does keeps its acknowledged entries served. And the slow-fsync fault knob.
 
 Each node is a real `herald storage` process over real gRPC, configured by its flags. The real
 full file system is a 2 MiB tmpfs the test mounts (the machine runs tests as root); where mounting
@@ -269,6 +270,10 @@ async def test_the_fsync_delay_knob_slows_every_journal_fsync_and_adds_still_suc
     assert await node.read(1, 0, 2) == {i: entry(1, i) for i in range(3)}
 
 
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, capture_output=True, text=True, timeout=30, check=False)
+
+
 def mount_tmpfs(path: Path, size: str) -> str:
     """Mount a tmpfs of `size` on path: "" once mounted, else why the machine refused."""
     try:
@@ -317,7 +322,7 @@ async def test_an_entry_log_out_of_space_keeps_acknowledged_adds_served_until_ro
     data_dir = tmp_path / "storage"
     entry_logs = data_dir / "entrylog"
     entry_logs.mkdir(parents=True)
-    refusal = mount_tmpfs(entry_logs, "128k")
+    refusal = await asyncio.to_thread(mount_tmpfs, entry_logs, "128k")
     node = Node(data_dir, {**herald_env, "HERALD_STORAGE_CHECKPOINT_INTERVAL": "3600"},
                 ["--min-free-bytes", "0"] if not refusal else ["--min-free-bytes", "0", "--max-data-bytes", "200000"])
     nodes.append(node)
@@ -342,7 +347,7 @@ async def test_an_entry_log_out_of_space_keeps_acknowledged_adds_served_until_ro
                    (data_dir.parent / "storage.log").read_text().splitlines())
         # Room returns: the next add writes the held-back entries first; a clean stop checkpoints
         # them, and the restart serves them from the entry log and the index.
-        grown = subprocess.run(["mount", "-o", "remount,size=4m", str(entry_logs)], capture_output=True, timeout=30)
+        grown = await asyncio.to_thread(run, "mount", "-o", "remount,size=4m", str(entry_logs))
         assert grown.returncode == 0, grown.stderr
         assert await node.add(1, 12, entry(1, 12), lac=11) is None
         acked[12] = entry(1, 12)
@@ -352,4 +357,4 @@ async def test_an_entry_log_out_of_space_keeps_acknowledged_adds_served_until_ro
     finally:
         await node.stop(kill=True)
         if not refusal:
-            subprocess.run(["umount", "-l", str(entry_logs)], check=False, timeout=30)
+            await asyncio.to_thread(run, "umount", "-l", str(entry_logs))
