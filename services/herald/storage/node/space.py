@@ -35,6 +35,8 @@ _COPIES = 2
 
 
 class DiskSpace:
+    """Whether the node's disk can take more adds: its data cap and its free-space reserve."""
+
     def __init__(self, data_dir: Path, *, max_data_bytes: int, min_free_bytes: int) -> None:
         self._dir = data_dir
         self._max_data_bytes = max_data_bytes
@@ -42,7 +44,6 @@ class DiskSpace:
         self._lock = threading.Lock()
         self._scanned = 0  # the data directory's bytes at the last refresh
         self._accepted = 0  # bytes of adds let through since
-        self.problem: str | None = None  # the last check's answer
 
     @property
     def capped(self) -> bool:
@@ -79,7 +80,6 @@ class DiskSpace:
         if problem is None:
             with self._lock:
                 self._accepted += incoming
-        self.problem = problem
         return problem
 
     async def watch(self, interval: float) -> None:
