@@ -293,14 +293,16 @@ def add_service_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     sub.set_defaults(func=cmd_standalone)
 
     sub = service("lookup", "run the lookup (discovery) service")
-    sub.add_argument("--metadata-url", help="redis://host:port/db or sqlite:///path (env HERALD_LOOKUP_METADATA_URL)")
+    sub.add_argument("--metadata-url", help="etcd://host:port[,host:port...] (production), redis://host:port/db "
+                     "(development) or sqlite:///path (env HERALD_LOOKUP_METADATA_URL)")
     sub.add_argument("--heartbeat-interval", type=float, help="seconds between broker heartbeats")
     metrics_flags(sub, 9101, "lookup")
     service_security_flags(sub, "lookup")
     sub.set_defaults(func=cmd_lookup)
 
     sub = service("broker", "run a broker")
-    sub.add_argument("--metadata-url", help="redis://host:port/db (env HERALD_BROKER_METADATA_URL)")
+    sub.add_argument("--metadata-url", help="etcd://host:port[,host:port...] (production) or redis://host:port/db "
+                     "(development) (env HERALD_BROKER_METADATA_URL)")
     sub.add_argument("--broker-id", help="stable broker name (default: host:port)")
     sub.add_argument("--advertised-address", help="host:port clients use to reach this broker")
     sub.add_argument("--lookup-address", help="host:port of the lookup service")

@@ -1,0 +1,137 @@
+"""The etcd backend beyond the shared contract (tests/integration/test_metadata_store.py runs that on
+etcd too): failover between members of a real 3-member cluster when the leader is SIGKILLed, watches
+that resume across a member restart, compacted history, and unreachable or misnamed clusters."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import grpc.aio
+import pytest
+from herald.api.etcd.etcdserverpb import rpc_pb2, rpc_pb2_grpc
+from herald.common.errors import HeraldTimeoutError, InvalidArgumentError, MetadataError
+from herald.local_cluster import ClusterProcess, free_port
+from herald.local_etcd import LocalEtcd
+from herald.metadata.etcd import EtcdMetadataStore
+from herald.metadata.store import Versioned, WatchEvent
+
+from tests.helpers import unique_name
+
+DEADLINE = 20.0  # bounds a wait; asserts no duration
+
+
+@pytest.fixture
+def etcd_cluster(tmp_path: Path) -> Iterator[LocalEtcd]:
+    """Three etcd members of this test's own, which the test may kill and restart."""
+    etcd = LocalEtcd(tmp_path / "etcd", tmp_path / "logs", members=3)
+    etcd.start()
+    try:
+        yield etcd
+    finally:
+        etcd.stop()
+
+
+@pytest.fixture
+async def cluster_store(etcd_cluster: LocalEtcd) -> AsyncIterator[EtcdMetadataStore]:
+    store = EtcdMetadataStore(etcd_cluster.url, namespace=f"/{unique_name('test')}/", timeout=10.0)
+    await store.start()
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+async def leader(etcd: LocalEtcd) -> ClusterProcess:
+    """The member that is the raft leader now, asked of the members themselves."""
+    for process, address in zip(etcd.processes, etcd.client_addresses, strict=True):
+        async with grpc.aio.insecure_channel(address) as channel:
+            maintenance = rpc_pb2_grpc.MaintenanceStub(channel)
+            status = await maintenance.Status(rpc_pb2.StatusRequest(), timeout=5)
+            if status.leader == status.header.member_id:
+                return process
+    raise AssertionError("no etcd member says it is the leader")
+
+
+async def test_cas_after_the_leader_is_sigkilled_succeeds_and_nothing_acknowledged_is_lost(
+    etcd_cluster: LocalEtcd, cluster_store: EtcdMetadataStore,
+) -> None:
+    acknowledged = {f"acked/{i}": await cluster_store.put(f"acked/{i}", str(i).encode()) for i in range(20)}
+    await cluster_store.put("owner", b"before")
+    doomed = await leader(etcd_cluster)
+    doomed.kill()
+
+    # Issued after the kill: it reaches a survivor and commits once they have elected a new leader.
+    assert await cluster_store.put("owner", b"after", expected_version=1) == 2
+    assert await cluster_store.get("owner") == Versioned(b"after", 2, 0)
+    assert await cluster_store.list("acked/") == {
+        key: Versioned(key.removeprefix("acked/").encode(), version, 0) for key, version in acknowledged.items()
+    }
+
+
+async def test_a_watch_resumes_across_a_restart_of_its_member_without_losing_events(
+    etcd_cluster: LocalEtcd, cluster_store: EtcdMetadataStore,
+) -> None:
+    watch = cluster_store.watch("w/")
+    try:
+        await cluster_store.put("w/0", b"0")
+        assert await asyncio.wait_for(anext(watch), DEADLINE) == WatchEvent("put", "w/0", b"0", 1)
+        watched = etcd_cluster.processes[0]  # the store's first endpoint: where its watch streams
+        watched.kill()
+        for i in range(1, 6):  # while the watch's member is down, on the survivors
+            await cluster_store.put(f"w/{i}", str(i).encode())
+        watched.start()
+        await cluster_store.delete("w/0")
+        seen = [await asyncio.wait_for(anext(watch), DEADLINE) for _ in range(6)]
+        assert seen == [*(WatchEvent("put", f"w/{i}", str(i).encode(), 1) for i in range(1, 6)),
+                        WatchEvent("delete", "w/0", None, 0)]
+    finally:
+        await watch.aclose()
+
+
+async def test_a_watch_whose_history_was_compacted_ends_with_an_error_saying_to_reread(
+    etcd_url: str,
+) -> None:
+    namespace = f"/{unique_name('test')}/"
+    watcher = EtcdMetadataStore(etcd_url, namespace=namespace)
+    writer = EtcdMetadataStore(etcd_url, namespace=namespace)
+    await watcher.start()  # it has seen the store's revision as of now, where its watches start
+    await writer.start()
+    try:
+        for i in range(3):
+            await writer.put("c/k", str(i).encode())
+        async with grpc.aio.insecure_channel(etcd_url.removeprefix("etcd://")) as channel:
+            kv = rpc_pb2_grpc.KVStub(channel)
+            latest = (await kv.Range(rpc_pb2.RangeRequest(key=b"/"), timeout=5)).header.revision
+            await kv.Compact(rpc_pb2.CompactionRequest(revision=latest, physical=True), timeout=5)
+        watch = watcher.watch("c/")
+        with pytest.raises(MetadataError, match=r"compacted its history .* re-read the keys and watch again"):
+            await asyncio.wait_for(anext(watch), DEADLINE)
+    finally:
+        await watcher.close()
+        await writer.close()
+
+
+async def test_start_against_an_unreachable_cluster_raises_metadata_error() -> None:
+    store = EtcdMetadataStore(f"etcd://127.0.0.1:{free_port()},127.0.0.1:{free_port()}", timeout=1.0)
+    with pytest.raises(MetadataError, match=r"cannot connect to the metadata store at etcd at 127\.0\.0\.1.*"
+                                            r"is etcd running there\?"):
+        await store.start()
+    await store.close()
+
+
+async def test_an_operation_when_every_member_is_down_times_out_naming_the_members(
+    etcd_cluster: LocalEtcd, cluster_store: EtcdMetadataStore,
+) -> None:
+    await cluster_store.put("k", b"v")
+    for process in etcd_cluster.processes:
+        process.kill()
+    with pytest.raises(HeraldTimeoutError, match=r"metadata get timed out after 10\.0s: no member of etcd at "):
+        await cluster_store.get("k")
+
+
+@pytest.mark.parametrize("url", ["etcd://", "etcd://host", "etcd://h1:2379,h2", "etcd://h1:99999"])
+def test_a_malformed_etcd_url_is_refused(url: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=r"use etcd://host:port\[,host:port...\]"):
+        EtcdMetadataStore(url)
