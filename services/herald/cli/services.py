@@ -236,7 +236,7 @@ def cmd_local_cluster(args: argparse.Namespace) -> None:
     settings = load_settings(
         ClusterSettings, "local-cluster", config_file=args.config,
         overrides=_flags(args, "base_dir", "brokers", "storage_nodes", "ensemble_size", "write_quorum",
-                         "ack_quorum", "heartbeat_interval", "proxies"),
+                         "ack_quorum", "heartbeat_interval", "proxies", "metadata", "etcd_members"),
     )
     cluster = LocalCluster(settings)
     stop = threading.Event()
@@ -379,4 +379,7 @@ def add_service_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     sub.add_argument("--ack-quorum", type=int, help="Qa (default 2)")
     sub.add_argument("--heartbeat-interval", type=float, help="broker heartbeat seconds (default 1)")
     sub.add_argument("--proxies", type=int, help="proxies in front of the brokers (default 0)")
+    sub.add_argument("--metadata", choices=("redis", "etcd"),
+                     help="metadata store: one redis-server (default) or an etcd cluster")
+    sub.add_argument("--etcd-members", type=int, help="etcd members with --metadata etcd (default 3)")
     sub.set_defaults(func=cmd_local_cluster)
