@@ -80,9 +80,11 @@ async def test_a_watch_resumes_across_a_restart_of_its_member_without_losing_eve
         watched = etcd_cluster.processes[0]  # the store's first endpoint: where its watch streams
         watched.kill()
         for i in range(1, 6):  # while the watch's member is down, on the survivors
-            await cluster_store.put(f"w/{i}", str(i).encode())
+            # Create-if-absent: a write caught on the dead member's connection is retried elsewhere
+            # only when it cannot apply twice (an unconditional put would report "outcome unknown").
+            await cluster_store.put(f"w/{i}", str(i).encode(), expected_version=0)
         watched.start()
-        await cluster_store.delete("w/0")
+        await cluster_store.delete("w/0", expected_version=1)
         seen = [await asyncio.wait_for(anext(watch), DEADLINE) for _ in range(6)]
         assert seen == [*(WatchEvent("put", f"w/{i}", str(i).encode(), 1) for i in range(1, 6)),
                         WatchEvent("delete", "w/0", None, 0)]
