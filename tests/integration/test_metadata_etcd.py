@@ -5,6 +5,7 @@ that resume across a member restart, compacted history, and unreachable or misna
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -137,3 +138,94 @@ async def test_an_operation_when_every_member_is_down_times_out_naming_the_membe
 def test_a_malformed_etcd_url_is_refused(url: str) -> None:
     with pytest.raises(InvalidArgumentError, match=r"use etcd://host:port\[,host:port...\]"):
         EtcdMetadataStore(url)
+
+
+class ReplyCutter:
+    """A TCP proxy in front of one etcd member that, once armed, forwards the next request but closes
+    the connection instead of forwarding the reply: the write is applied, its caller never hears so."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream_host, port = upstream.rsplit(":", 1)
+        self.upstream_port = int(port)
+        self.armed = False
+        self.cuts = 0
+        self._server: asyncio.Server | None = None
+        self._writers: list[asyncio.StreamWriter] = []
+
+    async def start(self) -> str:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return f"127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+
+    async def stop(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        for writer in self._writers:
+            writer.close()
+
+    async def _serve(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        upstream_reader, upstream_writer = await asyncio.open_connection(self.upstream_host, self.upstream_port)
+        self._writers += [client_writer, upstream_writer]
+
+        async def pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, replies: bool) -> None:
+            while data := await reader.read(65536):
+                if replies and self.armed:
+                    self.armed = False
+                    self.cuts += 1
+                    client_writer.close()
+                    upstream_writer.close()
+                    return
+                writer.write(data)
+                await writer.drain()
+
+        with contextlib.suppress(OSError):
+            await asyncio.gather(pump(client_reader, upstream_writer, False),
+                                 pump(upstream_reader, client_writer, True))
+
+
+@pytest.fixture
+async def cut_store(etcd_url: str) -> AsyncIterator[tuple[EtcdMetadataStore, ReplyCutter]]:
+    cutter = ReplyCutter(etcd_url.removeprefix("etcd://"))
+    address = await cutter.start()
+    store = EtcdMetadataStore(f"etcd://{address}", namespace=f"/{unique_name('test')}/", timeout=5.0)
+    await store.start()
+    try:
+        yield store, cutter
+    finally:
+        await store.close()
+        await cutter.stop()
+
+
+async def test_an_unconditional_put_whose_reply_is_lost_says_its_outcome_is_unknown(
+    cut_store: tuple[EtcdMetadataStore, ReplyCutter],
+) -> None:
+    store, cutter = cut_store
+    cutter.armed = True
+    with pytest.raises(MetadataError, match="may or may not have happened, so re-read before retrying"):
+        await store.put("k", b"v")
+    assert cutter.cuts == 1
+    assert await store.get("k") == Versioned(b"v", 1, 0)  # it did happen, once: never retried
+
+
+async def test_a_cas_whose_reply_is_lost_is_retried_and_reports_its_own_write_as_unknown_not_lost(
+    cut_store: tuple[EtcdMetadataStore, ReplyCutter],
+) -> None:
+    store, cutter = cut_store
+    await store.put("k", b"old")
+    cutter.armed = True
+    # The first attempt applies; the retry's compare then fails on that very write, which the store
+    # cannot tell from another writer's: it says so instead of claiming a lost race (BadVersionError).
+    with pytest.raises(MetadataError, match=r"outcome is unknown .* perhaps by that attempt; re-read it"):
+        await store.put("k", b"new", expected_version=1)
+    assert cutter.cuts == 1
+    assert await store.get("k") == Versioned(b"new", 2, 0)  # applied exactly once
+
+
+async def test_a_store_whose_first_member_is_down_is_served_by_the_next(etcd_url: str) -> None:
+    store = EtcdMetadataStore(f"etcd://127.0.0.1:{free_port()},{etcd_url.removeprefix('etcd://')}",
+                              namespace=f"/{unique_name('test')}/")
+    await store.start()
+    try:
+        assert await store.put("k", b"v") == 1
+        assert await store.get("k") == Versioned(b"v", 1, 0)
+    finally:
+        await store.close()
