@@ -229,3 +229,30 @@ async def test_a_store_whose_first_member_is_down_is_served_by_the_next(etcd_url
         assert await store.get("k") == Versioned(b"v", 1, 0)
     finally:
         await store.close()
+
+
+async def test_local_etcd_advertises_the_given_client_address_so_a_proxy_can_stand_in_front(
+    tmp_path: Path,
+) -> None:
+    proxy = ReplyCutter("127.0.0.1:1")  # its upstream is known once LocalEtcd has chosen ports
+    address = await proxy.start()
+    etcd = LocalEtcd(tmp_path / "etcd", tmp_path / "logs", members=1, advertise_client=[address])
+    proxy.upstream_host, proxy.upstream_port = "127.0.0.1", int(etcd.client_addresses[0].rsplit(":", 1)[1])
+    assert etcd.url == f"etcd://{address}"
+    await asyncio.to_thread(etcd.start)
+    store = EtcdMetadataStore(etcd.url)
+    try:
+        await store.start()
+        assert await store.put("k", b"through the proxy") == 1
+        proxy.armed = True  # every call goes through it: cutting one reply is seen by the store
+        with pytest.raises(MetadataError, match="may or may not have happened"):
+            await store.put("k", b"cut")
+    finally:
+        await store.close()
+        await proxy.stop()
+        etcd.stop()
+
+
+def test_local_etcd_refuses_advertised_addresses_that_do_not_match_its_members(tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgumentError, match="advertise_peer names 1 addresses for 3 etcd members"):
+        LocalEtcd(tmp_path, tmp_path / "logs", members=3, advertise_peer=["127.0.0.1:1"])
