@@ -60,12 +60,17 @@ async def test_cas_after_the_leader_is_sigkilled_succeeds_and_nothing_acknowledg
 ) -> None:
     acknowledged = {f"acked/{i}": await cluster_store.put(f"acked/{i}", str(i).encode()) for i in range(20)}
     await cluster_store.put("owner", b"before")
+    session = await cluster_store.grant_lease(5)
+    await cluster_store.put("brokers/b1", b"up", lease_id=session)
     doomed = await leader(etcd_cluster)
     doomed.kill()
 
     # Issued after the kill: it reaches a survivor and commits once they have elected a new leader.
     assert await cluster_store.put("owner", b"after", expected_version=1) == 2
     assert await cluster_store.get("owner") == Versioned(b"after", 2, 0)
+    # The session outlives the failover: the new leader has its lease and renews it.
+    assert await cluster_store.keepalive(session) is True
+    assert await cluster_store.get("brokers/b1") == Versioned(b"up", 1, session)
     assert await cluster_store.list("acked/") == {
         key: Versioned(key.removeprefix("acked/").encode(), version, 0) for key, version in acknowledged.items()
     }

@@ -173,7 +173,8 @@ class EtcdMetadataStore(MetadataStore):
         # A retried grant at worst leaves an unused lease behind, which expires on its own.
         reply = await self._cluster.call(
             "grant_lease",
-            lambda m, t: self._cluster.lease(m).LeaseGrant(rpc.LeaseGrantRequest(TTL=math.ceil(ttl)), timeout=t),
+            lambda m, t: self._cluster.lease(m).LeaseGrant(rpc.LeaseGrantRequest(TTL=math.ceil(ttl)), timeout=t,
+                                                           metadata=REQUIRE_LEADER),
             retry="always",
         )
         self._saw(reply.header)
@@ -186,7 +187,7 @@ class EtcdMetadataStore(MetadataStore):
 
         async def renew(member: int, left: float) -> rpc.LeaseKeepAliveResponse:
             call = self._cluster.lease(member).LeaseKeepAlive(iter([rpc.LeaseKeepAliveRequest(ID=lease_id)]),
-                                                              timeout=left)
+                                                              timeout=left, metadata=REQUIRE_LEADER)
             try:
                 async for reply in call:
                     return reply
@@ -203,7 +204,8 @@ class EtcdMetadataStore(MetadataStore):
         try:
             reply = await self._cluster.call(
                 "revoke_lease",
-                lambda m, t: self._cluster.lease(m).LeaseRevoke(rpc.LeaseRevokeRequest(ID=lease_id), timeout=t),
+                lambda m, t: self._cluster.lease(m).LeaseRevoke(rpc.LeaseRevokeRequest(ID=lease_id), timeout=t,
+                                                                metadata=REQUIRE_LEADER),
                 retry="always",  # revoking twice is revoking once
             )
             self._saw(reply.header)
