@@ -14,14 +14,28 @@ IMAGE ?= herald
 
 all: test
 
-# redis-server for the lookup service and the tests; a Java runtime for Spark (Spark 4 needs 17+).
+# redis-server for the lookup service and the tests; etcd (Debian's etcd-server) for the etcd metadata
+# backend's tests and `herald local-cluster --metadata etcd`; a Java runtime for Spark (Spark 4 needs 17+).
 APT_PACKAGES := $(if $(shell command -v redis-server),,redis-server) \
+	$(if $(shell command -v etcd),,etcd-server) \
 	$(if $(shell command -v java),,openjdk-17-jre-headless)
+
+# The packages' own services (redis on 6379, etcd on 2379) must not start: tests and local clusters
+# run their own on free ports. A policy-rc.d answering 101 ("action forbidden") keeps apt from
+# starting them; where none exists (a fresh Debian) one is written for the install and removed after.
+POLICY_RC := /usr/sbin/policy-rc.d
 
 system-deps:
 	@if [ -n "$(strip $(APT_PACKAGES))" ]; then \
 	  echo "installing $(strip $(APT_PACKAGES)) (apt)"; \
+	  added=; \
+	  if [ ! -e $(POLICY_RC) ]; then \
+	    printf '#!/bin/sh\nexit 101\n' | $(SUDO) tee $(POLICY_RC) >/dev/null && $(SUDO) chmod 755 $(POLICY_RC) && added=1; \
+	  fi; \
 	  $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null; \
+	  status=$$?; \
+	  if [ -n "$$added" ]; then $(SUDO) rm -f $(POLICY_RC); fi; \
+	  exit $$status; \
 	fi
 
 $(VENV)/.installed: pyproject.toml

@@ -82,6 +82,22 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         proc.wait(timeout=10)
 
 
+
+@pytest.fixture(scope="session")
+def etcd_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real one-member etcd on free loopback ports, for the whole session; tests keep apart by key
+    prefix (EtcdMetadataStore's namespace)."""
+    from herald.local_etcd import LocalEtcd
+
+    base = tmp_path_factory.mktemp("etcd")
+    etcd = LocalEtcd(base, base / "logs", members=1)
+    etcd.start()
+    try:
+        yield etcd.url
+    finally:
+        etcd.stop()
+
+
 _redis_dbs = itertools.cycle(range(1, 16))
 
 

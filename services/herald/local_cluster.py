@@ -1,4 +1,4 @@
-"""`herald local-cluster`: a real multi-process Herald on loopback — redis-server, lookup, brokers,
+"""`herald local-cluster`: a real multi-process Herald on loopback — redis-server (or etcd members), lookup, brokers,
 storage nodes and optional proxies, each its own process with its log in one folder. The chaos tests drive the same
 code (kill, pause, resume, restart any process)."""
 
@@ -68,6 +68,8 @@ class ClusterSettings:
     ack_quorum: int = 2
     heartbeat_interval: float = 1.0  # seconds; a broker expires after 3 silent heartbeats
     proxies: int = 0  # `herald proxy` processes in front of the brokers (see proxy_url)
+    metadata: str = "redis"  # "redis" (one redis-server) or "etcd" (a LocalEtcd of etcd_members)
+    etcd_members: int = 3
     extra_env: dict[str, str] = field(default_factory=dict)
 
 
@@ -171,24 +173,24 @@ class LocalCluster:
                 f"{settings.storage_nodes} storage nodes cannot hold ledgers with write quorum "
                 f"{settings.write_quorum}"
             )
-        redis = shutil.which("redis-server")
-        if redis is None:
-            raise ServiceNotReadyError("redis-server is not installed (apt-get install redis-server)")
+        if settings.metadata not in ("redis", "etcd"):
+            raise InvalidArgumentError(f"metadata backend {settings.metadata!r} is unknown: use redis or etcd")
         self.settings = settings
         self.base = Path(settings.base_dir).resolve()
         self.logs = self.base / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **settings.extra_env}
         herald = _herald_command()
-        redis_port = free_port()
-        (self.base / "redis").mkdir(exist_ok=True)
-        self.metadata_url = f"redis://127.0.0.1:{redis_port}/0"
-        # Metadata writes are few and must survive a crash: append-only file, fsync on every write.
-        self.redis = ClusterProcess(
-            "redis", [redis, "--port", str(redis_port), "--bind", "127.0.0.1", "--dir", str(self.base / "redis"),
-                      "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--protected-mode", "no"],
-            self.logs, "Ready to accept connections", redis_port, env,
-        )
+        self.metadata_processes: list[ClusterProcess] = []
+        if settings.metadata == "etcd":
+            from herald.local_etcd import LocalEtcd  # it builds on this module's ClusterProcess
+
+            self.etcd = LocalEtcd(self.base, self.logs, settings.etcd_members, env)
+            self.metadata_url = self.etcd.url
+            self.metadata_processes = self.etcd.processes
+        else:
+            self.redis = self._redis(env)
+            self.metadata_processes = [self.redis]
         self.storage = []
         for i in range(settings.storage_nodes):
             port, metrics_port = free_port(), free_port()
@@ -231,6 +233,20 @@ class LocalCluster:
                 self.logs, "proxy listening on", port, env, metrics_port=metrics_port, pulsar_port=pulsar_port,
             ))
 
+    def _redis(self, env: dict[str, str]) -> ClusterProcess:
+        redis = shutil.which("redis-server")
+        if redis is None:
+            raise ServiceNotReadyError("redis-server is not installed (apt-get install redis-server)")
+        redis_port = free_port()
+        (self.base / "redis").mkdir(exist_ok=True)
+        self.metadata_url = f"redis://127.0.0.1:{redis_port}/0"
+        # Metadata writes are few and must survive a crash: append-only file, fsync on every write.
+        return ClusterProcess(
+            "redis", [redis, "--port", str(redis_port), "--bind", "127.0.0.1", "--dir", str(self.base / "redis"),
+                      "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--protected-mode", "no"],
+            self.logs, "Ready to accept connections", redis_port, env,
+        )
+
     @property
     def service_url(self) -> str:
         return f"herald://{self.lookup.address}"
@@ -251,7 +267,7 @@ class LocalCluster:
 
     @property
     def processes(self) -> list[ClusterProcess]:
-        return [self.redis, *self.storage, self.lookup, *self.brokers, *self.proxies]
+        return [*self.metadata_processes, *self.storage, self.lookup, *self.brokers, *self.proxies]
 
     def process(self, name: str) -> ClusterProcess:
         for candidate in self.processes:
@@ -267,8 +283,11 @@ class LocalCluster:
 
     def start(self) -> None:
         try:
+            if self.settings.metadata == "etcd":
+                self.etcd.start()  # its members start together: each waits for a quorum
             for process in self.processes:
-                process.start()
+                if process not in self.metadata_processes or self.settings.metadata != "etcd":
+                    process.start()
         except BaseException:
             self.stop()
             raise
@@ -282,7 +301,7 @@ class LocalCluster:
         if self.proxies:
             rows.append(("proxy URL", self.proxy_url))
         rows.append(("metadata", self.metadata_url))
-        rows += [(p.name, p.address) for p in self.processes if p is not self.redis]
+        rows += [(p.name, p.address) for p in self.processes if p not in self.metadata_processes]
         rows += [(f"{p.name} pulsar", p.pulsar_url) for p in self.processes if p.pulsar_port is not None]
         rows += [(f"{p.name} web", p.web_url) for p in self.processes if p.web_port is not None]
         rows += [(f"{p.name} metrics", f"http://127.0.0.1:{p.metrics_port}/metrics")

@@ -25,7 +25,16 @@ from herald.storage.node.settings import StorageSettings
 from herald_operator.settings import OperatorSettings
 from herald_operator.settings import load_settings as load_operator_settings
 
-from tests.chart.render import CHART, PRODUCTION_VALUES, SECURE_VALUES, Manifest, containers, render, workloads
+from tests.chart.render import (
+    CHART,
+    PRODUCTION_VALUES,
+    SECURE_VALUES,
+    Manifest,
+    component_of,
+    containers,
+    render,
+    workloads,
+)
 from tests.chart.test_security import OWN_SECRET_RENDER, PROTECTED_RENDER
 
 SETTINGS: dict[str, type[Any]] = {
@@ -112,7 +121,7 @@ def _herald_containers(manifests: list[Manifest]) -> list[tuple[str, dict[str, A
     found = []
     for workload in workloads(manifests):
         for container in containers(workload):
-            if not container["image"].startswith("redis:"):
+            if component_of(workload) not in ("redis", "etcd"):
                 found.append((workload["metadata"]["name"], container))
     return found
 
@@ -171,7 +180,7 @@ def test_the_settings_each_pod_gets_load(rendered: list[Manifest]) -> None:
         assert env["HERALD_LOG_FORMAT"] in ("text", "json")
         assert isinstance(logging.getLevelName(env["HERALD_LOG_LEVEL"]), int)
         if section in ("lookup", "broker"):
-            assert settings.metadata_url.startswith("redis://"), name
+            assert settings.metadata_url.startswith(("redis://", "etcd://")), name
         if section == "broker":
             assert settings.advertised_address == f"{FIELD_REFS['status.podIP']}:{settings.port}"
             assert settings.broker_id == FIELD_REFS["metadata.name"]

@@ -74,7 +74,7 @@ def secured(request: pytest.FixtureRequest, secure_manifests: list[Manifest],
 
 
 def _herald_workloads(manifests: list[Manifest]) -> dict[str, Manifest]:
-    found = {component_of(w): w for w in workloads(manifests) if component_of(w) != "redis"}
+    found = {component_of(w): w for w in workloads(manifests) if component_of(w) not in ("redis", "etcd")}
     assert set(found) == {*SERVERS, *CLIENTS}
     return found
 
@@ -226,8 +226,8 @@ def test_the_cert_manager_certificate_names_every_service(secure_manifests: list
     domain = f"{NAMESPACE}.svc.cluster.local"
     for service in of_kind(secure_manifests, "Service"):
         name = service["metadata"]["name"]
-        if component_of(service) == "redis":
-            continue  # Redis speaks plaintext to the services
+        if component_of(service) in ("redis", "etcd"):
+            continue  # Redis and the in-chart etcd speak plaintext to the services
         assert f"{name}.{domain}" in names, name
         if service["spec"].get("clusterIP") != "None":
             assert {name, f"{name}.{NAMESPACE}", f"{name}.{NAMESPACE}.svc"} <= set(names), name

@@ -67,3 +67,28 @@ def test_too_few_storage_nodes_for_the_write_quorum_is_refused(
         assert "cannot hold ledgers with write quorum 2" in str(error)
     else:
         raise AssertionError("a cluster that cannot store a ledger was started")
+
+
+def test_local_cluster_command_with_etcd_metadata_runs_etcd_members_instead_of_redis(
+    tmp_path: Path, herald_env: dict[str, str],
+) -> None:
+    proc = subprocess.Popen(
+        [str(VENV_BIN / "herald"), "local-cluster", "--base-dir", str(tmp_path / "lc"), "--brokers", "1",
+         "--storage-nodes", "1", "--ensemble-size", "1", "--write-quorum", "1", "--ack-quorum", "1",
+         "--metadata", "etcd", "--etcd-members", "3"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=herald_env, text=True,
+    )
+    assert proc.stdout is not None
+    lines = []
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and not any("press Ctrl-C" in line for line in lines):
+        lines.append(proc.stdout.readline())
+    metadata = next(line.split()[-1] for line in lines if line.split()[:1] == ["metadata"])
+    assert metadata.startswith("etcd://") and len(metadata.removeprefix("etcd://").split(",")) == 3
+    url = next(line.split()[-1] for line in lines if "service URL" in line)
+    assert asyncio.run(produce_and_consume(url, "via-etcd", 10)) == [b"%d" % n for n in range(10)]
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 0
+    assert sorted(p.name for p in (tmp_path / "lc" / "logs").iterdir()) == [
+        "broker-0.log", "etcd-0.log", "etcd-1.log", "etcd-2.log", "lookup.log", "storage-0.log",
+    ]

@@ -1,5 +1,6 @@
-"""The MetadataStore contract, run against both backends: Redis (a real redis-server) and the
-embedded SQLite file. Backend-specific behaviour (several Redis clients, reopening a file) follows.
+"""The MetadataStore contract, run against every backend: etcd (a real etcd), Redis (a real
+redis-server) and the embedded SQLite file. Backend-specific behaviour (several Redis clients,
+reopening a file) follows; etcd's own is in test_metadata_etcd.py.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import redis.asyncio as aioredis
 from herald.common.errors import BadVersionError, InvalidArgumentError, MetadataError
 from herald.metadata.backends import open_store
 from herald.metadata.embedded import EmbeddedMetadataStore
+from herald.metadata.etcd import EtcdMetadataStore
 from herald.metadata.redis import RedisMetadataStore
 from herald.metadata.store import LeaseExpiredError, MetadataStore, Versioned, WatchEvent
 
@@ -29,14 +31,19 @@ DEADLINE = 10.0  # generous: these bound a wait, they do not assert a duration
 StoreFactory = Callable[..., MetadataStore]
 
 
-@pytest.fixture(params=["redis", "embedded"])
+@pytest.fixture(params=["etcd", "redis", "embedded"])
 def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
 @pytest.fixture
 def make_store(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> StoreFactory:
-    """Unstarted stores over the same data: one Redis namespace, or one SQLite file, per test."""
+    """Unstarted stores over the same data: one etcd key prefix, one Redis namespace, or one SQLite
+    file, per test."""
+    if backend == "etcd":
+        url = request.getfixturevalue("etcd_url")
+        namespace = f"/{unique_name('test')}/"
+        return lambda **kwargs: EtcdMetadataStore(url, namespace=namespace, **kwargs)
     if backend == "redis":
         url = request.getfixturevalue("redis_url")
         namespace = request.getfixturevalue("redis_namespace")
@@ -797,7 +804,8 @@ async def test_embedded_in_memory_store_works() -> None:
 
 @pytest.mark.parametrize(
     ("url", "kind"),
-    [("redis://127.0.0.1:6379/0", RedisMetadataStore), ("sqlite:///tmp/x/metadata.db", EmbeddedMetadataStore)],
+    [("redis://127.0.0.1:6379/0", RedisMetadataStore), ("sqlite:///tmp/x/metadata.db", EmbeddedMetadataStore),
+     ("etcd://127.0.0.1:2379,127.0.0.1:2381", EtcdMetadataStore)],
 )
 def test_open_store_picks_the_backend_from_the_url(url: str, kind: type[Any]) -> None:
     assert isinstance(open_store(url), kind)

@@ -88,16 +88,43 @@ app.kubernetes.io/part-of: herald
 {{- end }}
 {{- end }}
 
+{{/* The in-chart etcd members' client endpoints, by their stable names behind the headless Service. */}}
+{{- define "herald.etcdUrl" -}}
+{{- $members := list }}
+{{- $sts := include "herald.componentName" (dict "root" . "component" "etcd") }}
+{{- range $i := until (int .Values.etcd.replicas) }}
+{{- $members = append $members (printf "%s-%d.%s-headless.%s.svc.%s:%d" $sts $i $sts $.Release.Namespace $.Values.clusterDomain (int $.Values.etcd.clientPort)) }}
+{{- end }}
+{{- printf "etcd://%s" (join "," $members) }}
+{{- end }}
+
+{{/* The metadata store URL of metadata.backend: in-chart etcd, in-chart or external Redis, or external. */}}
+{{- define "herald.metadataUrl" -}}
+{{- if eq .Values.metadata.backend "etcd" }}
+{{- include "herald.etcdUrl" . }}
+{{- else if eq .Values.metadata.backend "external" }}
+{{- .Values.metadata.external.url }}
+{{- else }}
+{{- include "herald.redisUrl" . }}
+{{- end }}
+{{- end }}
+
 {{/* env entry for the metadata store URL under the given variable name. */}}
 {{- define "herald.metadataUrlEnv" -}}
+{{- $values := .root.Values }}
 - name: {{ .name }}
-{{- if and (not .root.Values.redis.enabled) .root.Values.redis.external.existingSecret }}
+{{- if and (eq $values.metadata.backend "external") $values.metadata.external.existingSecret }}
   valueFrom:
     secretKeyRef:
-      name: {{ .root.Values.redis.external.existingSecret }}
-      key: {{ .root.Values.redis.external.existingSecretKey }}
+      name: {{ $values.metadata.external.existingSecret }}
+      key: {{ $values.metadata.external.existingSecretKey }}
+{{- else if and (eq $values.metadata.backend "redis") (not $values.redis.enabled) $values.redis.external.existingSecret }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ $values.redis.external.existingSecret }}
+      key: {{ $values.redis.external.existingSecretKey }}
 {{- else }}
-  value: {{ include "herald.redisUrl" .root | quote }}
+  value: {{ include "herald.metadataUrl" .root | quote }}
 {{- end }}
 {{- end }}
 

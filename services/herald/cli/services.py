@@ -237,7 +237,7 @@ def cmd_local_cluster(args: argparse.Namespace) -> None:
     settings = load_settings(
         ClusterSettings, "local-cluster", config_file=args.config,
         overrides=_flags(args, "base_dir", "brokers", "storage_nodes", "ensemble_size", "write_quorum",
-                         "ack_quorum", "heartbeat_interval", "proxies"),
+                         "ack_quorum", "heartbeat_interval", "proxies", "metadata", "etcd_members"),
     )
     cluster = LocalCluster(settings)
     stop = threading.Event()
@@ -294,14 +294,16 @@ def add_service_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     sub.set_defaults(func=cmd_standalone)
 
     sub = service("lookup", "run the lookup (discovery) service")
-    sub.add_argument("--metadata-url", help="redis://host:port/db or sqlite:///path (env HERALD_LOOKUP_METADATA_URL)")
+    sub.add_argument("--metadata-url", help="etcd://host:port[,host:port...] (production), redis://host:port/db "
+                     "(development) or sqlite:///path (env HERALD_LOOKUP_METADATA_URL)")
     sub.add_argument("--heartbeat-interval", type=float, help="seconds between broker heartbeats")
     metrics_flags(sub, 9101, "lookup")
     service_security_flags(sub, "lookup")
     sub.set_defaults(func=cmd_lookup)
 
     sub = service("broker", "run a broker")
-    sub.add_argument("--metadata-url", help="redis://host:port/db (env HERALD_BROKER_METADATA_URL)")
+    sub.add_argument("--metadata-url", help="etcd://host:port[,host:port...] (production) or redis://host:port/db "
+                     "(development) (env HERALD_BROKER_METADATA_URL)")
     sub.add_argument("--broker-id", help="stable broker name (default: host:port)")
     sub.add_argument("--advertised-address", help="host:port clients use to reach this broker")
     sub.add_argument("--lookup-address", help="host:port of the lookup service")
@@ -384,4 +386,7 @@ def add_service_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     sub.add_argument("--ack-quorum", type=int, help="Qa (default 2)")
     sub.add_argument("--heartbeat-interval", type=float, help="broker heartbeat seconds (default 1)")
     sub.add_argument("--proxies", type=int, help="proxies in front of the brokers (default 0)")
+    sub.add_argument("--metadata", choices=("redis", "etcd"),
+                     help="metadata store: one redis-server (default) or an etcd cluster")
+    sub.add_argument("--etcd-members", type=int, help="etcd members with --metadata etcd (default 3)")
     sub.set_defaults(func=cmd_local_cluster)

@@ -1,6 +1,6 @@
-"""The metadata store: one async interface (store.MetadataStore) over two backends, Redis for
-clusters and an embedded SQLite file for standalone (backends.open_store picks one by URL:
-redis://, sqlite:///path).
+"""The metadata store: one async interface (store.MetadataStore) over three backends, etcd for
+production clusters, Redis for development clusters and an embedded SQLite file for standalone
+(backends.open_store picks one by URL: etcd://h1:p1,h2:p2,..., redis://, sqlite:///path).
 
 This layer knows nothing of the services that keep their metadata in it.
 
@@ -13,6 +13,10 @@ ephemeral and dies with it), watch a prefix, allocate_id (a counter by CAS).
   all keys for prefix listing. Lease expiry is reckoned on the Redis server's clock, and every
   instance runs a reaper for expired leases. Change events go out on pub/sub, numbered, so that a
   new watch never sees an event from before it.
+- etcd: a client generated from etcd's v3 gRPC API (herald.api.etcd). Keys live under a prefix
+  (`/herald/` by default); etcd's per-key version is the version, CAS a Txn comparing it, ephemeral
+  keys puts with an etcd lease, and watches follow etcd's revisions, resuming on any member from the
+  last one seen. etcd_client.py: channels to every member, deadlines, failover, retry rules.
 - embedded: SQLite in WAL mode with synchronous=FULL on one worker thread, with an exclusive lock
   (one process). The leases of a previous process are expired at open: their owners died with it.
 
