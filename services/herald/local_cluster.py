@@ -204,12 +204,8 @@ class LocalCluster:
                        "--heartbeat-interval", str(settings.heartbeat_interval), "--metrics-port", str(metrics_port)],
             self.logs, "lookup listening on", lookup_port, env, metrics_port=metrics_port,
         )
-        broker_env = {
-            **env,
-            "HERALD_BROKER_ENSEMBLE_SIZE": str(settings.ensemble_size),
-            "HERALD_BROKER_WRITE_QUORUM": str(settings.write_quorum),
-            "HERALD_BROKER_ACK_QUORUM": str(settings.ack_quorum),
-        }
+        quorums = ["--ensemble-size", str(settings.ensemble_size), "--write-quorum", str(settings.write_quorum),
+                   "--ack-quorum", str(settings.ack_quorum)]
         nodes = ",".join(node.address for node in self.storage)
         self.brokers = []
         for i in range(settings.brokers):
@@ -218,8 +214,8 @@ class LocalCluster:
                 f"broker-{i}", [*herald, "broker", "--metadata-url", self.metadata_url, "--lookup-address",
                                 self.lookup.address, "--storage-nodes", nodes, "--port", str(port),
                                 "--broker-id", f"broker-{i}", "--metrics-port", str(metrics_port),
-                                "--pulsar-port", str(pulsar_port), "--web-port", str(web_port)],
-                self.logs, "broker listening on", port, broker_env, metrics_port=metrics_port,
+                                "--pulsar-port", str(pulsar_port), "--web-port", str(web_port), *quorums],
+                self.logs, "broker listening on", port, env, metrics_port=metrics_port,
                 pulsar_port=pulsar_port, web_port=web_port,
             ))
         self.proxies = []
