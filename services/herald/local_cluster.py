@@ -11,7 +11,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,6 +71,9 @@ class ClusterSettings:
     ack_quorum: int = 2
     heartbeat_interval: float = 1.0  # seconds; a broker expires after 3 silent heartbeats
     proxies: int = 0  # `herald proxy` processes in front of the brokers (see proxy_url)
+    # `herald local-cluster` restarts a child that died (LocalCluster.supervise); past this many
+    # restarts within a minute it stops the cluster and exits non-zero instead (a crash loop).
+    max_restarts_per_minute: int = 5
     extra_env: dict[str, str] = field(default_factory=dict)
 
 
@@ -171,6 +177,9 @@ class LocalCluster:
                 f"{settings.storage_nodes} storage nodes cannot hold ledgers with write quorum "
                 f"{settings.write_quorum}"
             )
+        if settings.max_restarts_per_minute < 0:
+            raise InvalidArgumentError(
+                f"max_restarts_per_minute must be 0 (never restart) or more, got {settings.max_restarts_per_minute}")
         redis = shutil.which("redis-server")
         if redis is None:
             raise ServiceNotReadyError("redis-server is not installed (apt-get install redis-server)")
@@ -273,6 +282,32 @@ class LocalCluster:
         for process in reversed(self.processes):
             process.stop()
 
+    def supervise(self, stop: threading.Event, report: Callable[[str], None] | None = None) -> None:
+        """Until `stop` is set, watch every child: one that exited is reaped (no zombie), reported
+        (its exit status and log) and started again. Past settings.max_restarts_per_minute restarts
+        within a minute, ServiceNotReadyError: the caller stops the cluster rather than loop on a crash."""
+        say = report if report is not None else (lambda text: print(text, file=sys.stderr, flush=True))
+        restarts: deque[float] = deque()
+        limit = self.settings.max_restarts_per_minute
+        while not stop.wait(0.2):
+            for process in self.processes:
+                if process.proc is None or process.proc.poll() is None:  # poll() reaps an exited child
+                    continue
+                code = process.proc.returncode
+                status = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+                say(f"herald local-cluster: {process.name} (pid {process.proc.pid}) {status}; see {process.log_path}")
+                now = time.monotonic()
+                while restarts and now - restarts[0] > 60:
+                    restarts.popleft()
+                if len(restarts) >= limit:
+                    raise ServiceNotReadyError(
+                        f"{process.name} died after {len(restarts)} restarts within a minute (max_restarts_per_minute="
+                        f"{limit}): stopping the cluster; see {process.log_path}")
+                restarts.append(now)
+                process.start()
+                assert process.proc is not None
+                say(f"herald local-cluster: {process.name} restarted, pid {process.proc.pid}")
+
     def describe(self) -> list[tuple[str, str]]:
         rows = [("service URL", self.service_url)]
         if self.proxies:
@@ -283,5 +318,6 @@ class LocalCluster:
         rows += [(f"{p.name} web", p.web_url) for p in self.processes if p.web_port is not None]
         rows += [(f"{p.name} metrics", f"http://127.0.0.1:{p.metrics_port}/metrics")
                  for p in self.processes if p.metrics_port is not None]
+        rows += [(f"{p.name} pid", str(p.proc.pid)) for p in self.processes if p.proc is not None]
         rows.append(("logs", str(self.logs)))
         return rows

@@ -228,7 +228,7 @@ def cmd_local_cluster(args: argparse.Namespace) -> None:
     settings = load_settings(
         ClusterSettings, "local-cluster", config_file=args.config,
         overrides=_flags(args, "base_dir", "brokers", "storage_nodes", "ensemble_size", "write_quorum",
-                         "ack_quorum", "heartbeat_interval", "proxies"),
+                         "ack_quorum", "heartbeat_interval", "proxies", "max_restarts_per_minute"),
     )
     cluster = LocalCluster(settings)
     stop = threading.Event()
@@ -240,7 +240,7 @@ def cmd_local_cluster(args: argparse.Namespace) -> None:
         for name, where in cluster.describe():
             print(f"  {name:12} {where}", flush=True)
         print("press Ctrl-C to stop", flush=True)
-        stop.wait()
+        cluster.supervise(stop)  # restarts a child that dies; raises past max_restarts_per_minute
         print("stopping…", flush=True)
     finally:
         cluster.stop()
@@ -374,4 +374,7 @@ def add_service_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     sub.add_argument("--ack-quorum", type=int, help="Qa (default 2)")
     sub.add_argument("--heartbeat-interval", type=float, help="broker heartbeat seconds (default 1)")
     sub.add_argument("--proxies", type=int, help="proxies in front of the brokers (default 0)")
+    sub.add_argument("--max-restarts-per-minute", type=int,
+                     help="a child that dies is restarted; past this many restarts in a minute the cluster stops "
+                          "and the command exits non-zero (default 5)")
     sub.set_defaults(func=cmd_local_cluster)
