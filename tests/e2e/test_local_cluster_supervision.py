@@ -31,11 +31,14 @@ class _Lines:
     def wait_for(self, found: Callable[[str], bool], timeout: float = 120.0) -> str:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            ended = not self._thread.is_alive()  # read before the lines: none can come after
             for line in list(self.lines):
                 if found(line):
                     return line
+            if ended:
+                break
             time.sleep(0.05)
-        raise AssertionError(f"no such line within {timeout}s; got: {''.join(self.lines)}")
+        raise AssertionError(f"no such line (within {timeout}s, before the stream ended): {''.join(self.lines)}")
 
 
 def _is_zombie(pid: int) -> bool:
