@@ -29,10 +29,12 @@ class Producer(Generic[T]):
     """Publishes values of type T (bytes unless it has a schema) to one topic. Made by
     `Client.create_producer`. Message options as AsyncProducer.send (herald.client.producer)."""
 
-    def __init__(self, thread: LoopThread, producer: AsyncProducer[T]) -> None:
+    def __init__(self, thread: LoopThread, producer: AsyncProducer[T], max_pending_messages: int = 1000) -> None:
         self._thread = thread  # the client's
         self._async = producer
-        self._submitter = Submitter(thread.loop, producer.wait_for_room)
+        # Sends handed to the loop and not yet queued by the producer: at most max_pending_messages
+        # (send_async waits past it, or while the producer's own queue is full and it blocks).
+        self._submitter = Submitter(thread.loop, producer.wait_for_room, max_pending_messages)
 
     @property
     def topic(self) -> str:
@@ -84,15 +86,17 @@ class Producer(Generic[T]):
     ) -> None:
         """Queue one message; `callback(error, message_id)` runs on the client's thread when the
         broker stored it (error None) or it failed. Raises at once if the producer is closed, the
-        value does not encode or the message is too large; a full queue is reported to the
-        callback (or waited out with block_if_queue_full)."""
+        value does not encode or the message is too large. A full queue (max_pending_messages
+        waiting for receipts) fails the message with ProducerQueueIsFullError through the callback;
+        with block_if_queue_full this call waits for room instead, as Pulsar's does, so a caller
+        faster than the cluster is held back rather than queueing without limit."""
         data, key = self._async.encode_keyed(value, key)
         at = None if deliver_at is None and deliver_after is None else deliver_at_ms(deliver_at, deliver_after)
         if tracing.ENABLED:  # the create span on the caller's thread, in its context (herald.client.tracing)
             properties = client_tracing.with_creation_context(self._async.topic, properties,
                                                               self._async.producer_name)
-        self._submitter.submit(self._async.enqueue_nowait, data, callback or _ignore, key, ordering_key, properties,
-                               event_time, sequence_id, at)
+        self._submitter.offer(self._async.enqueue_nowait, data, callback or _ignore, key, ordering_key, properties,
+                              event_time, sequence_id, at)
 
     def flush(self) -> None:
         """Wait until every message sent so far is stored."""
