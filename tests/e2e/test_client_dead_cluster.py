@@ -4,6 +4,8 @@ without limit; flush() and close() return within their bounds."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import signal
 import sys
@@ -13,7 +15,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pytest
-from herald.client import Client, HeraldError, MessageId, ProducerQueueIsFullError
+from herald.client import AsyncClient, Client, HeraldError, MessageId, ProducerClosedError, ProducerQueueIsFullError
+from herald.common.errors import HeraldTimeoutError
 
 from tests.conftest import StandaloneProcess
 from tests.helpers import unique_topic
@@ -75,7 +78,10 @@ class _Sender:
 
     def _run(self, producer: object) -> None:
         for i in range(self.total):
-            producer.send_async(bytes([i % 256]) * MESSAGE_BYTES, self._callback)  # type: ignore[attr-defined]
+            try:
+                producer.send_async(bytes([i % 256]) * MESSAGE_BYTES, self._callback)  # type: ignore[attr-defined]
+            except ProducerClosedError:
+                return  # closed under it (the close tests)
             self.returned = i + 1
 
 
@@ -126,3 +132,67 @@ def test_sync_send_async_without_blocking_fails_fast_when_the_queue_is_full(stan
             assert all(isinstance(error, ProducerQueueIsFullError) for error in refused)
             assert "max_pending_messages=100" in str(refused[0])
         producer.flush()
+
+
+# ---- flush() and close() on a cluster that does not answer ----
+
+@pytest.mark.timeout(180)
+def test_async_flush_on_a_paused_cluster_raises_a_timeout_error_and_keeps_the_messages(
+    standalone: StandaloneProcess,
+) -> None:
+    async def run() -> None:
+        async with AsyncClient(standalone.service_url, operation_timeout=2) as client:
+            producer = await client.create_producer(unique_topic("flush-paused"), send_timeout=0)
+            await producer.send(b"connected")
+            with paused(standalone):
+                futures = [await producer.send_async(b"%d" % i) for i in range(3)]
+                with pytest.raises(HeraldTimeoutError, match="flush of producer .* 3 messages not yet stored") as caught:
+                    await producer.flush()
+                assert isinstance(caught.value, TimeoutError) and isinstance(caught.value, HeraldError)
+            await producer.flush()  # resumed: the same messages are stored
+            assert all(future.done() and future.exception() is None for future in futures)
+
+    asyncio.run(run())
+
+
+@pytest.mark.timeout(180)
+def test_sync_flush_and_close_behind_a_full_queue_on_a_paused_cluster_return(standalone: StandaloneProcess) -> None:
+    with Client(standalone.service_url, operation_timeout=2) as client:
+        producer = client.create_producer(unique_topic("sync-flush-paused"), block_if_queue_full=True,
+                                          max_pending_messages=10, send_timeout=0)
+        producer.send(b"connected")
+        with paused(standalone):
+            sender = _Sender(producer, 100)
+            _until(lambda: _parked(sender.thread), "the sender blocks on the full queue")
+            with pytest.raises(HeraldTimeoutError, match="flush of producer") as caught:
+                producer.flush()
+            assert isinstance(caught.value, TimeoutError)
+            producer.close()  # returns, though the queue is full and nothing answers
+            _until(lambda: not sender.thread.is_alive(), "the blocked sender returns once the producer closed")
+        _until(lambda: len(sender.outcomes) == sender.returned, "every handed-off send's callback")
+        assert {type(error) for error in sender.outcomes} == {ProducerClosedError}
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("fault", ["paused", "killed"])
+def test_client_close_on_a_dead_cluster_returns_and_says_what_was_not_delivered(
+    standalone: StandaloneProcess, fault: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="herald.client")
+    assert standalone.proc is not None
+    client = Client(standalone.service_url, operation_timeout=2)
+    topic = unique_topic("close-dead")
+    producer = client.create_producer(topic, producer_name="undelivered", send_timeout=0)
+    client.subscribe(topic, "sub")
+    producer.send(b"connected")
+    os.kill(standalone.proc.pid, signal.SIGSTOP if fault == "paused" else signal.SIGKILL)
+    try:
+        for i in range(5):
+            producer.send_async(b"%d" % i)
+        client.close()  # returns (pytest-timeout is the bound)
+    finally:
+        if fault == "paused":
+            os.kill(standalone.proc.pid, signal.SIGCONT)
+    assert client.closed
+    assert "producer 'undelivered' on persistent://public/default/close-dead" in caplog.text
+    assert "had 5 messages not yet stored; they fail with ProducerClosedError" in caplog.text
