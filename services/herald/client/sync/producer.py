@@ -110,7 +110,8 @@ class Producer(Generic[T]):
         except concurrent.futures.TimeoutError:
             started.cancel()
             raise HeraldTimeoutError(
-                f"flush of producer {self.producer_name!r} on {self.topic} timed out after {2 * self._flush_timeout:g}s: "
+                f"flush of producer {self.producer_name!r} on {self.topic} timed out after "
+                f"{2 * self._flush_timeout:g}s: "
                 "its queue is full and the cluster does not answer; the messages stay queued (flush again, or close "
                 "to fail them)") from None
 
