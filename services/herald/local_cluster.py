@@ -11,7 +11,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,6 +73,9 @@ class ClusterSettings:
     proxies: int = 0  # `herald proxy` processes in front of the brokers (see proxy_url)
     metadata: str = "redis"  # "redis" (one redis-server) or "etcd" (a LocalEtcd of etcd_members)
     etcd_members: int = 3
+    # `herald local-cluster` restarts a child that died (LocalCluster.supervise); past this many
+    # restarts within a minute it stops the cluster and exits non-zero instead (a crash loop).
+    max_restarts_per_minute: int = 5
     extra_env: dict[str, str] = field(default_factory=dict)
 
 
@@ -175,6 +181,9 @@ class LocalCluster:
             )
         if settings.metadata not in ("redis", "etcd"):
             raise InvalidArgumentError(f"metadata backend {settings.metadata!r} is unknown: use redis or etcd")
+        if settings.max_restarts_per_minute < 0:
+            raise InvalidArgumentError(
+                f"max_restarts_per_minute must be 0 (never restart) or more, got {settings.max_restarts_per_minute}")
         self.settings = settings
         self.base = Path(settings.base_dir).resolve()
         self.logs = self.base / "logs"
@@ -206,12 +215,8 @@ class LocalCluster:
                        "--heartbeat-interval", str(settings.heartbeat_interval), "--metrics-port", str(metrics_port)],
             self.logs, "lookup listening on", lookup_port, env, metrics_port=metrics_port,
         )
-        broker_env = {
-            **env,
-            "HERALD_BROKER_ENSEMBLE_SIZE": str(settings.ensemble_size),
-            "HERALD_BROKER_WRITE_QUORUM": str(settings.write_quorum),
-            "HERALD_BROKER_ACK_QUORUM": str(settings.ack_quorum),
-        }
+        quorums = ["--ensemble-size", str(settings.ensemble_size), "--write-quorum", str(settings.write_quorum),
+                   "--ack-quorum", str(settings.ack_quorum)]
         nodes = ",".join(node.address for node in self.storage)
         self.brokers = []
         for i in range(settings.brokers):
@@ -220,8 +225,8 @@ class LocalCluster:
                 f"broker-{i}", [*herald, "broker", "--metadata-url", self.metadata_url, "--lookup-address",
                                 self.lookup.address, "--storage-nodes", nodes, "--port", str(port),
                                 "--broker-id", f"broker-{i}", "--metrics-port", str(metrics_port),
-                                "--pulsar-port", str(pulsar_port), "--web-port", str(web_port)],
-                self.logs, "broker listening on", port, broker_env, metrics_port=metrics_port,
+                                "--pulsar-port", str(pulsar_port), "--web-port", str(web_port), *quorums],
+                self.logs, "broker listening on", port, env, metrics_port=metrics_port,
                 pulsar_port=pulsar_port, web_port=web_port,
             ))
         self.proxies = []
@@ -296,6 +301,32 @@ class LocalCluster:
         for process in reversed(self.processes):
             process.stop()
 
+    def supervise(self, stop: threading.Event, report: Callable[[str], None] | None = None) -> None:
+        """Until `stop` is set, watch every child: one that exited is reaped (no zombie), reported
+        (its exit status and log) and started again. Past settings.max_restarts_per_minute restarts
+        within a minute, ServiceNotReadyError: the caller stops the cluster rather than loop on a crash."""
+        say = report if report is not None else (lambda text: print(text, file=sys.stderr, flush=True))
+        restarts: deque[float] = deque()
+        limit = self.settings.max_restarts_per_minute
+        while not stop.wait(0.2):
+            for process in self.processes:
+                if process.proc is None or process.proc.poll() is None:  # poll() reaps an exited child
+                    continue
+                code = process.proc.returncode
+                status = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+                say(f"herald local-cluster: {process.name} (pid {process.proc.pid}) {status}; see {process.log_path}")
+                now = time.monotonic()
+                while restarts and now - restarts[0] > 60:
+                    restarts.popleft()
+                if len(restarts) >= limit:
+                    raise ServiceNotReadyError(
+                        f"{process.name} died after {len(restarts)} restarts within a minute (max_restarts_per_minute="
+                        f"{limit}): stopping the cluster; see {process.log_path}")
+                restarts.append(now)
+                process.start()
+                assert process.proc is not None
+                say(f"herald local-cluster: {process.name} restarted, pid {process.proc.pid}")
+
     def describe(self) -> list[tuple[str, str]]:
         rows = [("service URL", self.service_url)]
         if self.proxies:
@@ -306,5 +337,6 @@ class LocalCluster:
         rows += [(f"{p.name} web", p.web_url) for p in self.processes if p.web_port is not None]
         rows += [(f"{p.name} metrics", f"http://127.0.0.1:{p.metrics_port}/metrics")
                  for p in self.processes if p.metrics_port is not None]
+        rows += [(f"{p.name} pid", str(p.proc.pid)) for p in self.processes if p.proc is not None]
         rows.append(("logs", str(self.logs)))
         return rows

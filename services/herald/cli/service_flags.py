@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import typing
+from typing import Any
 
 from herald.common.security.settings import MetricsEndpointSettings, SecuritySettings
 
@@ -97,3 +98,35 @@ def service_security_flags(sub: argparse.ArgumentParser, service: str) -> None:
         else:
             metavar = "ROLE,..." if name.endswith("_roles") else "FILE" if name.endswith("_file") else "NAME"
             group.add_argument(*flags, dest=name, metavar=metavar, help=text)
+
+
+def settings_flags(sub: argparse.ArgumentParser, settings: type[Any], section: str) -> None:
+    """A flag for every field of the service's settings dataclass that has none yet: each setting
+    is also a flag (defaults < TOML < HERALD_* < flags), so that nothing is reachable only through
+    the environment. --name-with-dashes VALUE; a boolean is --name / --no-name; a list is comma-separated."""
+    group = sub.add_argument_group(f"every other setting of [{section}] (docs/operations.md)")
+    taken = {action.dest for action in sub._actions}
+    env = f"HERALD_{section.upper().replace('-', '_')}_"
+    hints = typing.get_type_hints(settings)
+    for setting in dataclasses.fields(settings):
+        name = setting.name
+        flag = f"--{name.replace('_', '-')}"
+        if name in taken or flag in sub._option_string_actions:
+            continue
+        kind = hints[name]
+        default = setting.default if setting.default_factory is dataclasses.MISSING else setting.default_factory()
+        text = f"default {default} (env {env}{name.upper()})"
+        if kind is bool:
+            group.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=text)
+        elif kind in (int, float):
+            group.add_argument(flag, dest=name, type=kind, metavar=kind.__name__.upper(), help=text)
+        elif typing.get_origin(kind) is list:
+            group.add_argument(flag, dest=name, metavar="A,B,...", help=text)
+        else:
+            group.add_argument(flag, dest=name, metavar="VALUE", help=text)
+
+
+def settings_overrides(args: argparse.Namespace, settings: type[Any], *extra: str) -> dict[str, Any]:
+    """The flags given for `settings`' fields (and `extra` names), for load_settings' overrides."""
+    names = [field.name for field in dataclasses.fields(settings)] + list(extra)
+    return {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}

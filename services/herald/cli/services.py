@@ -12,18 +12,24 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from herald.broker.settings import BrokerSettings
 from herald.cli.client_options import CLIENT_SECURITY_FLAGS, client_security_flags
 from herald.cli.service_flags import (
     METRICS_ENDPOINT_FLAGS,
-    SERVICE_SECURITY_FLAGS,
     STANDALONE_SECURITY_FLAGS,
     metrics_endpoint_flags,
     metrics_flags,
     service_security_flags,
+    settings_flags,
+    settings_overrides,
     standalone_security_flags,
 )
 from herald.common.config import describe, load_settings
+from herald.dlq.settings import DlqWorkerSettings
+from herald.lookup.settings import LookupSettings
 from herald.metadata import MetadataStore, open_store
+from herald.proxy.settings import ProxySettings
+from herald.storage.node.settings import StorageSettings
 
 log = logging.getLogger("herald")
 
@@ -103,12 +109,9 @@ def _announce_metrics(service: str, endpoint: Any) -> None:
 
 def cmd_lookup(args: argparse.Namespace) -> None:
     from herald.lookup.server import LookupServer
-    from herald.lookup.settings import LookupSettings
 
     settings = load_settings(LookupSettings, "lookup", config_file=args.config,
-                             overrides=_flags(args, "metadata_url", "host", "port", "heartbeat_interval",
-                                              "metrics_host", "metrics_port", *METRICS_ENDPOINT_FLAGS,
-                                              *SERVICE_SECURITY_FLAGS))
+                             overrides=settings_overrides(args, LookupSettings))
     log.info("lookup settings:\n%s", describe(settings))
 
     async def make() -> _OnMetadataStore:
@@ -123,14 +126,10 @@ def cmd_lookup(args: argparse.Namespace) -> None:
 
 def cmd_broker(args: argparse.Namespace) -> None:
     from herald.broker.server import BrokerServer
-    from herald.broker.settings import BrokerSettings
 
     settings = load_settings(
         BrokerSettings, "broker", config_file=args.config,
-        overrides=_flags(args, "metadata_url", "host", "port", "broker_id", "lookup_address", "storage_nodes",
-                         "advertised_address", "pulsar_port", "pulsar_tls_port", "pulsar_advertised_host",
-                         "metrics_host", "metrics_port", "metrics_topic_level", "web_port",
-                         *METRICS_ENDPOINT_FLAGS, *SERVICE_SECURITY_FLAGS),
+        overrides=settings_overrides(args, BrokerSettings),
     )
     log.info("broker settings:\n%s", describe(settings))
 
@@ -146,12 +145,9 @@ def cmd_broker(args: argparse.Namespace) -> None:
 
 def cmd_storage(args: argparse.Namespace) -> None:
     from herald.storage.node.server import StorageServer
-    from herald.storage.node.settings import StorageSettings
 
     settings = load_settings(StorageSettings, "storage", config_file=args.config,
-                             overrides=_flags(args, "data_dir", "host", "port", "metrics_host", "metrics_port",
-                                              "max_data_bytes", "min_free_bytes", "fault_fsync_delay_ms",
-                                              *METRICS_ENDPOINT_FLAGS, *SERVICE_SECURITY_FLAGS))
+                             overrides=settings_overrides(args, StorageSettings))
     log.info("storage settings:\n%s", describe(settings))
 
     async def make() -> StorageServer:
@@ -166,13 +162,10 @@ def cmd_storage(args: argparse.Namespace) -> None:
 
 def cmd_proxy(args: argparse.Namespace) -> None:
     from herald.proxy.server import ProxyServer
-    from herald.proxy.settings import ProxySettings
 
     settings = load_settings(
         ProxySettings, "proxy", config_file=args.config,
-        overrides=_flags(args, "host", "port", "lookup_address", "advertised_address", "max_connections",
-                         "pulsar_port", "drain_timeout", "metrics_host", "metrics_port", *METRICS_ENDPOINT_FLAGS,
-                         *SERVICE_SECURITY_FLAGS),
+        overrides=settings_overrides(args, ProxySettings),
     )
     log.info("proxy settings:\n%s", describe(settings))
 
@@ -194,9 +187,7 @@ def cmd_dlq_worker(args: argparse.Namespace) -> None:
     from herald.dlq.settings import load_settings as load_dlq_settings
     from herald.dlq.worker import DlqWorker
 
-    settings = load_dlq_settings(args.config, _flags(args, "service_url", "worker_name", "metrics_host",
-                                                     "metrics_port", "flow_permits", "broker_refresh_interval",
-                                                     *METRICS_ENDPOINT_FLAGS, *CLIENT_SECURITY_FLAGS))
+    settings = load_dlq_settings(args.config, settings_overrides(args, DlqWorkerSettings, *CLIENT_SECURITY_FLAGS))
     log.info("dlq-worker settings:\n%s", describe(settings))
 
     async def make() -> DlqWorker:
@@ -237,7 +228,8 @@ def cmd_local_cluster(args: argparse.Namespace) -> None:
     settings = load_settings(
         ClusterSettings, "local-cluster", config_file=args.config,
         overrides=_flags(args, "base_dir", "brokers", "storage_nodes", "ensemble_size", "write_quorum",
-                         "ack_quorum", "heartbeat_interval", "proxies", "metadata", "etcd_members"),
+                         "ack_quorum", "heartbeat_interval", "proxies", "metadata", "etcd_members",
+                         "max_restarts_per_minute"),
     )
     cluster = LocalCluster(settings)
     stop = threading.Event()
@@ -249,7 +241,7 @@ def cmd_local_cluster(args: argparse.Namespace) -> None:
         for name, where in cluster.describe():
             print(f"  {name:12} {where}", flush=True)
         print("press Ctrl-C to stop", flush=True)
-        stop.wait()
+        cluster.supervise(stop)  # restarts a child that dies; raises past max_restarts_per_minute
         print("stopping…", flush=True)
     finally:
         cluster.stop()
@@ -299,6 +291,7 @@ def add_service_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     sub.add_argument("--heartbeat-interval", type=float, help="seconds between broker heartbeats")
     metrics_flags(sub, 9101, "lookup")
     service_security_flags(sub, "lookup")
+    settings_flags(sub, LookupSettings, "lookup")
     sub.set_defaults(func=cmd_lookup)
 
     sub = service("broker", "run a broker")
@@ -317,6 +310,7 @@ def add_service_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     sub.add_argument("--no-metrics-topic-level", dest="metrics_topic_level", action="store_const", const=False,
                      default=None, help="no topic or subscription labels on metrics: broker-wide sums only")
     service_security_flags(sub, "broker")
+    settings_flags(sub, BrokerSettings, "broker")
     sub.set_defaults(func=cmd_broker)
 
     sub = service("storage", "run a storage node")
@@ -329,6 +323,7 @@ def add_service_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
                      help="fault injection for tests: sleep this long before each journal fsync (default 0)")
     metrics_flags(sub, 9103, "storage")
     service_security_flags(sub, "storage")
+    settings_flags(sub, StorageSettings, "storage")
     sub.set_defaults(func=cmd_storage)
 
     sub = service("proxy", "run a proxy: the one address clients need, forwarding to the brokers that own topics")
@@ -342,6 +337,7 @@ def add_service_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     sub.add_argument("--metrics-port", type=int, help="/metrics port (default 9104; 0 = any free port, -1 = none)")
     metrics_endpoint_flags(sub, "proxy")
     service_security_flags(sub, "proxy")
+    settings_flags(sub, ProxySettings, "proxy")
     sub.set_defaults(func=cmd_proxy)
 
     help_text = "run a dlq-worker: move dead letters of every broker to their dead-letter topics"
@@ -355,6 +351,7 @@ def add_service_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     sub.add_argument("--flow-permits", type=int, help="letters in flight per broker (default 100)")
     sub.add_argument("--broker-refresh-interval", type=float, help="seconds between broker list refreshes")
     client_security_flags(sub, defaults="settings", env_prefix="HERALD_DLQ_WORKER_")
+    settings_flags(sub, DlqWorkerSettings, "dlq-worker")
     sub.set_defaults(func=cmd_dlq_worker)
 
     help_text = "run the Kubernetes operator: reconcile Topic and Subscription resources (herald.io/v1alpha1)"
@@ -389,4 +386,7 @@ def add_service_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     sub.add_argument("--metadata", choices=("redis", "etcd"),
                      help="metadata store: one redis-server (default) or an etcd cluster")
     sub.add_argument("--etcd-members", type=int, help="etcd members with --metadata etcd (default 3)")
+    sub.add_argument("--max-restarts-per-minute", type=int,
+                     help="a child that dies is restarted; past this many restarts in a minute the cluster stops "
+                          "and the command exits non-zero (default 5)")
     sub.set_defaults(func=cmd_local_cluster)

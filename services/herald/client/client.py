@@ -38,7 +38,7 @@ from herald.client.topic_consumer import TopicConsumer
 from herald.client.topic_producer import TopicProducer
 from herald.common.codec.message_id import MessageId
 from herald.common.codec.names import TopicName, validate_subscription_name
-from herald.common.errors import AlreadyClosedError, InvalidArgumentError, NotAllowedError
+from herald.common.errors import AlreadyClosedError, HeraldError, InvalidArgumentError, NotAllowedError
 
 log = logging.getLogger(__name__)
 
@@ -294,12 +294,22 @@ class AsyncClient:
         if self._state is not _OPEN:
             raise AlreadyClosedError("client already closed")
         self._state = _CLOSING
-        closing = ([p.close() for p in list(self._producers)] + [c.close() for c in list(self._consumers)]
-                   + [r.close() for r in list(self._readers)])
-        results = await asyncio.gather(*closing, return_exceptions=True)
-        for result in results:
-            if isinstance(result, BaseException):
-                log.warning("closing the client: %s", result)
+        _warn_undelivered(list(self._producers))
+        members: list[Any] = [*self._producers, *self._consumers, *self._readers]
+        closing = {asyncio.ensure_future(member.close()): member for member in members}
+        # Each member's close is bounded (its stream gets operation_timeout to end); this bound
+        # holds whatever the member: past it, what is left is closed at once, as by shutdown().
+        done, stuck = await asyncio.wait(closing, timeout=2 * self._config.operation_timeout) if closing else (
+            set(), set())
+        for task in done:
+            if not task.cancelled() and task.exception() is not None:
+                log.warning("closing the client: %s", task.exception())
+        if stuck:
+            log.warning("closing the client: %s did not close within %gs (twice operation_timeout): closed at once",
+                        ", ".join(repr(closing[task]) for task in stuck), 2 * self._config.operation_timeout)
+            for task in stuck:
+                task.cancel()
+            await asyncio.gather(*stuck, *(closing[task]._shutdown() for task in stuck), return_exceptions=True)
         await self._pool.close(grace=None)
         self._state = _CLOSED
 
@@ -345,6 +355,20 @@ class AsyncClient:
 
 def _kept(producer: object) -> None:
     """A partition's producer closed: its partitioned producer closed it, and keeps no registry."""
+
+
+def _warn_undelivered(producers: Sequence[AsyncProducer[Any]]) -> None:
+    """Say which producers still hold messages the brokers have not stored: closing fails them
+    (ProducerClosedError to their futures and callbacks); flush() before close() waits for them."""
+    for producer in producers:
+        try:
+            pending = int(producer.stats().pending_messages)
+        except HeraldError:
+            continue
+        if pending:
+            log.warning("closing the client: producer %r on %s had %d messages not yet stored; they fail with "
+                        "ProducerClosedError (flush() before close() waits for them)", producer.producer_name,
+                        producer.topic, pending)
 
 
 def _build(cls: type[C], what: str, **options: Any) -> C:

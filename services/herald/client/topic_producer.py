@@ -40,6 +40,7 @@ from herald.common import tracing
 from herald.common.codec.message_id import MessageId
 from herald.common.errors import (
     HeraldError,
+    HeraldTimeoutError,
     InvalidArgumentError,
     MessageTooLargeError,
     ProducerBusyError,
@@ -210,7 +211,9 @@ class TopicProducer(AsyncProducer[T]):
         return future
 
     async def flush(self) -> None:
-        """Send the open batch and wait until every message queued so far is stored."""
+        """Send the open batch and wait until every message queued so far is stored: at most the
+        send timeout (the operation timeout when send_timeout is 0), then HeraldTimeoutError; the
+        messages stay queued."""
         if self._state is not _OPEN:
             raise self._closed_error()
         self._acc.flush()
@@ -220,7 +223,14 @@ class TopicProducer(AsyncProducer[T]):
         op = pending[-1]
         if op.flushed is None:
             op.flushed = self._loop.create_future()
-        await asyncio.shield(op.flushed)
+        bound = self._config.send_timeout or self._client_config.operation_timeout
+        try:
+            await asyncio.wait_for(asyncio.shield(op.flushed), bound)
+        except TimeoutError:
+            raise HeraldTimeoutError(
+                f"flush of producer {self.producer_name!r} on {self._topic} timed out after {bound:g}s (the send "
+                f"timeout, else operation_timeout) with {self._pending_count} messages not yet stored: the cluster "
+                "does not answer; they stay queued (flush again, or close to fail them)") from None
 
     def flush_nowait(self) -> None:
         """Close the open batch(es) and queue them for sending now, without waiting."""

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, NoReturn, TypeVar, cast
 
 import grpc
 import grpc.aio
@@ -12,13 +15,13 @@ from prometheus_client import CollectorRegistry
 from herald.api.v1 import lookup_pb2, lookup_pb2_grpc
 from herald.common.bounded import Pacer
 from herald.common.codec.names import TopicName
-from herald.common.errors import HeraldError, InvalidArgumentError
+from herald.common.errors import HeraldError, HeraldTimeoutError, InvalidArgumentError, MetadataError
 from herald.common.http.endpoint import HttpEndpoint, serve_endpoint
 from herald.common.security.authentication import AuthorizationInterceptor
 from herald.common.security.service import ServiceSecurity
 from herald.common.transport.connections import connection_limits
 from herald.common.transport.health import ServiceHealth
-from herald.common.transport.rpc import abort, server_options
+from herald.common.transport.rpc import abort, server_options, status_details
 from herald.common.transport.tls import add_port
 from herald.common.transport.tracing import server_interceptors
 from herald.lookup.authorization import LookupAuthorization
@@ -60,6 +63,35 @@ def _urls_proto(urls: dict[str, str]) -> lookup_pb2.BrokerUrls:
     return lookup_pb2.BrokerUrls(**{field: urls.get(field, "") for field in _URL_FIELDS})
 
 
+# What the metadata store raises when it cannot answer (redis down, paused or closed): every lookup
+# call reads or writes it, so such a call is answered UNAVAILABLE (the caller retries, as after any
+# outage) with the store's own one-line reason, and logged in one line, never as a traceback.
+_STORE_OUTAGE = (MetadataError, HeraldTimeoutError)
+_Handler = TypeVar("_Handler", bound=Callable[..., Awaitable[Any]])
+
+
+async def _abort(context: grpc.aio.ServicerContext, error: HeraldError) -> NoReturn:  # type: ignore[type-arg]
+    """Fail the call with `error`: UNAVAILABLE when the metadata store could not answer."""
+    if isinstance(error, _STORE_OUTAGE):
+        log.warning("lookup call failed: the metadata store did not answer: %s", error)
+        await context.abort(grpc.StatusCode.UNAVAILABLE, status_details(error))
+    await abort(context, error)
+
+
+def _store_outage_unavailable(handler: _Handler) -> _Handler:
+    """A handler whose metadata store errors become UNAVAILABLE with one log line (gRPC would log
+    an escaping error with its whole traceback and answer UNKNOWN)."""
+
+    @functools.wraps(handler)
+    async def guarded(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:  # type: ignore[type-arg]
+        try:
+            return await handler(self, request, context)
+        except _STORE_OUTAGE as error:
+            await _abort(context, error)
+
+    return cast(_Handler, guarded)
+
+
 class LookupServicer(lookup_pb2_grpc.LookupServiceServicer):
     def __init__(self, settings: LookupSettings, store: MetadataStore, metrics: LookupMetrics | None = None) -> None:
         self.settings = settings
@@ -81,6 +113,7 @@ class LookupServicer(lookup_pb2_grpc.LookupServiceServicer):
         await self.resources.check_partition(str(name))
         return name
 
+    @_store_outage_unavailable
     async def RegisterBroker(
         self, request: lookup_pb2.RegisterBrokerRequest, context: grpc.aio.ServicerContext  # type: ignore[type-arg]
     ) -> lookup_pb2.RegisterBrokerResponse:
@@ -90,7 +123,7 @@ class LookupServicer(lookup_pb2_grpc.LookupServiceServicer):
                 _urls(request.urls),
             )
         except HeraldError as error:
-            await abort(context, error)
+            await _abort(context, error)
         self.metrics.registrations.inc()
         log.info("broker %s registered at %s (lease %d)", record.broker_id, record.address, record.lease_id)
         return lookup_pb2.RegisterBrokerResponse(
@@ -99,6 +132,7 @@ class LookupServicer(lookup_pb2_grpc.LookupServiceServicer):
             expiry_seconds=self.registry.expiry_seconds,
         )
 
+    @_store_outage_unavailable
     async def Heartbeat(
         self, request: lookup_pb2.HeartbeatRequest, context: grpc.aio.ServicerContext  # type: ignore[type-arg]
     ) -> lookup_pb2.HeartbeatResponse:
@@ -110,6 +144,7 @@ class LookupServicer(lookup_pb2_grpc.LookupServiceServicer):
             log.warning("heartbeat from expired broker %s (lease %d)", request.broker_id, request.lease_id)
         return lookup_pb2.HeartbeatResponse(lease_valid=valid)
 
+    @_store_outage_unavailable
     async def UnregisterBroker(
         self, request: lookup_pb2.UnregisterBrokerRequest, context: grpc.aio.ServicerContext  # type: ignore[type-arg]
     ) -> lookup_pb2.UnregisterBrokerResponse:
@@ -117,6 +152,7 @@ class LookupServicer(lookup_pb2_grpc.LookupServiceServicer):
         log.info("broker %s unregistered", request.broker_id)
         return lookup_pb2.UnregisterBrokerResponse()
 
+    @_store_outage_unavailable
     async def LookupTopic(
         self, request: lookup_pb2.LookupTopicRequest, context: grpc.aio.ServicerContext  # type: ignore[type-arg]
     ) -> lookup_pb2.LookupTopicResponse:
@@ -125,12 +161,13 @@ class LookupServicer(lookup_pb2_grpc.LookupServiceServicer):
             owner = await self.ownership.lookup(topic)
         except HeraldError as error:
             self._counted("LookupTopic", ERROR)
-            await abort(context, error)
+            await _abort(context, error)
         self._counted("LookupTopic", OK)
         record = await self.registry.get(owner.broker_id)  # its other protocols' addresses
         return lookup_pb2.LookupTopicResponse(broker_address=owner.address, broker_id=owner.broker_id,
                                               urls=_urls_proto(record.urls if record is not None else {}))
 
+    @_store_outage_unavailable
     async def GetPartitionedTopicMetadata(
         self, request: lookup_pb2.PartitionedTopicMetadataRequest,
         context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
@@ -141,11 +178,12 @@ class LookupServicer(lookup_pb2_grpc.LookupServiceServicer):
             topic = str(name)
         except HeraldError as error:
             self._counted("GetPartitionedTopicMetadata", ERROR)
-            await abort(context, error)
+            await _abort(context, error)
         partitions = await get_partitions(self.store, topic)
         self._counted("GetPartitionedTopicMetadata", OK)
         return lookup_pb2.PartitionedTopicMetadataResponse(partitions=partitions)
 
+    @_store_outage_unavailable
     async def GetClusterInfo(
         self, request: lookup_pb2.ClusterInfoRequest, context: grpc.aio.ServicerContext  # type: ignore[type-arg]
     ) -> lookup_pb2.ClusterInfoResponse:
@@ -166,6 +204,7 @@ class LookupServicer(lookup_pb2_grpc.LookupServiceServicer):
         )
 
 
+    @_store_outage_unavailable
     async def GetTopicRoute(
         self, request: lookup_pb2.TopicRouteRequest, context: grpc.aio.ServicerContext  # type: ignore[type-arg]
     ) -> lookup_pb2.TopicRouteResponse:
@@ -174,7 +213,7 @@ class LookupServicer(lookup_pb2_grpc.LookupServiceServicer):
             partitions, routes = await topic_route(self.ownership, topic)
         except HeraldError as error:
             self._counted("GetTopicRoute", ERROR)
-            await abort(context, error)
+            await _abort(context, error)
         self._counted("GetTopicRoute", OK)
         reply = lookup_pb2.TopicRouteResponse(partitions=partitions)
         pacer = Pacer()
@@ -184,6 +223,7 @@ class LookupServicer(lookup_pb2_grpc.LookupServiceServicer):
             await pacer.pace()
         return reply
 
+    @_store_outage_unavailable
     async def GetTopicsOfNamespace(
         self, request: lookup_pb2.TopicsOfNamespaceRequest,
         context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
@@ -194,7 +234,7 @@ class LookupServicer(lookup_pb2_grpc.LookupServiceServicer):
                                            "PERSISTENT or NON_PERSISTENT")
             topics = await topics_of_namespace(self.resources, request.namespace, _DOMAINS[request.domain])
         except HeraldError as error:
-            await abort(context, error)
+            await _abort(context, error)
         return lookup_pb2.TopicsOfNamespaceResponse(topics=topics)
 
 

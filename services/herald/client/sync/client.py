@@ -7,7 +7,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from herald.client.client import AsyncClient
-from herald.client.config import ClientConfig, ConsumerType, InitialPosition
+from herald.client.config import ClientConfig, ConsumerType, InitialPosition, ProducerConfig
 from herald.client.reader_pull import PullResult
 from herald.client.sync.consumer import Consumer
 from herald.client.sync.loop import LoopThread
@@ -28,7 +28,8 @@ class Client:
 
     def __init__(self, service_url: str, **options: Any) -> None:
         try:
-            ClientConfig(service_url, **options)  # fail here, in the caller's thread, on a bad option
+            # Fails here, in the caller's thread, on a bad option.
+            self._config = ClientConfig(service_url, **options)
         except TypeError as exc:
             raise InvalidArgumentError(f"invalid client option: {exc}") from None
         self._service_url = service_url
@@ -51,7 +52,10 @@ class Client:
     def create_producer(self, topic: str, **options: Any) -> Producer[Any]:
         """A producer on `topic`; options as AsyncClient.create_producer."""
         core = self._core()
-        return Producer(self._thread, self._thread.run(core.create_producer(topic, **options)))
+        producer = self._thread.run(core.create_producer(topic, **options))
+        config = ProducerConfig(**{name: value for name, value in options.items() if name != "schema"})
+        return Producer(self._thread, producer, config.max_pending_messages,
+                        config.send_timeout or self._config.operation_timeout)
 
     def subscribe(
         self, topic: Topics, subscription_name: str, consumer_type: ConsumerType = ConsumerType.Exclusive,

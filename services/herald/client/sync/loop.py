@@ -90,14 +90,48 @@ class Submitter:
 
     A function returning False could not proceed (a full producer queue): the submitter awaits
     `wait()` and offers it again, holding back everything after it to keep the order.
+
+    `offer()` (a producer's sends) is bounded, as Pulsar's sendAsync is by its semaphore: the
+    calling thread waits while the submitter is held back by a full queue, or while `max_queued`
+    items wait already (a caller far ahead of the loop), so a fast caller cannot grow the hand-off
+    without limit. `submit()` (closes, flushes, acks) is never held.
     """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, wait: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, wait: Callable[[], Coroutine[Any, Any, None]],
+                 max_queued: int = 0) -> None:
         self._loop = loop
         self._wait = wait
         self._items: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
         self._scheduled = False
         self._blocked: asyncio.Task[None] | None = None
+        self._max_queued = max_queued  # 0: offer() never waits
+        self._room = threading.Condition()
+        self._waiting = 0  # callers of offer() waiting for room: _drain wakes them
+
+    def offer(self, function: Callable[..., Any], *args: Any) -> None:
+        """submit(), after waiting for room (see the class); from the loop thread itself (a send
+        callback) it never waits, since only that thread makes room."""
+        if self._max_queued and (self._blocked is not None or len(self._items) >= self._max_queued) \
+                and asyncio._get_running_loop() is not self._loop:
+            self._wait_for_room()
+        self.submit(function, *args)
+
+    def _wait_for_room(self) -> None:
+        with self._room:
+            self._waiting += 1  # before looking: a drain after this sees it and notifies
+            try:
+                while self._blocked is not None or len(self._items) >= self._max_queued:
+                    if self._loop.is_closed():
+                        raise AlreadyClosedError("client already closed")
+                    # Woken by _drain; the timeout only rechecks a loop that stopped meanwhile.
+                    self._room.wait(1.0)
+            finally:
+                self._waiting -= 1
+
+    def _wake_offerers(self) -> None:
+        if self._waiting:
+            with self._room:
+                self._room.notify_all()
 
     def submit(self, function: Callable[..., Any], *args: Any) -> None:
         self._items.append((function, args))
@@ -147,8 +181,10 @@ class Submitter:
                 proceeded = True
             if proceeded is False:
                 self._blocked = self._loop.create_task(self._wait_then_drain())
+                self._wake_offerers()
                 return
             items.popleft()
+        self._wake_offerers()
 
     async def _wait_then_drain(self) -> None:
         try:

@@ -15,7 +15,7 @@ from herald.client.producer import AsyncProducer, SendCallback, T, deliver_at_ms
 from herald.client.sync.loop import LoopThread, Submitter
 from herald.common import tracing
 from herald.common.codec.message_id import MessageId
-from herald.common.errors import HeraldError
+from herald.common.errors import HeraldError, HeraldTimeoutError
 
 log = logging.getLogger(__name__)
 
@@ -29,10 +29,14 @@ class Producer(Generic[T]):
     """Publishes values of type T (bytes unless it has a schema) to one topic. Made by
     `Client.create_producer`. Message options as AsyncProducer.send (herald.client.producer)."""
 
-    def __init__(self, thread: LoopThread, producer: AsyncProducer[T]) -> None:
+    def __init__(self, thread: LoopThread, producer: AsyncProducer[T], max_pending_messages: int = 1000,
+                 flush_timeout: float = 30.0) -> None:
         self._thread = thread  # the client's
         self._async = producer
-        self._submitter = Submitter(thread.loop, producer.wait_for_room)
+        self._flush_timeout = flush_timeout  # the send timeout, else the operation timeout
+        # Sends handed to the loop and not yet queued by the producer: at most max_pending_messages
+        # (send_async waits past it, or while the producer's own queue is full and it blocks).
+        self._submitter = Submitter(thread.loop, producer.wait_for_room, max_pending_messages)
 
     @property
     def topic(self) -> str:
@@ -84,19 +88,32 @@ class Producer(Generic[T]):
     ) -> None:
         """Queue one message; `callback(error, message_id)` runs on the client's thread when the
         broker stored it (error None) or it failed. Raises at once if the producer is closed, the
-        value does not encode or the message is too large; a full queue is reported to the
-        callback (or waited out with block_if_queue_full)."""
+        value does not encode or the message is too large. A full queue (max_pending_messages
+        waiting for receipts) fails the message with ProducerQueueIsFullError through the callback;
+        with block_if_queue_full this call waits for room instead, as Pulsar's does, so a caller
+        faster than the cluster is held back rather than queueing without limit."""
         data, key = self._async.encode_keyed(value, key)
         at = None if deliver_at is None and deliver_after is None else deliver_at_ms(deliver_at, deliver_after)
         if tracing.ENABLED:  # the create span on the caller's thread, in its context (herald.client.tracing)
             properties = client_tracing.with_creation_context(self._async.topic, properties,
                                                               self._async.producer_name)
-        self._submitter.submit(self._async.enqueue_nowait, data, callback or _ignore, key, ordering_key, properties,
-                               event_time, sequence_id, at)
+        self._submitter.offer(self._async.enqueue_nowait, data, callback or _ignore, key, ordering_key, properties,
+                              event_time, sequence_id, at)
 
     def flush(self) -> None:
-        """Wait until every message sent so far is stored."""
-        self._submitter.call(self._async.flush).result()
+        """Wait until every message sent so far is stored: at most the send timeout (the operation
+        timeout when send_timeout is 0), then HeraldTimeoutError; the messages stay queued."""
+        started = self._submitter.call(self._async.flush)
+        try:
+            # The async flush bounds its own wait once it runs; behind a full queue it may not start.
+            started.result(timeout=2 * self._flush_timeout)
+        except concurrent.futures.TimeoutError:
+            started.cancel()
+            raise HeraldTimeoutError(
+                f"flush of producer {self.producer_name!r} on {self.topic} timed out after "
+                f"{2 * self._flush_timeout:g}s: "
+                "its queue is full and the cluster does not answer; the messages stay queued (flush again, or close "
+                "to fail them)") from None
 
     def stats(self) -> Any:
         """The producer's counters and send latencies (a herald.client.stats.ProducerStats)."""
@@ -110,7 +127,9 @@ class Producer(Generic[T]):
         Closing twice does nothing."""
         if self._thread.closed:
             return  # the client closed it, and its thread is gone
-        self._submitter.call(self._async.close).result()
+        # Not queued behind the sends: a send waiting for room (a full queue, a silent cluster)
+        # would hold the close back for ever. Sends handed off meanwhile fail with ProducerClosedError.
+        self._thread.run(self._async.close())
 
     def __enter__(self) -> Producer[T]:
         return self
