@@ -31,7 +31,8 @@ standalone's own certificate.
 local_cluster (`herald local-cluster`, herald.local_cluster.LocalCluster; the `local_cluster` and
 `make_local_cluster` test fixtures): redis-server (append-only, fsync always), N storage nodes,
 lookup, M brokers and `proxies` proxies (0 by default; `proxy_url` is the first one's), each a
-separate process on free loopback ports with its log in `<base>/logs/`. Any of them can be killed
+separate process on free loopback ports with its log in `<base>/logs/` (herald.local_process's
+ClusterProcess; `metadata="etcd"` runs herald.local_etcd's members instead of redis-server). Any of them can be killed
 (SIGKILL), paused (SIGSTOP), resumed, stopped and restarted: the chaos tests drive the same code.
 """
 

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from herald.common.errors import InvalidArgumentError, ServiceNotReadyError
-from herald.local_cluster import ClusterProcess, free_port
+from herald.local_process import ClusterProcess, free_port
 
 READY_TEXT = "serving client traffic"  # etcd 3.4 logs this once it serves clients
 
