@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import grpc.aio
@@ -154,6 +154,11 @@ class ReplyCutter:
         self.upstream_port = int(port)
         self.armed = False
         self.cuts = 0
+        # Armed, the cutter holds back replies that follow a forwarded request until `applied` says
+        # etcd has applied the write, then cuts: else the first reply frame after arming could be an
+        # HTTP/2 SETTINGS or PING acknowledgement, cut before the write ever reached etcd.
+        self.applied: Callable[[], Awaitable[bool]] | None = None
+        self._request_forwarded = False
         self._server: asyncio.Server | None = None
         self._writers: list[asyncio.StreamWriter] = []
 
@@ -167,13 +172,22 @@ class ReplyCutter:
         for writer in self._writers:
             writer.close()
 
+    async def _until_applied(self) -> None:
+        deadline = asyncio.get_running_loop().time() + DEADLINE
+        while self.applied is not None and not await self.applied():
+            assert asyncio.get_running_loop().time() < deadline, "etcd never applied the write"
+            await asyncio.sleep(0.02)
+
     async def _serve(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
         upstream_reader, upstream_writer = await asyncio.open_connection(self.upstream_host, self.upstream_port)
         self._writers += [client_writer, upstream_writer]
 
         async def pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, replies: bool) -> None:
             while data := await reader.read(65536):
-                if replies and self.armed:
+                if not replies and self.armed:
+                    self._request_forwarded = True
+                if replies and self.armed and self._request_forwarded:
+                    await self._until_applied()
                     self.armed = False
                     self.cuts += 1
                     client_writer.close()
@@ -188,22 +202,31 @@ class ReplyCutter:
 
 
 @pytest.fixture
-async def cut_store(etcd_url: str) -> AsyncIterator[tuple[EtcdMetadataStore, ReplyCutter]]:
+async def cut_store(etcd_url: str) -> AsyncIterator[tuple[EtcdMetadataStore, ReplyCutter, EtcdMetadataStore]]:
     cutter = ReplyCutter(etcd_url.removeprefix("etcd://"))
     address = await cutter.start()
-    store = EtcdMetadataStore(f"etcd://{address}", namespace=f"/{unique_name('test')}/", timeout=5.0)
+    namespace = f"/{unique_name('test')}/"
+    store = EtcdMetadataStore(f"etcd://{address}", namespace=namespace, timeout=5.0)
+    direct = EtcdMetadataStore(etcd_url, namespace=namespace)  # sees what etcd applied
     await store.start()
+    await direct.start()
     try:
-        yield store, cutter
+        yield store, cutter, direct
     finally:
         await store.close()
+        await direct.close()
         await cutter.stop()
 
 
 async def test_an_unconditional_put_whose_reply_is_lost_says_its_outcome_is_unknown(
-    cut_store: tuple[EtcdMetadataStore, ReplyCutter],
+    cut_store: tuple[EtcdMetadataStore, ReplyCutter, EtcdMetadataStore],
 ) -> None:
-    store, cutter = cut_store
+    store, cutter, direct = cut_store
+
+    async def applied() -> bool:
+        return await direct.get("k") is not None
+
+    cutter.applied = applied
     cutter.armed = True
     with pytest.raises(MetadataError, match="may or may not have happened, so re-read before retrying"):
         await store.put("k", b"v")
@@ -212,10 +235,16 @@ async def test_an_unconditional_put_whose_reply_is_lost_says_its_outcome_is_unkn
 
 
 async def test_a_cas_whose_reply_is_lost_is_retried_and_reports_its_own_write_as_unknown_not_lost(
-    cut_store: tuple[EtcdMetadataStore, ReplyCutter],
+    cut_store: tuple[EtcdMetadataStore, ReplyCutter, EtcdMetadataStore],
 ) -> None:
-    store, cutter = cut_store
+    store, cutter, direct = cut_store
     await store.put("k", b"old")
+
+    async def applied() -> bool:
+        current = await direct.get("k")
+        return current is not None and current.value == b"new"
+
+    cutter.applied = applied
     cutter.armed = True
     # The first attempt applies; the retry's compare then fails on that very write, which the store
     # cannot tell from another writer's: it says so instead of claiming a lost race (BadVersionError).
