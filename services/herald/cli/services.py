@@ -150,6 +150,7 @@ def cmd_storage(args: argparse.Namespace) -> None:
 
     settings = load_settings(StorageSettings, "storage", config_file=args.config,
                              overrides=_flags(args, "data_dir", "host", "port", "metrics_host", "metrics_port",
+                                              "metadata_url", "advertised_address", "registration_ttl",
                                               *METRICS_ENDPOINT_FLAGS, *SERVICE_SECURITY_FLAGS))
     log.info("storage settings:\n%s", describe(settings))
 
@@ -318,6 +319,11 @@ def add_service_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
 
     sub = service("storage", "run a storage node")
     sub.add_argument("--data-dir", help="journal and ledger directory")
+    sub.add_argument("--metadata-url", help="metadata store URL to register in, so brokers find this node "
+                                            "(default: none, brokers use their --storage-nodes)")
+    sub.add_argument("--advertised-address", help="host:port brokers dial (default: host:port as bound)")
+    sub.add_argument("--registration-ttl", type=float, help="seconds a registration outlives the node's last "
+                                                            "renewal (default 10)")
     metrics_flags(sub, 9103, "storage")
     service_security_flags(sub, "storage")
     sub.set_defaults(func=cmd_storage)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from herald.common.config import check_metrics_port, check_server_limits
+from herald.common.errors import InvalidArgumentError
 from herald.common.limits import DEFAULT_MAX_STREAMS_PER_CONNECTION
 from herald.common.security.settings import MetricsEndpointSettings, SecuritySettings
 
@@ -62,7 +63,15 @@ class StorageSettings(SecuritySettings, MetricsEndpointSettings):
     # embedding process serves the registry itself).
     metrics_host: str = "127.0.0.1"
     metrics_port: int = 9103
+    # Registration (storage.membership): with a metadata store URL the node registers
+    # /storage/nodes/<advertised_address> on a lease of registration_ttl seconds (renewed every
+    # third of it), so brokers find it without a restart. "" registers nothing (brokers' static list).
+    metadata_url: str = ""
+    advertised_address: str = ""  # host:port brokers dial (default: host:port as bound)
+    registration_ttl: float = 10.0
 
     def __post_init__(self) -> None:
+        if not self.registration_ttl > 0:
+            raise InvalidArgumentError(f"storage registration_ttl {self.registration_ttl} must be > 0 seconds")
         check_metrics_port(self.metrics_port)
         check_server_limits(self)
