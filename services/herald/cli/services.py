@@ -145,19 +145,20 @@ def cmd_broker(args: argparse.Namespace) -> None:
 
 
 def cmd_storage(args: argparse.Namespace) -> None:
-    from herald.storage.node.server import StorageServer
+    from herald.cli.storage_process import StorageProcess
     from herald.storage.node.settings import StorageSettings
 
     settings = load_settings(StorageSettings, "storage", config_file=args.config,
                              overrides=_flags(args, "data_dir", "host", "port", "metrics_host", "metrics_port",
                                               "metadata_url", "advertised_address", "registration_ttl",
+                                              "autorecovery_interval", "autorecovery_grace",
                                               *METRICS_ENDPOINT_FLAGS, *SERVICE_SECURITY_FLAGS))
     log.info("storage settings:\n%s", describe(settings))
 
-    async def make() -> StorageServer:
-        return StorageServer(settings)
+    async def make() -> StorageProcess:
+        return StorageProcess(settings)
 
-    def announce(server: StorageServer) -> None:
+    def announce(server: StorageProcess) -> None:
         print(f"storage listening on {server.address}", flush=True)
         _announce_metrics("storage", server.http_endpoint)
 
@@ -324,6 +325,10 @@ def add_service_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     sub.add_argument("--advertised-address", help="host:port brokers dial (default: host:port as bound)")
     sub.add_argument("--registration-ttl", type=float, help="seconds a registration outlives the node's last "
                                                             "renewal (default 10)")
+    sub.add_argument("--autorecovery-interval", type=float, help="seconds between autorecovery audits (default "
+                                                                 "30; 0: off)")
+    sub.add_argument("--autorecovery-grace", type=float, help="seconds a node stays unregistered before its "
+                                                              "entries are re-replicated (default 60)")
     metrics_flags(sub, 9103, "storage")
     service_security_flags(sub, "storage")
     sub.set_defaults(func=cmd_storage)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 
 from herald.common import errors
 from herald.common.transport.tls import PLAINTEXT, Dialer
@@ -66,6 +67,8 @@ class StorageClient:
                              operation_timeout=operation_timeout, quarantine_seconds=quarantine_seconds,
                              dialer=dialer, add_batches_in_flight=add_batches_in_flight)
         self.operation_timeout = operation_timeout
+        # Ledgers this client writes: moved off a node as soon as it is marked draining.
+        self._writers: weakref.WeakSet[LedgerHandle] = weakref.WeakSet()
         self.registry = NodeRegistry(store, self._registered_nodes_changed) if discover else None
 
     @property
@@ -84,6 +87,10 @@ class StorageClient:
         # Any registered node, even a draining one, means registration is in use: the static list
         # is only the fallback of clusters whose nodes do not register.
         self.pool.use_registered(registry.available() if registry.records else None)
+        draining = {address for address, record in registry.records.items() if record.state == "draining"}
+        if draining:
+            for handle in list(self._writers):
+                handle.leave_nodes(draining)
 
     async def close(self) -> None:
         if self.registry is not None:
@@ -119,7 +126,9 @@ class StorageClient:
             write_quorum=write_quorum, ack_quorum=ack_quorum, properties=dict(properties or {}),
         )
         version = await self.store.put(ledger_key(ledger_id), metadata.to_bytes(), expected_version=0)
-        return LedgerHandle(self.pool, self.store, metadata, version, writable=True)
+        handle = LedgerHandle(self.pool, self.store, metadata, version, writable=True)
+        self._writers.add(handle)
+        return handle
 
     async def open_ledger(self, ledger_id: int, recover: bool = True) -> LedgerHandle:
         """A read handle. recover=True first closes the ledger if it is not (fencing its writer);

@@ -69,9 +69,17 @@ class StorageSettings(SecuritySettings, MetricsEndpointSettings):
     metadata_url: str = ""
     advertised_address: str = ""  # host:port brokers dial (default: host:port as bound)
     registration_ttl: float = 10.0
+    # Autorecovery (herald.autorecovery) runs in the storage process when it registers: every
+    # autorecovery_interval seconds the elected auditor re-replicates the entries of draining nodes,
+    # and of nodes unregistered for longer than autorecovery_grace seconds (0: autorecovery off).
+    autorecovery_interval: float = 30.0
+    autorecovery_grace: float = 60.0
 
     def __post_init__(self) -> None:
         if not self.registration_ttl > 0:
             raise InvalidArgumentError(f"storage registration_ttl {self.registration_ttl} must be > 0 seconds")
+        for name in ("autorecovery_interval", "autorecovery_grace"):
+            if getattr(self, name) < 0:
+                raise InvalidArgumentError(f"storage {name} {getattr(self, name)} must be >= 0 seconds")
         check_metrics_port(self.metrics_port)
         check_server_limits(self)
