@@ -4,16 +4,19 @@ that every entry keeps Qw copies on the other nodes, and the node can then go wi
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import time
 from collections.abc import Callable
 
 from herald.client import AsyncClient, InitialPosition
-from herald.common.errors import EntryNotFoundError, LedgerNotFoundError
+from herald.client.admin import AdminClient
+from herald.common.errors import EntryNotFoundError, InvalidArgumentError, LedgerNotFoundError
 from herald.local_cluster import ClusterProcess, LocalCluster
 from herald.metadata.redis import RedisMetadataStore
 from herald.storage.client.ledger_metadata import LedgerMetadata
 from herald.storage.client.storage_client import StorageClient
-from herald.storage.membership import mark_draining
+
+from tests.conftest import VENV_BIN
 
 TOPICS = [f"drain-{i}" for i in range(4)]
 MESSAGES = 60
@@ -105,15 +108,25 @@ def test_a_drained_node_holds_no_needed_entry_and_stops_with_nothing_lost(
         store = RedisMetadataStore(cluster.metadata_url)
         await store.start()
         try:
-            assert any(victim.address in m.all_nodes() for m in await ledgers(store))
-            await mark_draining(store, victim.address)
-            await wait_until_no_ledger_names(store, victim.address)
+            async with AdminClient(cluster.service_url) as admin:
+                before = {node.address: node for node in await admin.list_storage_nodes()}
+                assert before[victim.address].ledgers > 0 and before[victim.address].state == "available"
+                drained = await admin.drain_storage_node(victim.address)
+                assert drained.state == "draining"
+                await wait_until_no_ledger_names(store, victim.address)
+                after = {node.address: node for node in await admin.list_storage_nodes()}
+                assert (after[victim.address].state, after[victim.address].ledgers) == ("draining", 0)
             return await check_every_entry_on_qw_replicas(
                 store, victim.address, [n.address for n in cluster.storage if n is not victim])
         finally:
             await store.close()
 
     assert asyncio.run(drain_and_check()) >= len(TOPICS) * MESSAGES
+    listed = subprocess.run([str(VENV_BIN / "herald"), "admin", "storage", "list", "--url", cluster.service_url],
+                            capture_output=True, text=True, env=herald_env, timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    assert any(line.split()[:2] == [victim.address, "draining"] and line.split()[-1] == "0"
+               for line in listed.stdout.splitlines()), listed.stdout
     victim.stop()
     got = asyncio.run(consume_all(cluster.service_url))
     assert got == {topic: [b"%s-%d" % (topic.encode(), i) for i in range(MESSAGES)] for topic in TOPICS}
@@ -150,3 +163,18 @@ def test_a_dead_node_is_re_replicated_after_its_registration_expires(
             await store.close()
 
     assert asyncio.run(check()) >= 2 * len(TOPICS) * MESSAGES  # produced twice
+
+
+def test_draining_an_unknown_storage_node_is_refused(make_local_cluster: Callable[..., LocalCluster]) -> None:
+    cluster = make_local_cluster(brokers=1, storage_nodes=2, ensemble_size=2, write_quorum=2, ack_quorum=2)
+
+    async def drain(address: str) -> str:
+        async with AdminClient(cluster.service_url) as admin:
+            try:
+                await admin.drain_storage_node(address)
+            except InvalidArgumentError as exc:
+                return str(exc)
+        return "accepted"
+
+    assert "neither registered nor named by any ledger" in asyncio.run(drain("127.0.0.1:1"))
+    assert "use host:port" in asyncio.run(drain("no-port"))

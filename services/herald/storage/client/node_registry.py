@@ -10,10 +10,12 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 
 from herald.common.errors import HeraldError
 from herald.common.tasks import cancel_and_wait
 from herald.metadata.store import MetadataStore, WatchEvent
+from herald.storage.client.ledger_metadata import LedgerMetadata
 from herald.storage.membership import STORAGE_NODES_PREFIX, StorageNodeRecord, registered_nodes
 
 log = logging.getLogger(__name__)
@@ -86,3 +88,29 @@ async def _close(watch: AsyncIterator[WatchEvent]) -> None:
     if aclose is not None:
         with contextlib.suppress(Exception):
             await aclose()
+
+
+@dataclass
+class StorageNodeUsage:
+    """A storage node as an operator sees it: registered or not, and the ledgers it must keep."""
+
+    address: str
+    state: str  # "available", "draining", or "gone" (named by ledgers, not registered)
+    free_bytes: int
+    ledgers: int
+    registered: bool
+
+
+async def storage_node_usage(store: MetadataStore) -> list[StorageNodeUsage]:
+    """Every registered node and every node a ledger's ensemble history names, by address."""
+    records = await registered_nodes(store)
+    counts: dict[str, int] = {}
+    for item in (await store.list("/ledgers/")).values():
+        for address in LedgerMetadata.from_bytes(item.value).all_nodes():
+            counts[address] = counts.get(address, 0) + 1
+    usage = []
+    for address in sorted(set(records) | set(counts)):
+        record = records.get(address)
+        usage.append(StorageNodeUsage(address, record.state if record else "gone",
+                                      record.free_bytes if record else 0, counts.get(address, 0), record is not None))
+    return usage
