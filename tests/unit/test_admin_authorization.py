@@ -156,6 +156,6 @@ async def test_storage_node_calls_are_the_super_users_alone(
     decide: BrokerAuthorization, method: str, request_: Any,
 ) -> None:
     for role in ("alice-admin", "alice-reader", None):
-        with pytest.raises(AuthorizationError, match="may not (list|drain) storage nodes|not authenticated"):
+        with pytest.raises(AuthorizationError, match=r"may not (list|drain) storage nodes|not authenticated"):
             await decide.decide_admin(method, request_, role)
     await decide.decide_admin(method, request_, "root")
