@@ -1,5 +1,6 @@
-"""A storage node's registration (storage.node.registration) and the client's view of it
-(storage.client.node_registry), on the embedded metadata store."""
+"""A storage node's registration (storage.node.registration), the client's view of it
+(storage.client.node_registry) and the node's ledger garbage collector (storage.node.gc), on the
+embedded metadata store."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from herald.common.errors import InvalidArgumentError
 from herald.metadata.embedded import EmbeddedMetadataStore
 from herald.storage.client.node_registry import NodeRegistry
 from herald.storage.membership import mark_draining, registered_nodes
+from herald.storage.node.gc import LedgerGarbageCollector
+from herald.storage.node.ledger_store import LedgerStore
 from herald.storage.node.registration import NodeRegistration
 from herald.storage.node.settings import StorageSettings
 
@@ -66,3 +69,32 @@ async def test_an_invalid_address_cannot_be_drained(tmp_path: Path) -> None:
             await mark_draining(store, "no-port")
     finally:
         await store.close()
+
+
+async def test_gc_deletes_only_ledgers_absent_from_two_listings_a_grace_apart(tmp_path: Path) -> None:
+    metadata = EmbeddedMetadataStore(str(tmp_path / "metadata.db"))
+    await metadata.start()
+    ledgers = LedgerStore(StorageSettings(data_dir=str(tmp_path / "node"), checkpoint_interval=3600.0))
+    await ledgers.open()
+    now = [100.0]
+    gc = LedgerGarbageCollector(ledgers, metadata, interval=60, grace=10, clock=lambda: now[0])
+    try:
+        for ledger_id in (1, 2):
+            await ledgers.add_entry(ledger_id, 0, b"entry")
+        await metadata.put("/ledgers/00000000000000000001", b"{}")  # ledger 1 exists; 2's metadata is gone
+        assert await gc.collect() == []  # 2 first seen absent: not yet
+        now[0] += 5
+        assert await gc.collect() == []  # absent twice, but not for the grace yet
+        now[0] += 5
+        assert await gc.collect() == [2]
+        assert ledgers.ledger_ids() == [1]
+        # A ledger whose metadata shows up between two listings is kept (listed present: forgotten).
+        await ledgers.add_entry(3, 0, b"entry")
+        assert await gc.collect() == []
+        await metadata.put("/ledgers/00000000000000000003", b"{}")
+        now[0] += 20
+        assert await gc.collect() == []
+        assert sorted(ledgers.ledger_ids()) == [1, 3]
+    finally:
+        await ledgers.close()
+        await metadata.close()

@@ -151,7 +151,7 @@ def cmd_storage(args: argparse.Namespace) -> None:
     settings = load_settings(StorageSettings, "storage", config_file=args.config,
                              overrides=_flags(args, "data_dir", "host", "port", "metrics_host", "metrics_port",
                                               "metadata_url", "advertised_address", "registration_ttl",
-                                              "autorecovery_interval", "autorecovery_grace",
+                                              "autorecovery_interval", "autorecovery_grace", "gc_interval", "gc_grace",
                                               *METRICS_ENDPOINT_FLAGS, *SERVICE_SECURITY_FLAGS))
     log.info("storage settings:\n%s", describe(settings))
 
@@ -329,6 +329,10 @@ def add_service_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
                                                                  "30; 0: off)")
     sub.add_argument("--autorecovery-grace", type=float, help="seconds a node stays unregistered before its "
                                                               "entries are re-replicated (default 60)")
+    sub.add_argument("--gc-interval", type=float, help="seconds between ledger garbage collections (default 300; "
+                                                       "0: off)")
+    sub.add_argument("--gc-grace", type=float, help="seconds a ledger's metadata stays gone before the node deletes "
+                                                    "it (default 600)")
     metrics_flags(sub, 9103, "storage")
     service_security_flags(sub, "storage")
     sub.set_defaults(func=cmd_storage)

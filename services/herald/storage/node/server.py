@@ -37,6 +37,7 @@ from herald.common.transport.rpc import abort, error_to_proto, server_options
 from herald.common.transport.tls import add_port
 from herald.common.transport.tracing import server_interceptors
 from herald.metadata.backends import open_store
+from herald.storage.node.gc import LedgerGarbageCollector
 from herald.storage.node.ledger_store import LedgerStore
 from herald.storage.node.metrics import StorageMetrics
 from herald.storage.node.registration import NodeRegistration
@@ -302,6 +303,7 @@ class StorageServer:
         self._port = 0
         self._state = "new"
         self.registration: NodeRegistration | None = None  # with settings.metadata_url
+        self.gc: LedgerGarbageCollector | None = None  # with settings.metadata_url and gc_interval
         # Ready while the journal takes adds: open, its writer running, no failed write.
         self.health = ServiceHealth("storage", [storage_pb2.DESCRIPTOR.services_by_name["StorageService"].full_name])
         self.health.add_check("journal", self._journal_open)
@@ -381,6 +383,10 @@ class StorageServer:
         try:
             await store.start()
             await self.registration.start()
+            if self.settings.gc_interval > 0:
+                self.gc = LedgerGarbageCollector(self.store, store, interval=self.settings.gc_interval,
+                                                 grace=self.settings.gc_grace)
+                self.gc.start()
         except BaseException:
             self.registration = None
             await store.close()
@@ -388,6 +394,9 @@ class StorageServer:
             raise
 
     async def _unregister(self) -> None:
+        gc, self.gc = self.gc, None
+        if gc is not None:
+            await gc.stop()
         registration, self.registration = self.registration, None
         if registration is not None:
             try:

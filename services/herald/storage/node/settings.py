@@ -74,11 +74,16 @@ class StorageSettings(SecuritySettings, MetricsEndpointSettings):
     # and of nodes unregistered for longer than autorecovery_grace seconds (0: autorecovery off).
     autorecovery_interval: float = 30.0
     autorecovery_grace: float = 60.0
+    # Ledger garbage collection (with metadata_url): every gc_interval seconds, ledgers held here
+    # whose metadata is gone (their delete never reached this node) and stayed gone for gc_grace
+    # seconds are deleted (0: off).
+    gc_interval: float = 300.0
+    gc_grace: float = 600.0
 
     def __post_init__(self) -> None:
         if not self.registration_ttl > 0:
             raise InvalidArgumentError(f"storage registration_ttl {self.registration_ttl} must be > 0 seconds")
-        for name in ("autorecovery_interval", "autorecovery_grace"):
+        for name in ("autorecovery_interval", "autorecovery_grace", "gc_interval", "gc_grace"):
             if getattr(self, name) < 0:
                 raise InvalidArgumentError(f"storage {name} {getattr(self, name)} must be >= 0 seconds")
         check_metrics_port(self.metrics_port)
