@@ -8,7 +8,8 @@ It runs inside every `herald storage` process given --metadata-url (as BookKeepe
 autoRecoveryDaemonEnabled runs it in each bookie: nothing more to deploy, and it scales with the
 nodes), and one of them at a time is the auditor, elected by an ephemeral key on a lease
 (/storage/autorecovery/auditor). It is its own package, not part of the node, because it is a
-storage client: the node must not know the client (import-linter).
+storage client: the node must not know the client (import-linter). `herald standalone` does not
+run it: its one storage node does not register and has no other node to copy to.
 
 - replicate: `FragmentReplicationOp` copies the entries of one fragment (the entries of one ensemble
   of the history) whose write set holds a lost node to a node outside that ensemble, reading each

@@ -12,7 +12,9 @@ replaced by a healthy node outside the ensemble; the new ensemble is recorded by
 on /ledgers/<id> from the first entry not yet acknowledged (LAC + 1); then every waiting add is sent
 to the nodes of its new write set that do not have it yet, and only acks from its new write set
 count. A lost compare-and-set means the ledger was fenced for recovery by another broker:
-every waiting add fails with FencedError.
+every waiting add fails with FencedError; unless only a fragment before the current ensemble
+changed (autorecovery re-replicated it): that is merged in and the compare-and-set retried. A node
+marked draining is left the same way as a failed one (`leave_nodes`), without its quarantine.
 
 Shrinking (Herald's choice; BookKeeper would fail the adds): when no spare node exists, a failed
 node is dropped instead of replaced, and the ensemble carries on with its live nodes as long as
