@@ -326,7 +326,12 @@ class LedgerHandle:
         failed nodes but without quarantining them; their earlier fragments are autorecovery's."""
         if not self.writable or self.closed or self._failure is not None:
             return
-        for address in addresses.intersection(self.metadata.ensemble):
+        ensemble = self.metadata.ensemble
+        spares = [a for a in self._pool.healthy() if a not in ensemble and a not in addresses]
+        # Only as many as can be replaced: a drain must not shrink the ensemble or fail the adds
+        # (the rest stay until a node is added; autorecovery cannot finish the drain till then).
+        leaving = sorted(addresses.intersection(ensemble))[:len(spares)]
+        for address in leaving:
             self._node_failed(address, errors.ServiceNotReadyError(f"storage node {address} is draining"),
                               quarantine=False)
 
