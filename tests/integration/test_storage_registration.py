@@ -81,20 +81,26 @@ async def test_gc_deletes_only_ledgers_absent_from_two_listings_a_grace_apart(tm
     try:
         for ledger_id in (1, 2):
             await ledgers.add_entry(ledger_id, 0, b"entry")
+        # A store that never allocated a ledger id is not the one these ledgers came from.
+        assert await gc.collect() == []
+        now[0] += 20
+        assert await gc.collect() == []
+        await metadata.put("/counters/ledger-id", b"3")
+        await ledgers.add_entry(7, 0, b"entry")  # beyond the counter: never this store's to collect
         await metadata.put("/ledgers/00000000000000000001", b"{}")  # ledger 1 exists; 2's metadata is gone
         assert await gc.collect() == []  # 2 first seen absent: not yet
         now[0] += 5
         assert await gc.collect() == []  # absent twice, but not for the grace yet
         now[0] += 5
         assert await gc.collect() == [2]
-        assert ledgers.ledger_ids() == [1]
+        assert sorted(ledgers.ledger_ids()) == [1, 7]
         # A ledger whose metadata shows up between two listings is kept (listed present: forgotten).
         await ledgers.add_entry(3, 0, b"entry")
         assert await gc.collect() == []
         await metadata.put("/ledgers/00000000000000000003", b"{}")
         now[0] += 20
         assert await gc.collect() == []
-        assert sorted(ledgers.ledger_ids()) == [1, 3]
+        assert sorted(ledgers.ledger_ids()) == [1, 3, 7]
     finally:
         await ledgers.close()
         await metadata.close()

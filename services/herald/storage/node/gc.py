@@ -6,7 +6,9 @@ nothing else would ever free that space.
 Guard against deleting a ledger being created: its metadata is written before any of its entries
 reach a node, and each round lists the local ledgers before the metadata, so a ledger created
 meanwhile is in the metadata listing. On top of that a ledger is deleted only when absent from two
-listings in a row at least gc_grace seconds apart.
+listings in a row at least gc_grace seconds apart. A node pointed at the wrong metadata store must
+not empty itself: a store without the ledger-id counter is not collected against, and ledgers with
+ids above the counter are never collected.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from herald.storage.node.ledger_store import LedgerStore
 
 log = logging.getLogger(__name__)
 LEDGERS_PREFIX = "/ledgers/"
+LEDGER_ID_COUNTER = "/counters/ledger-id"  # the storage client allocates ledger ids from it
 
 
 class LedgerGarbageCollector:
@@ -59,6 +62,14 @@ class LedgerGarbageCollector:
     async def collect(self) -> list[int]:
         """One round; the ledgers deleted."""
         local = set(self._ledgers.ledger_ids())  # before the metadata: see the module docstring
+        counter = await self._metadata.get(LEDGER_ID_COUNTER)
+        if counter is None:
+            if local:
+                log.warning("ledger garbage collection skipped: the metadata store has no %s, so it is not the "
+                            "store these ledgers were made in; check the node's metadata_url", LEDGER_ID_COUNTER)
+            return []
+        # A ledger id above the counter was not allocated by this store: never this store's to collect.
+        local = {ledger_id for ledger_id in local if ledger_id <= int(counter.value)}
         known = set()
         for key in await self._metadata.list(LEDGERS_PREFIX):
             try:
