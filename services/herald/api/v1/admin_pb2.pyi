@@ -1942,9 +1942,11 @@ class StorageNodeInfo(_message.Message):
     address: _builtins.str
     """host:port"""
     state: _builtins.str
-    """"available", "draining", or "gone" (named by ledgers, not registered)"""
+    """"available", "draining", "gone" (named by ledgers, not registered"""
     free_bytes: _builtins.int
-    """of its data disk, as it last registered (0: not registered)"""
+    """while others are) or "unregistered" (no node registers)
+    of its data disk, as it last registered (0: not registered)
+    """
     ledgers: _builtins.int
     """ledgers whose ensemble history names it: it must keep them"""
     registered: _builtins.bool

@@ -95,7 +95,9 @@ class StorageNodeUsage:
     """A storage node as an operator sees it: registered or not, and the ledgers it must keep."""
 
     address: str
-    state: str  # "available", "draining", or "gone" (named by ledgers, not registered)
+    # "available", "draining", "gone" (named by ledgers, not registered while others are), or
+    # "unregistered" (no node registers: the brokers' static list)
+    state: str
     free_bytes: int
     ledgers: int
     registered: bool
@@ -111,6 +113,7 @@ async def storage_node_usage(store: MetadataStore) -> list[StorageNodeUsage]:
     usage = []
     for address in sorted(set(records) | set(counts)):
         record = records.get(address)
-        usage.append(StorageNodeUsage(address, record.state if record else "gone",
+        absent = "gone" if records else "unregistered"
+        usage.append(StorageNodeUsage(address, record.state if record else absent,
                                       record.free_bytes if record else 0, counts.get(address, 0), record is not None))
     return usage
