@@ -26,9 +26,12 @@ async def until(check: object, what: str, seconds: float = 10.0) -> None:
         await asyncio.sleep(0.02)
 
 
-def test_a_registration_ttl_that_is_not_positive_is_refused() -> None:
+def test_a_registration_ttl_not_positive_or_a_negative_interval_is_refused() -> None:
     with pytest.raises(InvalidArgumentError, match="registration_ttl 0 must be > 0 seconds"):
         StorageSettings(registration_ttl=0)
+    for name in ("autorecovery_interval", "autorecovery_grace", "gc_interval", "gc_grace"):
+        with pytest.raises(InvalidArgumentError, match=f"storage {name} -1 must be >= 0 seconds"):
+            StorageSettings(**{name: -1})
 
 
 async def test_registered_nodes_are_followed_and_a_draining_one_is_not_available(tmp_path: Path) -> None:
