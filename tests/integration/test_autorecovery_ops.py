@@ -9,6 +9,7 @@ from herald.autorecovery.replicate import FragmentReplicationOp
 from herald.storage.client.ledger_metadata import read_ledger_metadata
 from herald.storage.client.storage_client import StorageClient
 from herald.storage.membership import StorageNodeRecord
+from herald.storage.node.registration import NodeRegistration
 
 from tests.integration import storage_cluster
 from tests.integration.storage_cluster import Cluster, add_all, payload, read_all, until
@@ -74,3 +75,26 @@ async def test_the_auditor_reports_a_fragment_with_no_node_to_go_to(cluster: Clu
     assert report.fragments_copied == 0
     assert any(f"entries 0..1 on {a}: no available storage node outside its ensemble" in problem
                for problem in report.problems), report.problems
+
+
+async def test_a_writer_moves_off_a_node_whose_registration_ends_without_writing(cluster: Cluster) -> None:
+    nodes = [node.address for node in await cluster.add_nodes(3)]
+    registrations = {address: NodeRegistration(cluster.store, address, str(cluster.tmp_path), ttl=5.0)
+                     for address in nodes}
+    for registration in registrations.values():
+        await registration.start()
+    try:
+        client = cluster.client()
+        await client.start()  # follows the registrations
+        await until(lambda: sorted(client.addresses) == sorted(nodes), "the client saw every registration")
+        handle = await client.create_ledger(2, 2, 2)
+        await add_all(handle, [payload(0), payload(1)])
+        gone = handle.metadata.ensemble[0]
+        await registrations[gone].stop()  # as when its lease expires: the node is gone
+        # The writer is idle: only the registry tells it; it changes its ensemble from LAC + 1.
+        await until(lambda: gone not in handle.metadata.ensemble, "the writer left the unregistered node")
+        recorded, _ = await read_ledger_metadata(cluster.store, handle.ledger_id)
+        assert gone not in recorded.ensemble and len(recorded.ensemble) == 2
+    finally:
+        for registration in registrations.values():
+            await registration.stop()

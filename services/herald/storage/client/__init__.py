@@ -9,8 +9,9 @@ know: the storage node's modules (it speaks to nodes only through the storage co
   recover=...)` opens for reading, recovering first; `delete_ledger` deletes on every node of the
   ensemble history, then the metadata. The nodes are those registered in the metadata store
   (`node_registry`), or the static bootstrap list while none registered. A node marked draining
-  is left out of new ensembles and the open ledgers this client writes move off it (an ensemble
-  change, `LedgerHandle.leave_nodes`).
+  is left out of new ensembles, and the open ledgers this client writes move off a draining or
+  no longer registered node (an ensemble change, `LedgerHandle.leave_nodes`, only as far as spare
+  nodes allow: never below Qw), even while idle.
 - node_registry: `NodeRegistry` lists /storage/nodes/ (storage.membership) and follows it with a
   watch (a failed watch: listed and watched again); `storage_node_usage` for the admin listing.
 - ledger_metadata: /ledgers/<id> as JSON, with an ensemble history as BookKeeper keeps it

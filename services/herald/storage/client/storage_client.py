@@ -87,10 +87,15 @@ class StorageClient:
         # Any registered node, even a draining one, means registration is in use: the static list
         # is only the fallback of clusters whose nodes do not register.
         self.pool.use_registered(registry.available() if registry.records else None)
-        draining = {address for address, record in registry.records.items() if record.state == "draining"}
-        if draining:
-            for handle in list(self._writers):
-                handle.leave_nodes(draining)
+        if not registry.records:
+            return
+        available = set(registry.available())
+        for handle in list(self._writers):
+            # Draining, or no longer registered (stopped, or dead past its registration ttl): an idle
+            # writer would otherwise keep the entries of its current ensemble on a node that is gone.
+            leaving = set(handle.metadata.ensemble) - available
+            if leaving:
+                handle.leave_nodes(leaving)
 
     async def close(self) -> None:
         if self.registry is not None:
