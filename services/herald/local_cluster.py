@@ -66,15 +66,8 @@ class LocalCluster:
         else:
             self.redis = self._redis(env)
             self.metadata_processes = [self.redis]
-        self.storage = []
-        for i in range(settings.storage_nodes):
-            port, metrics_port = free_port(), free_port()
-            data_dir = str(self.base / f"storage-{i}")
-            self.storage.append(ClusterProcess(
-                f"storage-{i}", [*herald, "storage", "--data-dir", data_dir, "--port", str(port),
-                                 "--metrics-port", str(metrics_port)],
-                self.logs, "storage listening on", port, env, metrics_port=metrics_port,
-            ))
+        self._env, self._herald = env, herald
+        self.storage = [self._storage_process(i) for i in range(settings.storage_nodes)]
         lookup_port, metrics_port = free_port(), free_port()
         self.lookup = ClusterProcess(
             "lookup", [*herald, "lookup", "--metadata-url", self.metadata_url, "--port", str(lookup_port),
@@ -117,6 +110,23 @@ class LocalCluster:
                       "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--protected-mode", "no"],
             self.logs, "Ready to accept connections", redis_port, env,
         )
+
+    def _storage_process(self, i: int) -> ClusterProcess:
+        """Storage node i; it registers in the metadata store (brokers find it there)."""
+        port, metrics_port = free_port(), free_port()
+        data_dir = str(self.base / f"storage-{i}")
+        return ClusterProcess(
+            f"storage-{i}", [*self._herald, "storage", "--data-dir", data_dir, "--port", str(port),
+                             "--metrics-port", str(metrics_port), "--metadata-url", self.metadata_url],
+            self.logs, "storage listening on", port, self._env, metrics_port=metrics_port,
+        )
+
+    def add_storage_node(self) -> ClusterProcess:
+        """Start one more storage node; brokers use it for new ledgers without a restart."""
+        process = self._storage_process(len(self.storage))
+        self.storage.append(process)
+        process.start()
+        return process
 
     @property
     def service_url(self) -> str:

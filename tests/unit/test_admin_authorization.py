@@ -37,7 +37,10 @@ OTHER_FIELDS = {
     "subscription", "role", "actions", "clear", "partitions", "force", "count", "all", "publish_time", "edge",
     "position", "ledger_id", "entry_id", "policies", "policy", "max_redeliver_count", "admin_roles",
     "allowed_clusters", "keep_schema", "version", "schema",
+    "undo",
 }
+# A storage node's address: the calls naming one are the super-users' alone.
+STORAGE_NODE_MESSAGES = {"herald.v1.DrainStorageNodeRequest"}
 # Settings only: their fields name no resource (a schema's type, definition and properties).
 POLICY_MESSAGES = {"herald.v1.Policies", "herald.v1.SchemaDefinition"}
 
@@ -64,6 +67,8 @@ def test_every_field_of_every_admin_request_is_authorized_or_names_nothing() -> 
             if field.name == "name" and message in TENANT_NAME_MESSAGES:
                 continue
             if field.name in DEAD_LETTER_TOPIC_FIELDS and message == "herald.v1.DeadLetterPolicy":
+                continue
+            if field.name == "address" and message in STORAGE_NODE_MESSAGES:
                 continue
             unclassified.append(f"{method.name}: {message}.{field.name}")
     assert unclassified == [], ("admin request fields that may name a resource: authorize them in "
@@ -141,3 +146,16 @@ async def test_create_subscription_needs_consume_and_a_dlq_worker_has_no_right_o
     with pytest.raises(AuthorizationError):
         await decide.decide_admin("CreateSubscription", create, "worker")
     assert not await decide.authorizer.allowed("worker", BOB_TOPIC, ("produce",))
+
+
+@pytest.mark.parametrize(("method", "request_"), [
+    ("ListStorageNodes", admin_pb2.ListStorageNodesRequest()),
+    ("DrainStorageNode", admin_pb2.DrainStorageNodeRequest(address="127.0.0.1:3181")),
+])
+async def test_storage_node_calls_are_the_super_users_alone(
+    decide: BrokerAuthorization, method: str, request_: Any,
+) -> None:
+    for role in ("alice-admin", "alice-reader", None):
+        with pytest.raises(AuthorizationError, match=r"may not (list|drain) storage nodes|not authenticated"):
+            await decide.decide_admin(method, request_, role)
+    await decide.decide_admin(method, request_, "root")

@@ -144,16 +144,16 @@ def cmd_broker(args: argparse.Namespace) -> None:
 
 
 def cmd_storage(args: argparse.Namespace) -> None:
-    from herald.storage.node.server import StorageServer
+    from herald.cli.storage_process import StorageProcess
 
     settings = load_settings(StorageSettings, "storage", config_file=args.config,
                              overrides=settings_overrides(args, StorageSettings))
     log.info("storage settings:\n%s", describe(settings))
 
-    async def make() -> StorageServer:
-        return StorageServer(settings)
+    async def make() -> StorageProcess:
+        return StorageProcess(settings)
 
-    def announce(server: StorageServer) -> None:
+    def announce(server: StorageProcess) -> None:
         print(f"storage listening on {server.address}", flush=True)
         _announce_metrics("storage", server.http_endpoint)
 
@@ -321,6 +321,19 @@ def add_service_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
                      help="refuse adds while the file system has less free (default 64 MiB)")
     sub.add_argument("--fault-fsync-delay-ms", type=int,
                      help="fault injection for tests: sleep this long before each journal fsync (default 0)")
+    sub.add_argument("--metadata-url", help="metadata store URL to register in, so brokers find this node "
+                                            "(default: none, brokers use their --storage-nodes)")
+    sub.add_argument("--advertised-address", help="host:port brokers dial (default: host:port as bound)")
+    sub.add_argument("--registration-ttl", type=float, help="seconds a registration outlives the node's last "
+                                                            "renewal (default 10)")
+    sub.add_argument("--autorecovery-interval", type=float, help="seconds between autorecovery audits (default "
+                                                                 "30; 0: off)")
+    sub.add_argument("--autorecovery-grace", type=float, help="seconds a node stays unregistered before its "
+                                                              "entries are re-replicated (default 60)")
+    sub.add_argument("--gc-interval", type=float, help="seconds between ledger garbage collections (default 300; "
+                                                       "0: off)")
+    sub.add_argument("--gc-grace", type=float, help="seconds a ledger's metadata stays gone before the node deletes "
+                                                    "it (default 600)")
     metrics_flags(sub, 9103, "storage")
     service_security_flags(sub, "storage")
     settings_flags(sub, StorageSettings, "storage")

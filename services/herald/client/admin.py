@@ -415,6 +415,19 @@ class AdminClient:
         reply = await self._call("ListBrokers", admin_pb2.ListBrokersRequest())
         return list(reply.brokers)
 
+    # ---- storage nodes ----
+
+    async def list_storage_nodes(self) -> list[admin_pb2.StorageNodeInfo]:
+        """The storage nodes (registered, or named by a ledger) and the ledgers each must keep."""
+        reply = await self._call("ListStorageNodes", admin_pb2.ListStorageNodesRequest())
+        return list(reply.nodes)
+
+    async def drain_storage_node(self, address: str, *, undo: bool = False) -> admin_pb2.StorageNodeInfo:
+        """Mark a storage node draining (autorecovery copies its entries elsewhere), or available with undo."""
+        reply: admin_pb2.StorageNodeInfo = await self._call(
+            "DrainStorageNode", admin_pb2.DrainStorageNodeRequest(address=address, undo=undo))
+        return reply
+
 
 class SyncAdminClient:
     """AdminClient's blocking facade: each method runs the async one to completion on a private

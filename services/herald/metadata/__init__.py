@@ -33,6 +33,10 @@ resources.py's, which lookup and brokers both read):
     /counters/ledger-id                    storage client: ledger ids, allocated by CAS
     /ledgers/<id, 20 digits>               storage client: ensemble history, Qw, Qa, state OPEN /
                                            IN_RECOVERY / CLOSED, last entry, length
+    /storage/nodes/<host:port>             storage node: its registration (free bytes, available /
+                                           draining), ephemeral on its lease (storage.membership)
+    /storage/draining/<host:port>          admin: the node's drain mark, persistent
+    /storage/autorecovery/auditor          autorecovery: the elected auditor, ephemeral on its lease
     /managed-ledgers/<tenant>/<ns>/persistent/<name>   broker: the topic's ledger list
     /cursors/<managed ledger>/<subscription>           broker: mark-delete position and the
                                                        individually acked ranges

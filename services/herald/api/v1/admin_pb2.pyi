@@ -1927,3 +1927,101 @@ class CompactionStatus(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CompactionStatus: _TypeAlias = CompactionStatus  # noqa: Y015
+
+@_typing.final
+class StorageNodeInfo(_message.Message):
+    """---- storage nodes ----"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ADDRESS_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    FREE_BYTES_FIELD_NUMBER: _builtins.int
+    LEDGERS_FIELD_NUMBER: _builtins.int
+    REGISTERED_FIELD_NUMBER: _builtins.int
+    address: _builtins.str
+    """host:port"""
+    state: _builtins.str
+    """"available", "draining", "gone" (named by ledgers, not registered"""
+    free_bytes: _builtins.int
+    """while others are) or "unregistered" (no node registers)
+    of its data disk, as it last registered (0: not registered)
+    """
+    ledgers: _builtins.int
+    """ledgers whose ensemble history names it: it must keep them"""
+    registered: _builtins.bool
+    def __init__(
+        self,
+        *,
+        address: _builtins.str = ...,
+        state: _builtins.str = ...,
+        free_bytes: _builtins.int = ...,
+        ledgers: _builtins.int = ...,
+        registered: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "free_bytes", b"free_bytes", "ledgers", b"ledgers", "registered", b"registered", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StorageNodeInfo: _TypeAlias = StorageNodeInfo  # noqa: Y015
+
+@_typing.final
+class ListStorageNodesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListStorageNodesRequest: _TypeAlias = ListStorageNodesRequest  # noqa: Y015
+
+@_typing.final
+class ListStorageNodesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedCompositeFieldContainer[Global___StorageNodeInfo]: ...
+    def __init__(
+        self,
+        *,
+        nodes: _abc.Iterable[Global___StorageNodeInfo] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["nodes", b"nodes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListStorageNodesResponse: _TypeAlias = ListStorageNodesResponse  # noqa: Y015
+
+@_typing.final
+class DrainStorageNodeRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ADDRESS_FIELD_NUMBER: _builtins.int
+    UNDO_FIELD_NUMBER: _builtins.int
+    address: _builtins.str
+    """host:port as the node registered"""
+    undo: _builtins.bool
+    """true: available again"""
+    def __init__(
+        self,
+        *,
+        address: _builtins.str = ...,
+        undo: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "undo", b"undo"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DrainStorageNodeRequest: _TypeAlias = DrainStorageNodeRequest  # noqa: Y015

@@ -241,6 +241,16 @@ class AdminServiceStub:
                 request_serializer=herald_dot_v1_dot_admin__pb2.TopicRequest.SerializeToString,
                 response_deserializer=herald_dot_v1_dot_admin__pb2.CompactionStatus.FromString,
                 _registered_method=True)
+        self.ListStorageNodes = channel.unary_unary(
+                '/herald.v1.AdminService/ListStorageNodes',
+                request_serializer=herald_dot_v1_dot_admin__pb2.ListStorageNodesRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_admin__pb2.ListStorageNodesResponse.FromString,
+                _registered_method=True)
+        self.DrainStorageNode = channel.unary_unary(
+                '/herald.v1.AdminService/DrainStorageNode',
+                request_serializer=herald_dot_v1_dot_admin__pb2.DrainStorageNodeRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_admin__pb2.StorageNodeInfo.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -526,6 +536,22 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListStorageNodes(self, request, context):
+        """---- storage nodes (super-users) ----
+        The storage nodes registered or named by a ledger, with the ledgers each holds entries of.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DrainStorageNode(self, request, context):
+        """Mark a node draining (no new ensemble chooses it; autorecovery copies its entries elsewhere),
+        or available again with undo.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -733,6 +759,16 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.GetCompactionStatus,
                     request_deserializer=herald_dot_v1_dot_admin__pb2.TopicRequest.FromString,
                     response_serializer=herald_dot_v1_dot_admin__pb2.CompactionStatus.SerializeToString,
+            ),
+            'ListStorageNodes': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListStorageNodes,
+                    request_deserializer=herald_dot_v1_dot_admin__pb2.ListStorageNodesRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_admin__pb2.ListStorageNodesResponse.SerializeToString,
+            ),
+            'DrainStorageNode': grpc.unary_unary_rpc_method_handler(
+                    servicer.DrainStorageNode,
+                    request_deserializer=herald_dot_v1_dot_admin__pb2.DrainStorageNodeRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_admin__pb2.StorageNodeInfo.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1842,6 +1878,60 @@ class AdminService:
             '/herald.v1.AdminService/GetCompactionStatus',
             herald_dot_v1_dot_admin__pb2.TopicRequest.SerializeToString,
             herald_dot_v1_dot_admin__pb2.CompactionStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListStorageNodes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.AdminService/ListStorageNodes',
+            herald_dot_v1_dot_admin__pb2.ListStorageNodesRequest.SerializeToString,
+            herald_dot_v1_dot_admin__pb2.ListStorageNodesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DrainStorageNode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.AdminService/DrainStorageNode',
+            herald_dot_v1_dot_admin__pb2.DrainStorageNodeRequest.SerializeToString,
+            herald_dot_v1_dot_admin__pb2.StorageNodeInfo.FromString,
             options,
             channel_credentials,
             insecure,

@@ -119,6 +119,14 @@ class AdminServiceStub:
     while a compaction of it runs.
     """
     GetCompactionStatus: _grpc.UnaryUnaryMultiCallable[_admin_pb2.TopicRequest, _admin_pb2.CompactionStatus]
+    ListStorageNodes: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListStorageNodesRequest, _admin_pb2.ListStorageNodesResponse]
+    """---- storage nodes (super-users) ----
+    The storage nodes registered or named by a ledger, with the ledgers each holds entries of.
+    """
+    DrainStorageNode: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DrainStorageNodeRequest, _admin_pb2.StorageNodeInfo]
+    """Mark a node draining (no new ensemble chooses it; autorecovery copies its entries elsewhere),
+    or available again with undo.
+    """
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -204,6 +212,14 @@ class AdminServiceAsyncStub(AdminServiceStub):
     while a compaction of it runs.
     """
     GetCompactionStatus: _aio.UnaryUnaryMultiCallable[_admin_pb2.TopicRequest, _admin_pb2.CompactionStatus]  # type: ignore[assignment]
+    ListStorageNodes: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListStorageNodesRequest, _admin_pb2.ListStorageNodesResponse]  # type: ignore[assignment]
+    """---- storage nodes (super-users) ----
+    The storage nodes registered or named by a ledger, with the ledgers each holds entries of.
+    """
+    DrainStorageNode: _aio.UnaryUnaryMultiCallable[_admin_pb2.DrainStorageNodeRequest, _admin_pb2.StorageNodeInfo]  # type: ignore[assignment]
+    """Mark a node draining (no new ensemble chooses it; autorecovery copies its entries elsewhere),
+    or available again with undo.
+    """
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -532,5 +548,25 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.TopicRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.CompactionStatus, _abc.Awaitable[_admin_pb2.CompactionStatus]]: ...
+
+    @_abc_1.abstractmethod
+    def ListStorageNodes(
+        self,
+        request: _admin_pb2.ListStorageNodesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.ListStorageNodesResponse, _abc.Awaitable[_admin_pb2.ListStorageNodesResponse]]:
+        """---- storage nodes (super-users) ----
+        The storage nodes registered or named by a ledger, with the ledgers each holds entries of.
+        """
+
+    @_abc_1.abstractmethod
+    def DrainStorageNode(
+        self,
+        request: _admin_pb2.DrainStorageNodeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.StorageNodeInfo, _abc.Awaitable[_admin_pb2.StorageNodeInfo]]:
+        """Mark a node draining (no new ensemble chooses it; autorecovery copies its entries elsewhere),
+        or available again with undo.
+        """
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -25,6 +25,7 @@ from herald.metadata.authorization import ACTIONS, CONSUME, Authorizer
 SUPERUSER_CALLS = {
     "ListTenants": "list tenants", "CreateTenant": "create tenants", "UpdateTenant": "change tenants",
     "DeleteTenant": "delete tenants", "ListBrokers": "list brokers",
+    "ListStorageNodes": "list storage nodes", "DrainStorageNode": "drain storage nodes",
 }
 
 # Schema calls a role that may look the topic up (produce or consume) may make.

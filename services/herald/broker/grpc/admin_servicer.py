@@ -25,6 +25,7 @@ from herald.api.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, lookup_pb2
 from herald.broker.core.policies import PolicyResolver
 from herald.broker.core.service import BrokerService
 from herald.broker.core.stats import sum_partitions
+from herald.broker.grpc import admin_storage
 from herald.broker.grpc.admin_forwarding import AdminForwarder, is_forwarded
 from herald.broker.grpc.admin_messages import (
     compaction_status_to_proto,
@@ -478,6 +479,20 @@ class AdminServicer(SchemaAdmin, admin_pb2_grpc.AdminServiceServicer):  # schema
             return sorted(reply.brokers, key=lambda broker: broker.broker_id)
 
         return admin_pb2.ListBrokersResponse(brokers=await self._answer(context, "ListBrokers", brokers))
+
+    # ---- storage nodes ----
+
+    async def ListStorageNodes(
+        self, request: admin_pb2.ListStorageNodesRequest, context: Context,
+    ) -> admin_pb2.ListStorageNodesResponse:
+        return admin_pb2.ListStorageNodesResponse(nodes=await self._answer(
+            context, "ListStorageNodes", lambda: admin_storage.list_storage_nodes(self.service.store)))
+
+    async def DrainStorageNode(
+        self, request: admin_pb2.DrainStorageNodeRequest, context: Context,
+    ) -> admin_pb2.StorageNodeInfo:
+        return await self._answer(context, "DrainStorageNode", lambda: admin_storage.drain_storage_node(
+            self.service.store, request.address, undo=request.undo))
 
     # ---- permissions ----
 

@@ -16,6 +16,7 @@ from herald.cli.admin.dlq import add_dlq_commands
 from herald.cli.admin.namespaces import add_namespace_commands
 from herald.cli.admin.render import print_json
 from herald.cli.admin.schemas import add_schema_commands
+from herald.cli.admin.storage import add_storage_commands
 from herald.cli.admin.subscriptions import add_subscription_commands
 from herald.cli.admin.tenants import add_tenant_commands
 from herald.cli.admin.tokens import add_token_commands
@@ -40,7 +41,7 @@ A failed call prints "error: <CODE>: <message>" on stderr and exits with status 
 """
 # The groups in the order `herald admin --help` lists them.
 _GROUPS = (add_tenant_commands, add_namespace_commands, add_topic_commands, add_subscription_commands,
-           add_schema_commands, add_token_commands, add_broker_commands, add_dlq_commands)
+           add_schema_commands, add_token_commands, add_broker_commands, add_storage_commands, add_dlq_commands)
 
 
 def add_admin_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

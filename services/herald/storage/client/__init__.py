@@ -7,7 +7,13 @@ know: the storage node's modules (it speaks to nodes only through the storage co
   (/counters/ledger-id) and records the ledger OPEN on min(E, healthy nodes) nodes, never fewer than
   Qw (else ServiceNotReadyError, retryable; quarantined nodes are probed first). `open_ledger(id,
   recover=...)` opens for reading, recovering first; `delete_ledger` deletes on every node of the
-  ensemble history, then the metadata. The set of nodes is the static bootstrap list.
+  ensemble history, then the metadata. The nodes are those registered in the metadata store
+  (`node_registry`), or the static bootstrap list while none registered. A node marked draining
+  is left out of new ensembles, and the open ledgers this client writes move off a draining or
+  no longer registered node (an ensemble change, `LedgerHandle.leave_nodes`, only as far as spare
+  nodes allow: never below Qw), even while idle.
+- node_registry: `NodeRegistry` lists /storage/nodes/ (storage.membership) and follows it with a
+  watch (a failed watch: listed and watched again); `storage_node_usage` for the admin listing.
 - ledger_metadata: /ledgers/<id> as JSON, with an ensemble history as BookKeeper keeps it
   (`ensembles`: a list of [first entry id, nodes]); `write_set(entry)` stripes round-robin over
   the ensemble in force for that entry.
@@ -33,7 +39,8 @@ know: the storage node's modules (it speaks to nodes only through the storage co
   failed node is replaced in place by a healthy spare or, with none, dropped (shrinking, down to
   Qw nodes; below that the adds fail with PersistenceError and the managed ledger rolls over). The
   new ensemble is recorded by CAS from LAC + 1 (a lost CAS means a recoverer took the ledger:
-  FencedError). The waiting adds are sent to the nodes of their new write sets that lack them, and
+  FencedError; a change autorecovery made to a fragment before the current ensemble is merged
+  in and the CAS retried). The waiting adds are sent to the nodes of their new write sets that lack them, and
   only acks from those count. FENCED from any node fails every waiting add with FencedError at once.
 - replica_read: a read takes each entry from any node of its write set, and the contiguous entries
   one node holds in one ReadEntries call (a striped ledger's run in parallel). It fails over on any

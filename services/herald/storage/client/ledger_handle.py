@@ -12,7 +12,9 @@ replaced by a healthy node outside the ensemble; the new ensemble is recorded by
 on /ledgers/<id> from the first entry not yet acknowledged (LAC + 1); then every waiting add is sent
 to the nodes of its new write set that do not have it yet, and only acks from its new write set
 count. A lost compare-and-set means the ledger was fenced for recovery by another broker:
-every waiting add fails with FencedError.
+every waiting add fails with FencedError; unless only a fragment before the current ensemble
+changed (autorecovery re-replicated it): that is merged in and the compare-and-set retried. A node
+marked draining is left the same way as a failed one (`leave_nodes`), without its quarantine.
 
 Shrinking (Herald's choice; BookKeeper would fail the adds): when no spare node exists, a failed
 node is dropped instead of replaced, and the ensemble carries on with its live nodes as long as
@@ -278,9 +280,8 @@ class LedgerHandle:
 
     async def _record(self, updated: LedgerMetadata) -> bool:
         """Compare-and-set the new metadata; False (with every add failed) if that was refused."""
-        key = ledger_key(self.ledger_id)
         try:
-            version = await self._store.put(key, updated.to_bytes(), expected_version=self._version)
+            version = await self._put(updated)
         except errors.BadVersionError:
             state: str
             try:
@@ -302,6 +303,40 @@ class LedgerHandle:
             return False
         self.metadata, self._version = updated, version
         return self._failure is None
+
+    async def _put(self, updated: LedgerMetadata) -> int:
+        """Compare-and-set the writer's metadata. Autorecovery (herald.autorecovery) may have
+        re-replicated a fragment before the current ensemble meanwhile: that change is merged in
+        and the put retried; any other change raises BadVersionError."""
+        while True:
+            try:
+                return await self._store.put(ledger_key(self.ledger_id), updated.to_bytes(),
+                                             expected_version=self._version)
+            except errors.BadVersionError:
+                current, found = await read_ledger_metadata(self._store, self.ledger_id)
+                mine = self.metadata
+                if current.state != "OPEN" or current.ensembles[-1] != mine.ensembles[-1] or \
+                        found.version == self._version:
+                    raise
+                start = mine.ensemble_start
+                before = [(first, list(nodes)) for first, nodes in current.ensembles if first < start]
+                updated.ensembles = before + [item for item in updated.ensembles if item[0] >= start]
+                mine.ensembles = before + [item for item in mine.ensembles if item[0] >= start]
+                self._version = found.version
+
+    def leave_nodes(self, addresses: set[str]) -> None:
+        """Move the current ensemble off these nodes (being drained) by an ensemble change, as for
+        failed nodes but without quarantining them; their earlier fragments are autorecovery's."""
+        if not self.writable or self.closed or self._failure is not None:
+            return
+        ensemble = self.metadata.ensemble
+        spares = [a for a in self._pool.healthy() if a not in ensemble and a not in addresses]
+        # Only as many as can be replaced: a drain must not shrink the ensemble or fail the adds
+        # (the rest stay until a node is added; autorecovery cannot finish the drain till then).
+        leaving = sorted(addresses.intersection(ensemble))[:len(spares)]
+        for address in leaving:
+            self._node_failed(address, errors.ServiceNotReadyError(f"storage node {address} is draining"),
+                              quarantine=False)
 
     def _resend(self, op: PendingAdd) -> None:
         """Send op to the nodes of its write set (in the new ensemble) that do not have it."""
@@ -340,8 +375,7 @@ class LedgerHandle:
         closed.last_entry_id = self.last_add_confirmed
         closed.length = self._length
         try:
-            self._version = await self._store.put(ledger_key(self.ledger_id), closed.to_bytes(),
-                                                  expected_version=self._version)
+            self._version = await self._put(closed)
         except errors.BadVersionError:
             current, _ = await read_ledger_metadata(self._store, self.ledger_id)
             if current.state != "OPEN":

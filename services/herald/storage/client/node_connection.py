@@ -260,7 +260,10 @@ class NodePool:
                  dialer: Dialer = PLAINTEXT, add_batches_in_flight: int = 1) -> None:
         self._dialer = dialer
         self.add_batches_in_flight = add_batches_in_flight
-        self.addresses = list(dict.fromkeys(addresses))
+        self.bootstrap = list(dict.fromkeys(addresses))
+        # The registered available nodes (storage.membership) once any node registered: they
+        # replace the bootstrap list for placement. None: no registry, or nothing registered.
+        self.registered: list[str] | None = None
         self.add_timeout = add_timeout
         self.read_timeout = read_timeout
         self.operation_timeout = operation_timeout
@@ -272,6 +275,15 @@ class NodePool:
         # its id to every node of its write set.
         self._request_ids = itertools.count(1)
         self.closed = False
+
+    @property
+    def addresses(self) -> list[str]:
+        """The nodes new ensembles and replacements are chosen from."""
+        return self.bootstrap if self.registered is None else self.registered
+
+    def use_registered(self, available: list[str] | None) -> None:
+        """Place on these registered nodes from now on (None: back to the bootstrap list)."""
+        self.registered = None if available is None else list(available)
 
     def next_request_id(self) -> int:
         return next(self._request_ids)

@@ -6,13 +6,16 @@ and reads, replacing a failed node by an ensemble change (or, with no spare node
 ensemble to its live nodes while they are at least Qw: Herald's choice, so that a 3/2/2 ledger on
 exactly three nodes keeps writing when one dies); `recovery` closes a ledger whose writer died;
 `node_connection` holds the connections and the nodes' health; `replica_read` reads with failover.
-The set of nodes is the static bootstrap list.
+The nodes are those registered in the metadata store (`node_registry`, followed by a watch: a node
+started later is used without a restart, a draining one is left out of new ensembles), or the
+static bootstrap list while none registered.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 
 from herald.common import errors
 from herald.common.transport.tls import PLAINTEXT, Dialer
@@ -26,6 +29,7 @@ from herald.storage.client.ledger_metadata import (
     read_ledger_metadata,
 )
 from herald.storage.client.node_connection import NodeConnection, NodePool
+from herald.storage.client.node_registry import NodeRegistry
 from herald.storage.client.recovery import LedgerRecoveryOp
 
 log = logging.getLogger(__name__)
@@ -40,12 +44,15 @@ class StorageClient:
     left out of new ensembles for this long; operation_timeout: deletes; add_batches_in_flight:
     messages of adds written to one node and not yet answered, at most (0: no limit); adds made
     meanwhile wait and leave together in the next message (one per group commit of the node).
+    discover: follow the nodes registered in the store (storage.membership); the bootstrap list is
+    used while none registered.
     """
 
     def __init__(
         self, store: MetadataStore, bootstrap_addresses: list[str] | None = None,
         operation_timeout: float = 30.0, *, add_timeout: float = 5.0, read_timeout: float = 5.0,
         quarantine_seconds: float = 30.0, dialer: Dialer = PLAINTEXT, add_batches_in_flight: int = 1,
+        discover: bool = True,
     ) -> None:
         for name, value in (("operation_timeout", operation_timeout), ("add_timeout", add_timeout),
                             ("read_timeout", read_timeout)):
@@ -59,14 +66,40 @@ class StorageClient:
         self.pool = NodePool(list(bootstrap_addresses or []), add_timeout=add_timeout, read_timeout=read_timeout,
                              operation_timeout=operation_timeout, quarantine_seconds=quarantine_seconds,
                              dialer=dialer, add_batches_in_flight=add_batches_in_flight)
-        self.addresses = self.pool.addresses
         self.operation_timeout = operation_timeout
+        # Ledgers this client writes: moved off a node as soon as it is marked draining.
+        self._writers: weakref.WeakSet[LedgerHandle] = weakref.WeakSet()
+        self.registry = NodeRegistry(store, self._registered_nodes_changed) if discover else None
+
+    @property
+    def addresses(self) -> list[str]:
+        return self.pool.addresses
 
     async def start(self) -> None:
+        if self.registry is not None:
+            await self.registry.start()
         if not self.addresses:
-            raise errors.ServiceNotReadyError("no storage nodes configured")
+            raise errors.ServiceNotReadyError(
+                "no storage nodes configured: start storage nodes with --metadata-url (they register) or "
+                "give the broker --storage-nodes")
+
+    def _registered_nodes_changed(self, registry: NodeRegistry) -> None:
+        # Any registered node, even a draining one, means registration is in use: the static list
+        # is only the fallback of clusters whose nodes do not register.
+        self.pool.use_registered(registry.available() if registry.records else None)
+        if not registry.records:
+            return
+        available = set(registry.available())
+        for handle in list(self._writers):
+            # Draining, or no longer registered (stopped, or dead past its registration ttl): an idle
+            # writer would otherwise keep the entries of its current ensemble on a node that is gone.
+            leaving = set(handle.metadata.ensemble) - available
+            if leaving:
+                handle.leave_nodes(leaving)
 
     async def close(self) -> None:
+        if self.registry is not None:
+            await self.registry.close()
         await self.pool.close()
 
     def node(self, address: str) -> NodeConnection:
@@ -98,7 +131,9 @@ class StorageClient:
             write_quorum=write_quorum, ack_quorum=ack_quorum, properties=dict(properties or {}),
         )
         version = await self.store.put(ledger_key(ledger_id), metadata.to_bytes(), expected_version=0)
-        return LedgerHandle(self.pool, self.store, metadata, version, writable=True)
+        handle = LedgerHandle(self.pool, self.store, metadata, version, writable=True)
+        self._writers.add(handle)
+        return handle
 
     async def open_ledger(self, ledger_id: int, recover: bool = True) -> LedgerHandle:
         """A read handle. recover=True first closes the ledger if it is not (fencing its writer);

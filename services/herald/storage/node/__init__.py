@@ -44,6 +44,10 @@ storage client, the broker.
 - server: the thin StorageService servicer (errors: an add's in its AddResponse, the stream goes
   on; other calls abort with "<ErrorCode number>:<message>") and `StorageServer`. With
   authorization on, only the brokers' roles and super-users may call it.
+- registration: with metadata_url, /storage/nodes/<address> (storage.membership) on a lease of
+  registration_ttl renewed every third of it, with the disk's free bytes and the drain mark.
+- gc: with metadata_url, ledgers held here whose metadata is gone (a delete that never reached this
+  node) are deleted, once absent from two listings gc_grace apart (local ledgers listed first).
 - metrics: the node's metrics; a scrape calls the ledger store's `reading` (metrics knows no other
   node module).
 """

@@ -279,6 +279,10 @@ class LedgerStore:
 
     # ---- reads --------------------------------------------------------------------------------
 
+    def ledger_ids(self) -> list[int]:
+        """The ledgers held here (the garbage collector compares them with the metadata store)."""
+        return list(self._ledgers.index)
+
     def ledger_counts(self) -> tuple[int, int]:
         """Ledgers held here, and how many of them are fenced (for metrics)."""
         ledgers = self._ledgers.index

@@ -36,8 +36,11 @@ from herald.common.transport.health import ServiceHealth
 from herald.common.transport.rpc import abort, error_to_proto, server_options
 from herald.common.transport.tls import add_port
 from herald.common.transport.tracing import server_interceptors
+from herald.metadata.backends import open_store
+from herald.storage.node.gc import LedgerGarbageCollector
 from herald.storage.node.ledger_store import LedgerStore
 from herald.storage.node.metrics import StorageMetrics
+from herald.storage.node.registration import NodeRegistration
 from herald.storage.node.settings import StorageSettings
 
 log = logging.getLogger(__name__)
@@ -301,6 +304,8 @@ class StorageServer:
         self._server: grpc.aio.Server | None = None
         self._port = 0
         self._state = "new"
+        self.registration: NodeRegistration | None = None  # with settings.metadata_url
+        self.gc: LedgerGarbageCollector | None = None  # with settings.metadata_url and gc_interval
         # Ready while the journal takes adds: open, its writer running, no failed write.
         self.health = ServiceHealth("storage", [storage_pb2.DESCRIPTOR.services_by_name["StorageService"].full_name])
         self.health.add_check("journal", self._journal_open)
@@ -352,6 +357,8 @@ class StorageServer:
             raise
         self._server, self._port, self._state = server, port, "running"
         await self.health.start()
+        if self.settings.metadata_url:
+            await self._register()
         log.info("storage node serving %s on %s", self.settings.data_dir, self.address)
 
     async def stop(self) -> None:
@@ -360,6 +367,7 @@ class StorageServer:
             return
         self._state = "stopping"
         try:
+            await self._unregister()
             await self.health.stop()
             if self._server is not None:
                 await self._server.stop(self.settings.stop_grace)
@@ -367,6 +375,36 @@ class StorageServer:
             self._stop_metrics()
             await self.store.close()
             self._state = "stopped"
+
+    async def _register(self) -> None:
+        """Register in the metadata store (storage.membership); a failure stops the node (it would
+        serve while no broker finds it)."""
+        store = open_store(self.settings.metadata_url)
+        address = self.settings.advertised_address or self.address
+        self.registration = NodeRegistration(store, address, self.settings.data_dir, self.settings.registration_ttl)
+        try:
+            await store.start()
+            await self.registration.start()
+            if self.settings.gc_interval > 0:
+                self.gc = LedgerGarbageCollector(self.store, store, interval=self.settings.gc_interval,
+                                                 grace=self.settings.gc_grace)
+                self.gc.start()
+        except BaseException:
+            self.registration = None
+            await store.close()
+            await self.stop()
+            raise
+
+    async def _unregister(self) -> None:
+        gc, self.gc = self.gc, None
+        if gc is not None:
+            await gc.stop()
+        registration, self.registration = self.registration, None
+        if registration is not None:
+            try:
+                await registration.stop()
+            finally:
+                await registration.store.close()
 
     def _serve_metrics(self) -> None:
         settings = self.settings

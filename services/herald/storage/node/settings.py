@@ -73,8 +73,29 @@ class StorageSettings(SecuritySettings, MetricsEndpointSettings):
     # Fault injection, for tests only: the journal's writer sleeps this long before each fsync
     # (a slow disk). 0 (the default) injects nothing.
     fault_fsync_delay_ms: int = 0
+    # Registration (storage.membership): with a metadata store URL the node registers
+    # /storage/nodes/<advertised_address> on a lease of registration_ttl seconds (renewed every
+    # third of it), so brokers find it without a restart. "" registers nothing (brokers' static list).
+    metadata_url: str = ""
+    advertised_address: str = ""  # host:port brokers dial (default: host:port as bound)
+    registration_ttl: float = 10.0
+    # Autorecovery (herald.autorecovery) runs in the storage process when it registers: every
+    # autorecovery_interval seconds the elected auditor re-replicates the entries of draining nodes,
+    # and of nodes unregistered for longer than autorecovery_grace seconds (0: autorecovery off).
+    autorecovery_interval: float = 30.0
+    autorecovery_grace: float = 60.0
+    # Ledger garbage collection (with metadata_url): every gc_interval seconds, ledgers held here
+    # whose metadata is gone (their delete never reached this node) and stayed gone for gc_grace
+    # seconds are deleted (0: off).
+    gc_interval: float = 300.0
+    gc_grace: float = 600.0
 
     def __post_init__(self) -> None:
+        if not self.registration_ttl > 0:
+            raise InvalidArgumentError(f"storage registration_ttl {self.registration_ttl} must be > 0 seconds")
+        for name in ("autorecovery_interval", "autorecovery_grace", "gc_interval", "gc_grace"):
+            if getattr(self, name) < 0:
+                raise InvalidArgumentError(f"storage {name} {getattr(self, name)} must be >= 0 seconds")
         check_metrics_port(self.metrics_port)
         check_server_limits(self)
         for name in ("max_data_bytes", "min_free_bytes", "fault_fsync_delay_ms"):
