@@ -58,7 +58,7 @@ def test_production_values_render_a_three_member_etcd_statefulset(production_man
 
 def test_production_services_use_the_three_etcd_members_and_no_redis(production_manifests: list[Manifest]) -> None:
     urls = metadata_urls(production_manifests)
-    assert set(urls) == {component_name("lookup"), component_name("broker")}
+    assert set(urls) == {component_name("lookup"), component_name("broker"), component_name("storage")}
     for entry in urls.values():
         assert entry["value"] == "etcd://" + ",".join(MEMBERS)
     assert not [w for w in workloads(production_manifests) if component_of(w) == "redis"]
@@ -99,3 +99,12 @@ def test_five_members_are_named_in_the_url() -> None:
     for entry in metadata_urls(manifests).values():
         assert str(entry["value"]).count(",") == 4
     assert of_kind(manifests, "PodDisruptionBudget")
+
+
+def test_storage_nodes_register_under_their_stable_names(production_manifests: list[Manifest]) -> None:
+    """Brokers find storage nodes in the metadata store (scaling up needs no broker restart), by the
+    same pod DNS names ledger metadata records."""
+    (storage,) = [w for w in workloads(production_manifests) if component_of(w) == "storage"]
+    args = storage["spec"]["template"]["spec"]["containers"][0]["args"]
+    name = component_name("storage")
+    assert f"--advertised-address=$(POD_NAME).{name}-headless.{NAMESPACE}.svc.cluster.local:3181" in args
