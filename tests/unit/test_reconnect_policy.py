@@ -54,3 +54,19 @@ def test_a_new_failing_answer_starts_its_own_backoff_and_connecting_resets_every
     policy.connected()
     assert policy.should_connect("a:1", 0.0)
     assert policy.lookup_delay(0.0) == 0.0
+
+
+def test_a_broker_that_answers_and_refuses_backs_lookup_off_too() -> None:
+    """Not moving (say the broker is not ready): lookup's answer stands, so it is asked again only
+    when the broker may be retried, not twice a second by every client of the topic."""
+    policy = ReconnectPolicy(initial=0.1, jitter=0)
+    now = 0.0
+    policy.failed("b:1", now)
+    assert policy.lookup_delay(now) == 0.0
+    for _ in range(10):
+        policy.failed("b:1", now, moving=False)
+    delay = policy.lookup_delay(now)
+    assert delay > LOOKUP_POLL_MAX_SECONDS
+    assert policy.should_connect("b:1", now + delay)
+    policy.failed("b:1", now + delay, moving=True)  # then it vanished: lookups are frequent again
+    assert policy.lookup_delay(now + delay) <= LOOKUP_POLL_MAX_SECONDS

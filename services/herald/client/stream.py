@@ -20,7 +20,7 @@ from herald.client.connection import ConnectionPool, remaining, retrying
 from herald.client.lookup import LookupService
 from herald.client.reconnect import ReconnectPolicy
 from herald.client.stream_protocol import Reconnect, StreamProtocol
-from herald.common.errors import ConnectionError_, HeraldError, HeraldTimeoutError
+from herald.common.errors import ConnectionError_, HeraldError, HeraldTimeoutError, NotOwnerError
 from herald.common.transport.rpc import EOF, error_from_rpc
 
 if TYPE_CHECKING:
@@ -198,7 +198,10 @@ class BrokerStream(Generic[RequestT, ReplyT, AcceptedT]):
                     continue
                 call, accepted = await self._connect(deadline, address)
             except HeraldError as exc:
-                policy.failed(address, loop.time())
+                # Gone, silent or disowning: lookup will soon name another broker. Anything else:
+                # the broker answered and refused, so lookup's answer stands for now.
+                moving = isinstance(exc, ConnectionError_ | HeraldTimeoutError | NotOwnerError)
+                policy.failed(address, loop.time(), moving=moving)
                 if self._connect_failed is not None and self._connect_failed(exc, False):
                     return None
                 self._log.info("%s %s on %s: reconnect failed: %s", protocol.role, protocol.name, protocol.topic,
