@@ -1,6 +1,8 @@
-"""The produce gap when the owner broker dies: a producer sends continuously to a local cluster
-(2 brokers, 3 storage nodes, 3/2/2); the owner is SIGKILLed; the gap is the longest time between
-two consecutive acknowledgements around the kill. `--client pulsar` uses the official Pulsar client
+"""The produce gap when the owner broker dies or lets go: a producer sends continuously to a local
+cluster (2 brokers, 3 storage nodes, 3/2/2); the owner is SIGKILLed (`--fault kill`), shut down with
+SIGTERM (`--fault sigterm`: a rolling restart's step) or told to unload the topic (`--fault unload`:
+`herald admin topics unload`); the gap is the longest time between two consecutive acknowledgements
+around the fault. `--client pulsar` uses the official Pulsar client
 (PyPI `pulsar-client`) through the brokers' Pulsar ports instead of Herald's, and then reads the
 topic back to count what was stored against what was acknowledged (none lost, none twice).
 Appends to bench/results/failover_gap.jsonl."""
@@ -20,6 +22,7 @@ import grpc
 import pulsar
 from herald.api.v1 import lookup_pb2, lookup_pb2_grpc
 from herald.client import AsyncClient
+from herald.client.admin import SyncAdminClient
 from herald.local_cluster import ClusterSettings, LocalCluster
 
 RESULTS = Path(__file__).resolve().parent / "results" / "failover_gap.jsonl"
@@ -75,6 +78,7 @@ def main() -> None:
     parser.add_argument("--heartbeat", type=float, default=1.0, help="broker heartbeat seconds (expiry = 3x)")
     parser.add_argument("--seconds", type=float, default=5.0, help="produce this long before and after the kill")
     parser.add_argument("--client", choices=("herald", "pulsar"), default="herald")
+    parser.add_argument("--fault", choices=("kill", "sigterm", "unload"), default="kill")
     args = parser.parse_args()
     acked: set[bytes] = set()
     stored: list[bytes] = []
@@ -99,7 +103,13 @@ def main() -> None:
             killed_at = time.monotonic()
             victim = cluster.broker_at(owner)
             pulsar_url = next(b.pulsar_url for b in cluster.brokers if b is not victim)
-            victim.kill()
+            if args.fault == "kill":
+                victim.kill()
+            elif args.fault == "sigterm":
+                victim.stop()
+            else:
+                with SyncAdminClient(owner) as admin:
+                    admin.unload_topic(topic)
             time.sleep(args.seconds)
             deadline = time.monotonic() + 120
             while (not ack_times or ack_times[-1] < killed_at) and time.monotonic() < deadline:
@@ -112,13 +122,14 @@ def main() -> None:
             cluster.stop()
     times = sorted(ack_times)
     gaps = [b - a for a, b in itertools.pairwise(times) if b > killed_at - 1]
-    result = {"client": args.client, "heartbeat_s": args.heartbeat, "expiry_s": 3 * args.heartbeat,
+    result = {"client": args.client, "fault": args.fault, "heartbeat_s": args.heartbeat, "expiry_s": 3 * args.heartbeat,
               "gap_s": max(gaps) if gaps else None, "acked": len(times)}
     if args.client == "pulsar":
         result["stored"] = len(stored)
         result["acked_missing"] = len(acked - set(stored))
         result["stored_twice"] = len(stored) - len(set(stored))
-    print(f"{args.client} client: produce gap after SIGKILL of the owner broker: {result['gap_s']:.2f} s "
+    fault = {"kill": "SIGKILL of", "sigterm": "SIGTERM of", "unload": "unload of the topic by"}[args.fault]
+    print(f"{args.client} client: produce gap after {fault} the owner broker: {result['gap_s']:.2f} s "
           f"(heartbeat {args.heartbeat} s, expiry {3 * args.heartbeat} s, {len(times)} messages acknowledged)")
     if args.client == "pulsar":
         print(f"stored {result['stored']}, acknowledged but missing {result['acked_missing']}, "

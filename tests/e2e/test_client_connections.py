@@ -8,6 +8,7 @@ LookupTopic with a redirect to the standalone's lookup and passes the partition 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import grpc
@@ -17,7 +18,7 @@ from herald.api.v1 import lookup_pb2, lookup_pb2_grpc
 from herald.client import AsyncClient, InitialPosition
 from herald.client.config import ClientConfig
 from herald.client.connection import ConnectionPool
-from herald.common.errors import AlreadyClosedError, HeraldError, HeraldTimeoutError
+from herald.common.errors import AlreadyClosedError, ConnectionError_, HeraldError, HeraldTimeoutError
 
 from tests.conftest import StandaloneProcess, free_port
 from tests.helpers import unique_topic
@@ -106,6 +107,21 @@ async def test_the_pool_keeps_connections_per_broker_connected_and_takes_them_in
         await pool.close()
     with pytest.raises(AlreadyClosedError):
         await pool.get(address)
+
+
+async def test_a_refused_connection_is_reported_at_once_not_after_the_connection_timeout() -> None:
+    """Issue 21 item 5: a broker that died refuses connections; the pool says so at its first
+    failed attempt, so a reconnecting stream asks lookup again instead of waiting out the connection
+    timeout (10 s by default: most of the 10.9 s failover gap). The timeout here is far longer than
+    the guard: the old pool, waiting for a connection that never comes, trips the guard."""
+    address = f"127.0.0.1:{free_port()}"
+    pool = ConnectionPool(ClientConfig(f"herald://{address}", connection_timeout=3600))
+    try:
+        async with asyncio.timeout(60):
+            with pytest.raises(ConnectionError_, match=f"could not connect to {address}: the connection failed"):
+                await pool.get(address)
+    finally:
+        await pool.close()
 
 
 async def test_a_service_nobody_listens_on_fails_within_the_operation_timeout() -> None:

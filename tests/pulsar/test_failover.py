@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import grpc
 import pulsar
+import pytest
 from herald.api.v1 import lookup_pb2, lookup_pb2_grpc
+from herald.client.admin import SyncAdminClient
 from herald.local_cluster import LocalCluster
 
 from tests.helpers import unique_topic
@@ -28,9 +31,11 @@ def owner_of(cluster: LocalCluster, topic: str) -> str:
             lookup_pb2.LookupTopicRequest(topic=topic), timeout=10).broker_address)
 
 
-def test_a_producer_rides_out_its_broker_s_death_and_stores_each_message_once(local_cluster: LocalCluster) -> None:
-    topic = unique_topic("pulsar-failover")
-    client = pulsar.Client(service_url(local_cluster), operation_timeout_seconds=60, logger=QUIET)
+def produce_through(cluster: LocalCluster, topic: str, fault: Callable[[str], None]) -> None:
+    """Send all along with the official client; once 200 are acknowledged, `fault(owner address)`;
+    then 300 more must be acknowledged, none may fail, and the subscription must hold every
+    acknowledged message once, in send order."""
+    client = pulsar.Client(service_url(cluster), operation_timeout_seconds=60, logger=QUIET)
     acked: list[bytes] = []
     failed: list[pulsar.Result] = []
     stop = threading.Event()
@@ -57,14 +62,14 @@ def test_a_producer_rides_out_its_broker_s_death_and_stores_each_message_once(lo
         deadline = time.monotonic() + 30
         while len(acked) < 200 and time.monotonic() < deadline:
             time.sleep(0.05)
-        local_cluster.broker_at(owner_of(local_cluster, topic)).kill()
-        killed_at = len(acked)
+        fault(owner_of(cluster, topic))
+        faulted_at = len(acked)
         deadline = time.monotonic() + 60
-        while len(acked) < killed_at + 300 and time.monotonic() < deadline:
+        while len(acked) < faulted_at + 300 and time.monotonic() < deadline:
             time.sleep(0.05)
         stop.set()
         sender.join(90)
-        assert len(acked) >= killed_at + 300, f"the producer did not recover: {len(acked)} acknowledged, {failed[:3]}"
+        assert len(acked) >= faulted_at + 300, f"the producer did not recover: {len(acked)} acknowledged, {failed[:3]}"
         assert not failed
         received: list[bytes] = []
         while True:
@@ -80,3 +85,28 @@ def test_a_producer_rides_out_its_broker_s_death_and_stores_each_message_once(lo
     finally:
         stop.set()
         client.close()
+
+
+def test_a_producer_rides_out_its_broker_s_death_and_stores_each_message_once(local_cluster: LocalCluster) -> None:
+    produce_through(local_cluster, unique_topic("pulsar-failover"),
+                    lambda owner: local_cluster.broker_at(owner).kill())
+
+
+@pytest.mark.parametrize("fault", ["unload", "sigterm"])
+def test_a_graceful_move_of_the_topic_fails_no_send_and_loses_nothing(local_cluster: LocalCluster, fault: str) -> None:
+    """Issue 21 item 5: `herald admin topics unload`, or the owner's SIGTERM (a rolling restart's
+    step), while the official client sends: the topic moves to the other broker, every send is
+    acknowledged, every acknowledged message is stored once, in order."""
+    topic = unique_topic(f"pulsar-{fault}")
+    moved_from: list[str] = []
+
+    def move(owner: str) -> None:
+        moved_from.append(owner)
+        if fault == "unload":
+            with SyncAdminClient(owner) as admin:
+                admin.unload_topic(topic)
+        else:
+            local_cluster.broker_at(owner).stop()
+
+    produce_through(local_cluster, topic, move)
+    assert owner_of(local_cluster, topic) not in moved_from

@@ -149,7 +149,10 @@ Transport:
   composed, never inherited, over the port in stream_protocol (`StreamProtocol`, `Reconnect`). It
   looks up the owner, opens the stream, makes the handshake under a deadline, serves the stream
   with a writer task (what the protocol object's `next_request` gives) and a read loop (every reply
-  to its `on_reply`), and on failure reconnects with backoff until its owner ends it. The owner's
+  to its `on_reply`), and on failure reconnects until its owner ends it, as reconnect's
+  `ReconnectPolicy` decides (no I/O): lookup asked again at once and then at most 0.5 s apart while
+  the topic is moving, a broker other than the failed one tried at once, backoff only against the
+  same answer. The owner's
   policy comes as two hooks: `connect_failed` (a busy producer name fails the first connect at
   once; a terminated topic, or a pattern member's topic gone, stops reconnecting) and
   `before_reconnect` (a pattern member checks that its topic is still listed).

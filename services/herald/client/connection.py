@@ -71,6 +71,26 @@ def remaining(deadline: float) -> float:
     return max(0.001, deadline - asyncio.get_running_loop().time())
 
 
+class _ConnectFailed(Exception):
+    """The channel's first connection attempt failed (refused, reset, handshake failed)."""
+
+
+async def _ready_or_failed(channel: grpc.aio.Channel) -> None:
+    """Wait until the channel is connected; raise _ConnectFailed at its first failed attempt.
+
+    gRPC's channel_ready() waits through failures (gRPC retries by itself), so a broker that died
+    used to cost a reconnecting stream the whole connection timeout (10 s) before it asked lookup
+    again. A refused connection is an answer: report it at once; the caller's backoff decides when
+    to try again.
+    """
+    state = channel.get_state(try_to_connect=True)
+    while state is not grpc.ChannelConnectivity.READY:
+        if state in _BAD_STATES:
+            raise _ConnectFailed()
+        await channel.wait_for_state_change(state)
+        state = channel.get_state(try_to_connect=True)
+
+
 class ConnectionPool:
     """Connected gRPC channels by broker address, `connections_per_broker` of each, used in turn.
 
@@ -133,17 +153,19 @@ class ConnectionPool:
         else:
             channel = grpc.aio.insecure_channel(address, options=self._options, interceptors=self._interceptors)
         timeout = self._config.connection_timeout
+        hint = ("is the service running, the address right, and its certificate trusted?"
+                if self._config.url.tls else
+                "is the service running and the address right (a TLS service wants a herald+ssl:// URL)?")
         try:
-            await asyncio.wait_for(channel.channel_ready(), timeout)
+            await asyncio.wait_for(_ready_or_failed(channel), timeout)
         except BaseException as exc:
             await channel.close(None)
             if isinstance(exc, TimeoutError):
-                hint = ("is the service running, the address right, and its certificate trusted?"
-                        if self._config.url.tls else
-                        "is the service running and the address right (a TLS service wants a herald+ssl:// URL)?")
                 raise ConnectionError_(
                     f"could not connect to {address} within the connection timeout of {timeout:g}s: {hint}"
                 ) from None
+            if isinstance(exc, _ConnectFailed):
+                raise ConnectionError_(f"could not connect to {address}: the connection failed: {hint}") from None
             raise
         log.debug("connected to %s", address)
         return channel

@@ -18,9 +18,9 @@ from herald.api.v1 import broker_pb2_grpc
 from herald.client.config import ClientConfig
 from herald.client.connection import ConnectionPool, remaining, retrying
 from herald.client.lookup import LookupService
+from herald.client.reconnect import ReconnectPolicy
 from herald.client.stream_protocol import Reconnect, StreamProtocol
-from herald.common.backoff import Backoff
-from herald.common.errors import ConnectionError_, HeraldError, HeraldTimeoutError
+from herald.common.errors import ConnectionError_, HeraldError, HeraldTimeoutError, NotOwnerError
 from herald.common.transport.rpc import EOF, error_from_rpc
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ class BrokerStream(Generic[RequestT, ReplyT, AcceptedT]):
         self.address = ""  # the broker of the latest stream
         self._task: asyncio.Task[None] | None = None
         self._writer_wake: asyncio.Future[None] | None = None
-        self._backoff = Backoff(jitter=0.1)
+        self._policy = ReconnectPolicy()
         protocol.wake = self.wake
 
     @property
@@ -116,9 +116,12 @@ class BrokerStream(Generic[RequestT, ReplyT, AcceptedT]):
                 self._connect_failed(exc, True)
             raise
 
-    async def _connect(self, deadline: float) -> tuple[grpc.aio.StreamStreamCall[RequestT, ReplyT], AcceptedT]:
+    async def _connect(self, deadline: float, address: str | None = None,
+                       ) -> tuple[grpc.aio.StreamStreamCall[RequestT, ReplyT], AcceptedT]:
         protocol = self._protocol
-        self.address = address = await self._lookup.broker_for(protocol.topic)
+        if address is None:
+            address = await self._lookup.broker_for(protocol.topic)
+        self.address = address
         channel = await self._pool.get(address)
         call = self._open_call(broker_pb2_grpc.BrokerServiceStub(channel))
         what = protocol.handshake_what(address)
@@ -144,7 +147,7 @@ class BrokerStream(Generic[RequestT, ReplyT, AcceptedT]):
     def _connected_with(self, accepted: AcceptedT, first: bool) -> None:
         self._protocol.on_connected(accepted, first)
         self.connected = True
-        self._backoff.reset()
+        self._policy.connected()
 
     async def _run(self, call: grpc.aio.StreamStreamCall[RequestT, ReplyT]) -> None:
         """Own the stream: serve it, and on failure reconnect, until the owner ends it."""
@@ -178,15 +181,27 @@ class BrokerStream(Generic[RequestT, ReplyT, AcceptedT]):
             call = next_call
 
     async def _reconnect(self) -> grpc.aio.StreamStreamCall[RequestT, ReplyT] | None:
-        protocol = self._protocol
+        """Look the topic up and connect to the broker lookup names, as the policy says
+        (reconnect.py): at once to a broker other than the one that failed, with backoff to the
+        same one, asking lookup again meanwhile."""
+        protocol, policy, loop = self._protocol, self._policy, self._loop
+        policy.failed(self.address, loop.time())
         while self._running:
-            await asyncio.sleep(self._backoff.next())
-            deadline = self._loop.time() + self._client_config.operation_timeout
+            await asyncio.sleep(policy.lookup_delay(loop.time()))
+            deadline = loop.time() + self._client_config.operation_timeout
+            address = self.address
             try:
                 if self._before_reconnect is not None:
                     await self._before_reconnect()
-                call, accepted = await self._connect(deadline)
+                address = await self._lookup.broker_for(protocol.topic)
+                if not policy.should_connect(address, loop.time()):
+                    continue
+                call, accepted = await self._connect(deadline, address)
             except HeraldError as exc:
+                # Gone, silent or disowning: lookup will soon name another broker. Anything else:
+                # the broker answered and refused, so lookup's answer stands for now.
+                moving = isinstance(exc, ConnectionError_ | HeraldTimeoutError | NotOwnerError)
+                policy.failed(address, loop.time(), moving=moving)
                 if self._connect_failed is not None and self._connect_failed(exc, False):
                     return None
                 self._log.info("%s %s on %s: reconnect failed: %s", protocol.role, protocol.name, protocol.topic,

@@ -21,7 +21,7 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from herald.common.errors import BadVersionError, HeraldTimeoutError, MetadataError
+from herald.common.errors import BadVersionError, HeraldTimeoutError, InvalidArgumentError, MetadataError
 from herald.metadata.store import (
     LeaseExpiredError,
     MetadataStore,
@@ -45,11 +45,15 @@ _Reply = list[Any]
 #   NS lease-ttl    hash lease id -> ttl in ms
 #   NS lease:<id>   set of keys put with the lease (may hold keys since rebound: checked on use)
 #   NS lease-seq    counter behind lease ids
+#   NS clock        the Redis server's time (ms) at the latest script: a gap over _OUTAGE_MS is an outage
 #   NS event-seq    counter numbering change events
 #   NS events       pub/sub channel of changes: "<seq>\n<kind>\n<version>\n<len(key)>\n<key><value>"
 # Scripts build key names from the namespace, so this needs one Redis, not a Redis Cluster.
 # Every script replies {event-seq, ...}: the newest change its caller may have seen, so a watch
 # opened afterwards can skip older events still in flight on the pub/sub connection.
+# A store silent this long (no script ran, while every instance's reaper runs one each reap interval)
+# was away: leases get the time back (see now_ms below).
+_OUTAGE_MS = 1000
 _PRELUDE = """
 local ns = ARGV[1]
 local INDEX = ns .. 'keys'
@@ -58,9 +62,25 @@ local TTLS = ns .. 'lease-ttl'
 local SEQ = ns .. 'event-seq'
 local CHANNEL = ns .. 'events'
 
-local function now_ms()
+local CLOCK = ns .. 'clock'
+
+-- The Redis server's time, in ms; every script that checks a lease calls it once, first. Each store instance's reaper
+-- stamps NS clock at least every reap interval (as do writes; reads only look, to keep them out of
+-- the AOF), so while the store serves the stamp is never older than that. An older one means the
+-- store itself was away (paused, restarting, unreachable): no lease holder could renew then, so
+-- every lease gets that time back rather than expiring for it (ZooKeeper's and etcd's new leaders
+-- likewise renew every session and lease).
+local function now_ms(stamp)
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local last = tonumber(redis.call('GET', CLOCK) or '-1')
+  local away = last >= 0 and now - last > {outage_ms}
+  if away then
+    local leases = redis.call('ZRANGE', LEASES, 0, -1, 'WITHSCORES')
+    for i = 1, #leases, 2 do redis.call('ZADD', LEASES, tonumber(leases[i + 1]) + now - last, leases[i]) end
+  end
+  if now > last and (stamp or away or last < 0) then redis.call('SET', CLOCK, now) end
+  return now
 end
 local function seq() return tonumber(redis.call('GET', SEQ) or '0') end
 local function data_key(key) return ns .. 'k:' .. key end
@@ -103,13 +123,13 @@ local function current(key, now)
   end
   return tonumber(cur[1]), cur[2]
 end
-"""
+""".replace("{outage_ms}", str(_OUTAGE_MS))
 
 # Writes first reap a few expired leases, so their delete events precede the write's own.
 # Replies {seq, new version or -1 (bad version) or -2 (lease expired), current version}.
 _PUT = _PRELUDE + """
 local key, value, expected, lease = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local now = now_ms()
+local now = now_ms(true)
 reap(now, 16)
 if lease ~= '0' and not alive(lease, now) then return {seq(), -2, 0} end
 local version, old_lease = current(key, now)
@@ -126,7 +146,7 @@ return {seq(), version, version}
 # Replies {seq, 1 (deleted) or 0 (absent) or -1 (bad version), current version}.
 _DELETE = _PRELUDE + """
 local key, expected = ARGV[2], ARGV[3]
-local now = now_ms()
+local now = now_ms(true)
 reap(now, 16)
 local version, lease = current(key, now)
 if version == 0 then return {seq(), 0, 0} end
@@ -141,14 +161,15 @@ return {seq(), 1, version}
 # Reads only filter out keys of expired leases; the reaper deletes them.
 # Replies {seq} when absent, else {seq, value, version, lease}.
 _GET = _PRELUDE + """
+local now = now_ms(false)
 local r = redis.call('HMGET', data_key(ARGV[2]), 'v', 'ver', 'lease')
-if not r[2] or (r[3] ~= '0' and not alive(r[3], now_ms())) then return {seq()} end
+if not r[2] or (r[3] ~= '0' and not alive(r[3], now)) then return {seq()} end
 return {seq(), r[1], r[2], r[3]}
 """
 
 # Replies {seq, key, value, version, lease, key, ...}.
 _LIST = _PRELUDE + """
-local now = now_ms()
+local now = now_ms(false)
 local out, live = {seq()}, {}
 for _, key in ipairs(redis.call('ZRANGEBYLEX', INDEX, ARGV[2], ARGV[3])) do
   local r = redis.call('HMGET', data_key(key), 'v', 'ver', 'lease')
@@ -168,7 +189,7 @@ return out
 
 _GRANT = _PRELUDE + """
 local ttl = tonumber(ARGV[2])
-local now = now_ms()
+local now = now_ms(true)
 reap(now, 16)
 local id = redis.call('INCR', ns .. 'lease-seq')
 redis.call('ZADD', LEASES, now + ttl, id)
@@ -178,7 +199,7 @@ return {seq(), id}
 
 _KEEPALIVE = _PRELUDE + """
 local id = ARGV[2]
-local now = now_ms()
+local now = now_ms(true)
 local expiry = redis.call('ZSCORE', LEASES, id)
 if not expiry then return {seq(), 0} end
 if tonumber(expiry) <= now then
@@ -196,7 +217,7 @@ return {seq()}
 
 # Replies {seq, leases reaped, ms until the next lease expires or -1}.
 _REAP = _PRELUDE + """
-local now = now_ms()
+local now = now_ms(true)
 local reaped = reap(now, tonumber(ARGV[2]))
 local first = redis.call('ZRANGE', LEASES, 0, 0, 'WITHSCORES')
 if first[2] then return {seq(), reaped, tonumber(first[2]) - now} end
@@ -214,7 +235,8 @@ class RedisMetadataStore(MetadataStore):
     and a listener that feeds its watches from the namespace's pub/sub channel. A put with
     lease_id 0 stores a persistent key, even over an ephemeral one. Commands are not retried: a
     lost reply leaves the caller to re-read, since a retried put could apply twice. Durability is
-    the Redis server's: run it with appendonly yes.
+    the Redis server's: run it with appendonly yes. While Redis itself is away (paused, restarting)
+    leases do not run out: the time it was away is given back to every lease (see now_ms).
     """
 
     def __init__(
@@ -230,6 +252,12 @@ class RedisMetadataStore(MetadataStore):
         self._namespace = namespace
         self._channel = f"{namespace}events".encode()
         self._timeout = timeout
+        if not 0 < reap_interval <= _OUTAGE_MS / 2000:
+            # The reapers' scripts are what tells a quiet store from one that was away.
+            raise InvalidArgumentError(
+                f"reap_interval must be in (0, {_OUTAGE_MS / 2000:g}] seconds, got {reap_interval}: a store "
+                f"without a script for {_OUTAGE_MS / 1000:g}s counts as an outage that leases survive"
+            )
         self._reap_interval = reap_interval
         parts = urlsplit(url)
         # Named in errors without the URL's password.

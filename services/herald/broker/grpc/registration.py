@@ -23,6 +23,9 @@ from herald.common.transport.tls import PLAINTEXT, Dialer
 
 log = logging.getLogger(__name__)
 
+# After a failed heartbeat the broker tries again this soon (at most every heartbeat interval).
+HEARTBEAT_RETRY_SECONDS = 0.25
+
 
 class LookupRegistration:
     def __init__(
@@ -91,8 +94,10 @@ class LookupRegistration:
 
     async def _heartbeats(self) -> None:
         assert self._stub is not None
+        delay = self.heartbeat_interval
         while True:
-            await asyncio.sleep(self.heartbeat_interval)
+            await asyncio.sleep(delay)
+            delay = self.heartbeat_interval
             try:
                 response = await self._stub.Heartbeat(
                     lookup_pb2.HeartbeatRequest(
@@ -104,6 +109,9 @@ class LookupRegistration:
             except grpc.aio.AioRpcError as exc:
                 log.warning("heartbeat to lookup failed: %s", exc.code())
                 self.problem = f"heartbeat to lookup at {self.lookup_address} failed: {exc.code().name}"
+                # Again soon, not a whole interval later: the lease keeps counting down meanwhile,
+                # and a lookup or metadata blip that ends should cost none of it.
+                delay = min(self.heartbeat_interval, HEARTBEAT_RETRY_SECONDS)
                 continue
             if response.lease_valid:
                 self.problem = None
