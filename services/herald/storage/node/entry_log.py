@@ -316,3 +316,21 @@ class EntryLog:
 
     def _path(self, file_id: int) -> Path:
         return self._dir / f"{file_id:010d}{SUFFIX}"
+
+
+def one_read_run(wanted: Sequence[tuple[int, int, bytes | None]], i: int, room: int) -> list[tuple[int, int]]:
+    """The (entry id, location)s from wanted[i] on that one pread reads (EntryLog.read_run): logged,
+    in one file, at ascending offsets each at most RUN_MAX_GAP after the last, within RUN_MAX_SPAN and
+    `room` bytes. `wanted` holds (entry id, location, bytes still in memory or None)."""
+    first_file, first = unpack_location(wanted[i][1])
+    span = min(RUN_MAX_SPAN, room)
+    run = [(wanted[i][0], wanted[i][1])]
+    previous = first
+    for entry_id, location, in_memory in wanted[i + 1:]:
+        file_id, offset = unpack_location(location)
+        if (in_memory is not None or file_id != first_file or offset <= previous
+                or offset - previous > RUN_MAX_GAP or offset - first > span):
+            break
+        run.append((entry_id, location))
+        previous = offset
+    return run

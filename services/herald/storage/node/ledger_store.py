@@ -35,11 +35,9 @@ from herald.common.errors import (
 from herald.storage.node.compaction import CompactionStats, FileCompaction
 from herald.storage.node.entry_log import (
     FILE_MAGIC,
-    RUN_MAX_GAP,
-    RUN_MAX_SPAN,
     EntryLog,
     EntryLogFileGone,
-    unpack_location,
+    one_read_run,
 )
 from herald.storage.node.index import MISSING, SNAPSHOT_NAME, load_snapshot
 from herald.storage.node.index_db import DIRECTORY as INDEX_DIRECTORY
@@ -381,7 +379,7 @@ class LedgerStore:
             if in_memory is not None:
                 got = [in_memory]
             else:
-                run = self._run(wanted, i, max(max_bytes - size, 0))
+                run = one_read_run(wanted, i, max(max_bytes - size, 0))
                 got = (self._entry_log.read_run(ledger_id, run) if len(run) > 1
                        else [self._entry_log.read(location, ledger_id, entry_id)])
             for data in got:
@@ -392,23 +390,6 @@ class LedgerStore:
                 chunk.append((entry_id, data))
                 size += len(data)
         return chunk, None
-
-    @staticmethod
-    def _run(wanted: list[Wanted], i: int, room: int) -> list[tuple[int, int]]:
-        """The entries from wanted[i] on that one pread reads: in the entry log, in one file, at
-        ascending offsets each at most RUN_MAX_GAP after the last, within RUN_MAX_SPAN and `room`."""
-        first_file, first = unpack_location(wanted[i][1])
-        span = min(RUN_MAX_SPAN, room)
-        run = [(wanted[i][0], wanted[i][1])]
-        previous = first
-        for entry_id, location, in_memory in wanted[i + 1:]:
-            file_id, offset = unpack_location(location)
-            if (in_memory is not None or file_id != first_file or offset <= previous
-                    or offset - previous > RUN_MAX_GAP or offset - first > span):
-                break
-            run.append((entry_id, location))
-            previous = offset
-        return run
 
     # ---- checkpoints and recovery -------------------------------------------------------------
 
