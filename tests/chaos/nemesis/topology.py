@@ -1,0 +1,211 @@
+"""The nemesis's cluster: metadata, 3 storage nodes, lookup, 2 brokers and a proxy (E/Qw/Qa = 3/2/2),
+every one of them behind its own fault proxy, so that every inter-service connection (broker ->
+storage, broker -> metadata, broker -> lookup, lookup -> metadata, proxy -> lookup and brokers,
+clients -> lookup and brokers) crosses a link the nemesis can drop, black-hole, delay or make
+one-way, per (source, target) pair (faultproxy.py says why one listener serves every source).
+
+Each process listens on a private port; the address the others are given is its fault proxy's:
+brokers advertise theirs with --advertised-address, so lookup hands the proxy's address to
+clients and to `herald proxy` alike."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from herald.common.errors import InvalidArgumentError, ServiceNotReadyError
+from herald.local_cluster import ClusterProcess, _herald_command, free_port
+
+from tests.chaos.nemesis.faultproxy import FaultProxy, Mode, peer_process
+
+CLIENT = "client"  # the test process: the workload's and the checker's clients
+HEARTBEAT_INTERVAL = 1.0  # seconds; a broker expires after 3 silent heartbeats
+LEASE_EXPIRY = 3 * HEARTBEAT_INTERVAL
+
+
+@dataclass
+class Member:
+    """A process a fault proxy fronts: it listens on `port`, everyone else dials `public_port`."""
+
+    process: ClusterProcess
+    port: int
+    public_port: int = field(default_factory=free_port)
+
+    @property
+    def public_address(self) -> str:
+        return f"127.0.0.1:{self.public_port}"
+
+
+class MetadataBackend(Protocol):
+    """The metadata store's processes: a Redis today; a 3-member etcd cluster fits the same seam
+    (its members as `members`, their client ports fronted by fault proxies, `url` naming the
+    proxies' addresses, e.g. LocalEtcd(advertise_client=[m.public_address for m in members]))."""
+
+    members: list[Member]
+
+    @property
+    def url(self) -> str: ...
+
+
+class RedisMetadata:
+    """One redis-server, append-only with fsync on every write: metadata writes must survive a crash."""
+
+    def __init__(self, base: Path, logs: Path, env: dict[str, str]) -> None:
+        redis = shutil.which("redis-server")
+        if redis is None:
+            raise ServiceNotReadyError("redis-server is not installed (apt-get install redis-server)")
+        port = free_port()
+        data = base / "redis"
+        data.mkdir(parents=True, exist_ok=True)
+        process = ClusterProcess(
+            "redis", [redis, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data), "--appendonly", "yes",
+                      "--appendfsync", "always", "--save", "", "--protected-mode", "no"],
+            logs, "Ready to accept connections", port, env,
+        )
+        self.members = [Member(process, port)]
+
+    @property
+    def url(self) -> str:
+        return f"redis://{self.members[0].public_address}/0"
+
+
+METADATA_BACKENDS = {"redis": RedisMetadata}
+
+
+@dataclass(frozen=True)
+class TopologySettings:
+    base_dir: Path
+    metadata: str = "redis"  # a key of METADATA_BACKENDS
+    storage_nodes: int = 3
+    brokers: int = 2
+    ensemble_size: int = 3
+    write_quorum: int = 2
+    ack_quorum: int = 2
+
+
+class Topology:
+    """The processes, their fault proxies, and process-level faults on them by name."""
+
+    def __init__(self, settings: TopologySettings) -> None:
+        if settings.metadata not in METADATA_BACKENDS:
+            raise InvalidArgumentError(f"no metadata backend {settings.metadata!r}: one of {sorted(METADATA_BACKENDS)}")
+        self.settings = settings
+        self.base = settings.base_dir.resolve()
+        self.logs = self.base / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        herald = _herald_command()
+        self.metadata: MetadataBackend = METADATA_BACKENDS[settings.metadata](self.base, self.logs, env)
+        self.storage = [self._storage(i, herald, env) for i in range(settings.storage_nodes)]
+        lookup_port = free_port()
+        self.lookup = Member(ClusterProcess(
+            "lookup", [*herald, "lookup", "--metadata-url", self.metadata.url, "--port", str(lookup_port),
+                       "--heartbeat-interval", str(HEARTBEAT_INTERVAL), "--metrics-port", "-1"],
+            self.logs, "lookup listening on", lookup_port, env,
+        ), lookup_port)
+        broker_env = {**env, "HERALD_BROKER_ENSEMBLE_SIZE": str(settings.ensemble_size),
+                      "HERALD_BROKER_WRITE_QUORUM": str(settings.write_quorum),
+                      "HERALD_BROKER_ACK_QUORUM": str(settings.ack_quorum)}
+        nodes = ",".join(member.public_address for member in self.storage)
+        self.brokers = []
+        for i in range(settings.brokers):
+            port, public_port = free_port(), free_port()
+            self.brokers.append(Member(ClusterProcess(
+                f"broker-{i}", [*herald, "broker", "--metadata-url", self.metadata.url, "--lookup-address",
+                                self.lookup.public_address, "--storage-nodes", nodes, "--port", str(port),
+                                "--advertised-address", f"127.0.0.1:{public_port}", "--broker-id", f"broker-{i}",
+                                "--metrics-port", "-1"],
+                self.logs, "broker listening on", port, broker_env,
+            ), port, public_port))
+        proxy_port = free_port()
+        self.proxy = Member(ClusterProcess(
+            "proxy-0", [*herald, "proxy", "--lookup-address", self.lookup.public_address, "--port", str(proxy_port),
+                        "--metrics-port", "-1"],
+            self.logs, "proxy listening on", proxy_port, env,
+        ), proxy_port)
+        self.members = [*self.metadata.members, *self.storage, self.lookup, *self.brokers, self.proxy]
+        self.fault_proxies = {
+            member.process.name: FaultProxy(member.process.name, "127.0.0.1", member.port, member.public_port,
+                                            classify=self._classify)
+            for member in self.members
+        }
+
+    def _storage(self, i: int, herald: list[str], env: dict[str, str]) -> Member:
+        port = free_port()
+        return Member(ClusterProcess(
+            f"storage-{i}", [*herald, "storage", "--data-dir", str(self.base / f"storage-{i}"), "--port", str(port),
+                             "--metrics-port", "-1"],
+            self.logs, "storage listening on", port, env,
+        ), port)
+
+    # ---- addresses ----
+
+    @property
+    def service_url(self) -> str:
+        """Clients reach lookup through its fault proxy."""
+        return f"herald://{self.lookup.public_address}"
+
+    @property
+    def proxy_url(self) -> str:
+        return f"herald://{self.proxy.public_address}"
+
+    @property
+    def names(self) -> list[str]:
+        return [member.process.name for member in self.members]
+
+    def process(self, name: str) -> ClusterProcess:
+        for member in self.members:
+            if member.process.name == name:
+                return member.process
+        raise InvalidArgumentError(f"no process named {name!r} in this topology")
+
+    def _classify(self, peer_port: int, listen_port: int) -> str:
+        pids = {os.getpid(): CLIENT}
+        for member in self.members:
+            proc = member.process.proc
+            if proc is not None and proc.poll() is None:
+                pids[proc.pid] = member.process.name
+        return peer_process(peer_port, listen_port, pids)
+
+    # ---- lifecycle ----
+
+    def start(self) -> None:
+        try:
+            for fault_proxy in self.fault_proxies.values():
+                fault_proxy.start()
+            for member in self.members:
+                member.process.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        for member in reversed(self.members):
+            member.process.stop()
+        for fault_proxy in self.fault_proxies.values():
+            fault_proxy.stop()
+
+    # ---- network faults ----
+
+    def cut(self, source: str, target: str, mode: Mode, delay_ms: int = 0) -> None:
+        """One direction of a pair: what `source` dials at `target` gets `mode`."""
+        if target in self.fault_proxies:
+            self.fault_proxies[target].set_mode(mode, source, delay_ms)
+
+    def partition(self, a: str, b: str, mode: Mode = Mode.BLACKHOLE) -> None:
+        """a and b cannot reach each other: both directions of the pair."""
+        self.cut(a, b, mode)
+        self.cut(b, a, mode)
+
+    def isolate(self, name: str, mode: Mode = Mode.BLACKHOLE) -> None:
+        """`name` cannot reach anything and nothing (the test's clients included) can reach it."""
+        for other in [*self.names, CLIENT]:
+            if other != name:
+                self.partition(name, other, mode)
+
+    def heal(self) -> None:
+        for fault_proxy in self.fault_proxies.values():
+            fault_proxy.heal()
