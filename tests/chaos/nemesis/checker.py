@@ -25,8 +25,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from herald.client import AsyncClient, InitialPosition
+from herald.common.errors import HeraldError
 
 VIOLATIONS = ("lost", "duplicate", "wrong-id", "reordered", "id-order", "unknown", "undelivered")
+READ_ATTEMPTS = 5
 Stored = dict[str, list[tuple[str, tuple[int, ...]]]]  # topic -> [(payload, id)] in the order read
 
 
@@ -36,6 +38,7 @@ class Report:
     examples: dict[str, list[str]] = field(default_factory=dict)
     acked: int = 0
     stored: int = 0
+    read_retries: list[str] = field(default_factory=list)  # errors a read-back met and retried past
     duplicate_receipts: int = 0  # receipts of resends dedup recognised: no message id, by design
 
     def add(self, kind: str, example: str) -> None:
@@ -52,6 +55,7 @@ class Report:
                  f"stored {self.stored}; violations: "
                  + ", ".join(f"{kind}={self.counts[kind]}" for kind in VIOLATIONS)]
         lines += [f"  {kind}: {example}" for kind, examples in self.examples.items() for example in examples]
+        lines += [f"  read-back retried after: {error}" for error in self.read_retries[:5]]
         return "\n".join(lines)
 
 
@@ -126,12 +130,24 @@ async def _read_topic(service_url: str, topic: str, expected: set[str],
         return out
 
 
-def read_back(service_url: str, history: dict[str, Any], quiet: float = 5.0) -> Stored:
-    """Each topic of the history, read with a fresh client (never the workload's)."""
+def read_back(service_url: str, history: dict[str, Any], quiet: float = 5.0,
+              retried: list[str] | None = None) -> Stored:
+    """Each topic of the history, read with a fresh client (never the workload's). A read that
+    fails (the cluster may still be settling after the heal) starts over on a new subscription,
+    up to READ_ATTEMPTS times; the errors go into `retried` for the report."""
     async def read_all() -> Stored:
         stored: Stored = {}
         for topic in history["topics"]:
             expected = {s["payload"] for s in history["sends"] if s["topic"] == topic and s["acked"]}
-            stored[topic] = await _read_topic(service_url, topic, expected, quiet)
+            for attempt in range(READ_ATTEMPTS):
+                try:
+                    stored[topic] = await _read_topic(service_url, topic, expected, quiet)
+                    break
+                except HeraldError as exc:
+                    if retried is not None:
+                        retried.append(f"{topic}: {exc}")
+                    if attempt == READ_ATTEMPTS - 1:
+                        raise
+                    await asyncio.sleep(2.0)
         return stored
     return asyncio.run(read_all())

@@ -20,9 +20,11 @@ from tests.chaos.nemesis.topology import CLIENT, LEASE_EXPIRY
 
 # kind -> weight of drawing it
 KINDS = {
-    "kill": 4, "pause": 3, "restart": 3, "restart-all": 1, "corrupt": 1, "disk-full": 1, "slow-fsync": 1,
-    "partition": 4,
+    "kill": 4, "pause": 3, "restart": 3, "corrupt": 1, "disk-full": 1, "slow-fsync": 1, "partition": 4,
 }
+# restart-all overlaps nothing, so it is placed first, in this share of the schedules
+RESTART_ALL_SHARE = 0.3
+RESTART_ALL_WINDOW = 8.0  # seconds: the executor runs its steps in turn, so a longer restart delays the next
 STORAGE_KINDS = ("corrupt", "disk-full", "slow-fsync")
 PARTITION_MODES = ("blackhole", "drop")
 ISOLATE = "isolate"
@@ -64,8 +66,6 @@ class Shape:
 
 def _draw_one(rng: random.Random, at: float, shape: Shape) -> Fault:
     kind = rng.choices(list(KINDS), weights=list(KINDS.values()))[0]
-    if kind == "restart-all":
-        return Fault(at, kind, "*", 15.0)  # the window it may take: nothing else overlaps it
     if kind in STORAGE_KINDS:
         duration = 3.0 if kind == "corrupt" else rng.uniform(3.0, 8.0)
         return Fault(at, kind, rng.choice(shape.storage), duration)
@@ -112,10 +112,13 @@ def draw(seed: int, shape: Shape, seconds: float, faults: int) -> list[Fault]:
     """`faults` faults (fewer when the rule leaves no room) spread over `seconds`."""
     rng = random.Random(seed)
     chosen: list[Fault] = []
+    if rng.random() < RESTART_ALL_SHARE:
+        chosen.append(Fault(round(rng.uniform(1.0, seconds * 0.8), 1), "restart-all", "*", RESTART_ALL_WINDOW))
+        faults -= 1
     for at in sorted(rng.uniform(1.0, seconds * 0.8) for _ in range(faults)):
         for _ in range(20):  # another draw at the same moment when this one breaks the rule
             candidate = _draw_one(rng, round(at, 1), shape)
             if _fits(candidate, chosen, shape):
                 chosen.append(candidate)
                 break
-    return chosen
+    return sorted(chosen, key=lambda fault: fault.at)

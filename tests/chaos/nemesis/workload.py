@@ -63,6 +63,7 @@ class Workload:
         self._consuming = threading.Event()
         self._ready = threading.Event()
         self._subscribed = 0  # consumers that subscribed at least once
+        self._produced = threading.Event()  # every producer stopped and every receipt came
         self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), name="workload", daemon=True)
         self.failure: BaseException | None = None
 
@@ -77,8 +78,11 @@ class Workload:
     def acked(self) -> int:
         return sum(1 for send in list(self.record.sends) if send["acked"])
 
-    def stop_producing(self) -> None:
+    def stop_producing(self, timeout: float = 120.0) -> None:
+        """Stop sending and wait for every receipt, so that the acknowledged set is final."""
         self._producing.clear()
+        if not self._produced.wait(timeout):
+            raise AssertionError(f"the producers did not finish within {timeout}s")
 
     def caught_up(self) -> bool:
         """Every subscription of every topic has received every acknowledged message."""
@@ -134,6 +138,7 @@ class Workload:
                              for topic in self.spec.topics for i in range(self.spec.producers_per_topic)]
                 self._ready.set()
                 await asyncio.gather(*producers)
+                self._produced.set()
                 await asyncio.gather(*consumers)
         except BaseException as exc:
             self.failure = exc
