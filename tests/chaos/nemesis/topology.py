@@ -28,21 +28,31 @@ LEASE_EXPIRY = 3 * HEARTBEAT_INTERVAL
 
 @dataclass
 class Member:
-    """A process a fault proxy fronts: it listens on `port`, everyone else dials `public_port`."""
+    """A process fault proxies front: it listens on `port`, everyone else dials `public_port`;
+    `more_ports` are further (listen port, public port) pairs it serves on (an etcd member's peer
+    port beside its client port), each fronted by a fault proxy of its own."""
 
     process: ClusterProcess
     port: int
     public_port: int = field(default_factory=free_port)
+    more_ports: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def public_address(self) -> str:
         return f"127.0.0.1:{self.public_port}"
 
+    @property
+    def fronted(self) -> list[tuple[int, int]]:
+        return [(self.port, self.public_port), *self.more_ports]
+
 
 class MetadataBackend(Protocol):
-    """The metadata store's processes: a Redis today; a 3-member etcd cluster fits the same seam
-    (its members as `members`, their client ports fronted by fault proxies, `url` naming the
-    proxies' addresses, e.g. LocalEtcd(advertise_client=[m.public_address for m in members]))."""
+    """The metadata store's processes, each a Member, and the URL the services are given, which
+    names the members' fault proxies. A Redis is one member. A 3-member etcd cluster is three:
+    choose the public client and peer ports first (free_port), build LocalEtcd with
+    advertise_client / advertise_peer naming them, and make each member a Member of its process,
+    client port and public client port, with (peer port, public peer port) in more_ports; `url`
+    is then "etcd://" and the public client addresses. Register it in METADATA_BACKENDS."""
 
     members: list[Member]
 
@@ -127,9 +137,10 @@ class Topology:
             self.logs, "proxy listening on", proxy_port, env,
         ), proxy_port)
         self.members = [*self.metadata.members, *self.storage, self.lookup, *self.brokers, self.proxy]
-        self.fault_proxies = {
-            member.process.name: FaultProxy(member.process.name, "127.0.0.1", member.port, member.public_port,
-                                            classify=self._classify)
+        # process name -> the fault proxies in front of it (one per port it serves on)
+        self.fault_proxies: dict[str, list[FaultProxy]] = {
+            member.process.name: [FaultProxy(f"{member.process.name}:{port}", "127.0.0.1", port, public_port,
+                                             classify=self._classify) for port, public_port in member.fronted]
             for member in self.members
         }
 
@@ -174,7 +185,7 @@ class Topology:
 
     def start(self) -> None:
         try:
-            for fault_proxy in self.fault_proxies.values():
+            for fault_proxy in self._all_fault_proxies():
                 fault_proxy.start()
             for member in self.members:
                 member.process.start()
@@ -185,15 +196,15 @@ class Topology:
     def stop(self) -> None:
         for member in reversed(self.members):
             member.process.stop()
-        for fault_proxy in self.fault_proxies.values():
+        for fault_proxy in self._all_fault_proxies():
             fault_proxy.stop()
 
     # ---- network faults ----
 
     def cut(self, source: str, target: str, mode: Mode, delay_ms: int = 0) -> None:
         """One direction of a pair: what `source` dials at `target` gets `mode`."""
-        if target in self.fault_proxies:
-            self.fault_proxies[target].set_mode(mode, source, delay_ms)
+        for fault_proxy in self.fault_proxies.get(target, []):
+            fault_proxy.set_mode(mode, source, delay_ms)
 
     def partition(self, a: str, b: str, mode: Mode = Mode.BLACKHOLE) -> None:
         """a and b cannot reach each other: both directions of the pair."""
@@ -207,5 +218,8 @@ class Topology:
                 self.partition(name, other, mode)
 
     def heal(self) -> None:
-        for fault_proxy in self.fault_proxies.values():
+        for fault_proxy in self._all_fault_proxies():
             fault_proxy.heal()
+
+    def _all_fault_proxies(self) -> list[FaultProxy]:
+        return [fault_proxy for proxies in self.fault_proxies.values() for fault_proxy in proxies]
