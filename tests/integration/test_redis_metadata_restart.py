@@ -12,9 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from herald.local_cluster import free_port
 from herald.metadata.redis import RedisMetadataStore
 
-from tests.conftest import free_port, wait_for_port
+from tests.conftest import wait_for_port
 
 
 class _Redis:

@@ -86,15 +86,13 @@ class Workload:
 
     def caught_up(self) -> bool:
         """Every subscription of every topic has received every acknowledged message."""
-        acked: dict[str, set[bytes]] = {}
+        acked: dict[str, set[str]] = {}
         for send in list(self.record.sends):
             if send["acked"]:
-                acked.setdefault(send["topic"], set()).add(send["payload"].encode())
-        for topic, subscriptions in self.record.deliveries.items():
-            for received in subscriptions.values():
-                if not acked.get(topic, set()) <= {bytes(r[0], "utf-8") for r in list(received)}:
-                    return False
-        return True
+                acked.setdefault(send["topic"], set()).add(send["payload"])
+        return all(acked.get(topic, set()) <= {payload for payload, _ in list(received)}
+                   for topic, subscriptions in self.record.deliveries.items()
+                   for received in subscriptions.values())
 
     def drain(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
