@@ -13,7 +13,7 @@ from herald.storage.node.settings import StorageSettings
 
 from tests.chaos.nemesis.faultproxy import Mode
 from tests.chaos.nemesis.history import DONE, FAILED, UNSUPPORTED, FaultHistory
-from tests.chaos.nemesis.schedule import ISOLATE, Fault
+from tests.chaos.nemesis.schedule import DELAY, ISOLATE, ONE_WAY, Fault
 from tests.chaos.nemesis.topology import Topology
 
 # Storage faults that need a storage setting: kind -> (setting, flag, value while faulted).
@@ -22,6 +22,7 @@ SETTING_FAULTS = {
     "disk-full": ("max_data_bytes", "--max-data-bytes", "1"),
     "slow-fsync": ("fault_fsync_delay_ms", "--fault-fsync-delay-ms", "200"),
 }
+DELAY_MS = 200  # each way, on every chunk: a slow link, not a cut one
 
 
 def storage_supports(setting: str) -> bool:
@@ -145,11 +146,18 @@ class Executor:
     _slow_fsync = _setting_fault
 
     def _partition(self, fault: Fault, phase: str) -> None:
-        mode = Mode(fault.mode) if phase == "begin" else Mode.PASS
-        if fault.peer == ISOLATE:
-            self.topology.isolate(fault.target, mode)
-        else:
-            self.topology.partition(fault.target, fault.peer, mode)
+        """blackhole / drop / delay: both directions of each pair; one-way: what the target sends
+        gets through, nothing comes back. The end heals the same pairs."""
+        peers = self.topology.peers(fault.target) if fault.peer == ISOLATE else [fault.peer]
+        for peer in peers:
+            if phase != "begin":
+                self.topology.partition(fault.target, peer, Mode.PASS)
+            elif fault.mode == ONE_WAY:
+                self.topology.one_way(fault.target, peer)
+            elif fault.mode == DELAY:
+                self.topology.partition(fault.target, peer, Mode.DELAY, DELAY_MS)
+            else:
+                self.topology.partition(fault.target, peer, Mode(fault.mode))
 
     # ---- afterwards ----
 

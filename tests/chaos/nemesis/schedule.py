@@ -26,7 +26,9 @@ KINDS = {
 RESTART_ALL_SHARE = 0.3
 RESTART_ALL_WINDOW = 8.0  # seconds: the executor runs its steps in turn, so a longer restart delays the next
 STORAGE_KINDS = ("corrupt", "disk-full", "slow-fsync")
-PARTITION_MODES = ("blackhole", "drop")
+ONE_WAY = "one-way"
+DELAY = "delay"
+PARTITION_MODES = ("blackhole", "drop", ONE_WAY, DELAY)
 ISOLATE = "isolate"
 
 
@@ -37,7 +39,7 @@ class Fault:
     target: str  # a process name; "*" for restart-all
     duration: float  # seconds until its end (restart, resume, heal); 0 for kinds done at once
     peer: str = ""  # partition: the other side of the pair, or ISOLATE
-    mode: str = ""  # partition: blackhole or drop
+    mode: str = ""  # partition: one of PARTITION_MODES
 
     @property
     def end(self) -> float:

@@ -206,16 +206,24 @@ class Topology:
         for fault_proxy in self.fault_proxies.get(target, []):
             fault_proxy.set_mode(mode, source, delay_ms)
 
-    def partition(self, a: str, b: str, mode: Mode = Mode.BLACKHOLE) -> None:
-        """a and b cannot reach each other: both directions of the pair."""
-        self.cut(a, b, mode)
-        self.cut(b, a, mode)
+    def partition(self, a: str, b: str, mode: Mode = Mode.BLACKHOLE, delay_ms: int = 0) -> None:
+        """Both directions of the pair a-b get `mode` (PASS heals them)."""
+        self.cut(a, b, mode, delay_ms)
+        self.cut(b, a, mode, delay_ms)
+
+    def one_way(self, a: str, b: str) -> None:
+        """What a sends reaches b; nothing b sends reaches a, on connections either side opened."""
+        self.cut(a, b, Mode.CLIENT_TO_SERVER)
+        self.cut(b, a, Mode.SERVER_TO_CLIENT)
+
+    def peers(self, name: str) -> list[str]:
+        """Everything `name` could talk to, the test's clients included."""
+        return [other for other in [*self.names, CLIENT] if other != name]
 
     def isolate(self, name: str, mode: Mode = Mode.BLACKHOLE) -> None:
         """`name` cannot reach anything and nothing (the test's clients included) can reach it."""
-        for other in [*self.names, CLIENT]:
-            if other != name:
-                self.partition(name, other, mode)
+        for other in self.peers(name):
+            self.partition(name, other, mode)
 
     def heal(self) -> None:
         for fault_proxy in self._all_fault_proxies():
