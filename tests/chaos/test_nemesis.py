@@ -72,7 +72,6 @@ def test_nemesis(seed: int, tmp_path: Path) -> None:
         workload.drain(120)
         workload.stop()
         workload.save(tmp_path / "workload.json")
-        history.save(tmp_path / "faults.json")
         recorded = json.loads((tmp_path / "workload.json").read_text())  # the checker gets plain data only
         retried: list[str] = []
         report = check(recorded, read_back(topology.service_url, recorded, retried=retried))
@@ -87,4 +86,5 @@ def test_nemesis(seed: int, tmp_path: Path) -> None:
                                       "violations": report.counts}) + "\n")
         assert report.ok, f"{report.render()}\n{context}\n{_replay(seed)}"
     finally:
+        history.save(tmp_path / "faults.json")  # beside the processes' logs, failing or not
         topology.stop()

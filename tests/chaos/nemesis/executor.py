@@ -99,7 +99,7 @@ class Executor:
         process = self.topology.process(fault.target)
         if phase == "begin":
             process.kill()
-        else:
+        elif not process.running:  # never a second copy of a process that is up
             process.start()
 
     def _pause(self, fault: Fault, phase: str) -> None:

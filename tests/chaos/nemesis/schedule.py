@@ -5,7 +5,8 @@ The rule that keeps a run checkable (faults overlap, as in reality, within it):
 - at any moment at most storage_nodes - write_quorum storage nodes (1 of 3 with Qw = 2) and at most
   brokers - 1 brokers are faulted (killed, paused, restarting, partitioned, corrupted, disk-full,
   slow), so writes can go on and every acknowledged entry keeps a readable copy;
-- at most one partition at a time (healing one never heals another), and at most one corrupt per
+- a process is in at most one fault at a time (its end, a start or a resume, must not meet
+  another fault's); at most one partition at a time (healing one never heals another); one corrupt per
   run (two corrupted nodes could hold both copies of an entry: the test's damage, not Herald's);
 - restart-all overlaps nothing;
 - every fault ends within the run, and the executor heals everything afterwards, so every process
@@ -104,7 +105,10 @@ def _fits(candidate: Fault, chosen: list[Fault], shape: Shape) -> bool:
         return False
     if candidate.kind == "partition" and any(f.kind == "partition" for f in overlapping):
         return False
-    touched = set().union(*(_touched(f, shape) for f in overlapping)) | _touched(candidate, shape)
+    busy = set().union(*(_touched(f, shape) for f in overlapping))
+    if busy & _touched(candidate, shape):
+        return False  # one fault per process at a time: a second kill of a dead process means nothing
+    touched = busy | _touched(candidate, shape)
     storage_budget = len(shape.storage) - shape.write_quorum
     return (len(touched & set(shape.storage)) <= storage_budget
             and len(touched & set(shape.brokers)) <= len(shape.brokers) - 1)

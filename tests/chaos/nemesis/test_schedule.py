@@ -36,6 +36,7 @@ def test_every_schedule_keeps_enough_storage_nodes_and_a_broker() -> None:
                 assert [f for f in faults if f.at < fault.end and fault.at < f.end] == [fault], (seed, active)
                 continue
             touched = set().union(*(_touched(f) for f in active))
+            assert sum(len(_touched(f)) for f in active) == len(touched), (seed, active)  # one fault each
             assert len(touched & set(SHAPE.storage)) <= 1, (seed, active)
             assert len(touched & set(SHAPE.brokers)) <= 1, (seed, active)
             assert sum(f.kind == "partition" for f in active) <= 1, (seed, active)

@@ -12,18 +12,25 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from herald.common.errors import InvalidArgumentError, ServiceNotReadyError
-from herald.local_cluster import ClusterProcess, _herald_command, free_port
+from herald.local_cluster import ClusterProcess, free_port
 
 from tests.chaos.nemesis.faultproxy import FaultProxy, Mode, peer_process
 
 CLIENT = "client"  # the test process: the workload's and the checker's clients
 HEARTBEAT_INTERVAL = 1.0  # seconds; a broker expires after 3 silent heartbeats
 LEASE_EXPIRY = 3 * HEARTBEAT_INTERVAL
+
+
+def herald_command() -> list[str]:
+    """The `herald` of this interpreter's environment (works from a venv without activating it)."""
+    beside = Path(sys.executable).parent / "herald"
+    return [str(beside)] if beside.exists() else [sys.executable, "-m", "herald.cli"]
 
 
 @dataclass
@@ -107,7 +114,7 @@ class Topology:
         self.logs = self.base / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        herald = _herald_command()
+        herald = herald_command()
         self.metadata: MetadataBackend = METADATA_BACKENDS[settings.metadata](self.base, self.logs, env)
         self.storage = [self._storage(i, herald, env) for i in range(settings.storage_nodes)]
         lookup_port = free_port()
