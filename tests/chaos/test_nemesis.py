@@ -74,7 +74,9 @@ def test_nemesis(seed: int, tmp_path: Path) -> None:
         workload.save(tmp_path / "workload.json")
         recorded = json.loads((tmp_path / "workload.json").read_text())  # the checker gets plain data only
         retried: list[str] = []
-        report = check(recorded, read_back(topology.service_url, recorded, retried=retried))
+        stored = read_back(topology.service_url, recorded, retried=retried)
+        (tmp_path / "read-back.json").write_text(json.dumps(stored))  # for a failure's post-mortem
+        report = check(recorded, stored)
         report.read_retries = retried
         summary = os.environ.get("HERALD_NEMESIS_SUMMARY")
         if summary:
@@ -82,6 +84,7 @@ def test_nemesis(seed: int, tmp_path: Path) -> None:
                 out.write(json.dumps({"seed": seed, "faults": history.injected_by_kind(),
                                       "unsupported": history.unsupported_by_kind(), "acked": report.acked,
                                       "stored": report.stored, "duplicate_receipts": report.duplicate_receipts,
+                                      "redelivered_to_checker": report.redelivered,
                                       "read_retries": retried,
                                       "violations": report.counts}) + "\n")
         assert report.ok, f"{report.render()}\n{context}\n{_replay(seed)}"

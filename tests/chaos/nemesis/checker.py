@@ -3,7 +3,8 @@ reads the workload's history as plain JSON data, reads every topic back with a f
 earliest on a new subscription, and counts violations of Herald's guarantees:
 
   lost           an acknowledged message is not stored
-  duplicate      a message is stored more than once (every producer is named: dedup is on)
+  duplicate      a message is stored more than once, under two ids (every producer is named:
+                 dedup is on); the same id read twice is a redelivery to the checker, not counted
   wrong-id       an acknowledged message is stored under another id than its receipt named
                  (a receipt of ledger -1 names no id: the broker answered a resend that dedup
                  recognised, as Pulsar does; those are counted as duplicate_receipts, not violations)
@@ -40,6 +41,7 @@ class Report:
     stored: int = 0
     read_retries: list[str] = field(default_factory=list)  # errors a read-back met and retried past
     duplicate_receipts: int = 0  # receipts of resends dedup recognised: no message id, by design
+    redelivered: int = 0  # copies the read-back got again under the same id (not stored twice)
 
     def add(self, kind: str, example: str) -> None:
         self.counts[kind] += 1
@@ -52,7 +54,7 @@ class Report:
 
     def render(self) -> str:
         lines = [f"acknowledged {self.acked} ({self.duplicate_receipts} by a duplicate receipt), "
-                 f"stored {self.stored}; violations: "
+                 f"stored {self.stored} (read back again: {self.redelivered}); violations: "
                  + ", ".join(f"{kind}={self.counts[kind]}" for kind in VIOLATIONS)]
         lines += [f"  {kind}: {example}" for kind, examples in self.examples.items() for example in examples]
         lines += [f"  read-back retried after: {error}" for error in self.read_retries[:5]]
@@ -70,7 +72,14 @@ def check(history: dict[str, Any], stored: Stored) -> Report:
     sent = {(s["topic"], s["payload"]): s for s in history["sends"]}
     acked = {key: s for key, s in sent.items() if s["acked"]}
     report.acked = len(acked)
-    for topic, messages in stored.items():
+    for topic, read in stored.items():
+        # A copy read twice under one id is a redelivery to the checker (its consumer reconnected),
+        # not a second stored copy: each stored copy counts once, at its first reading.
+        first_reads: dict[tuple[int, ...], str] = {}
+        for payload, message_id in read:
+            first_reads.setdefault(tuple(message_id), payload)
+        report.redelivered += len(read) - len(first_reads)
+        messages = [(payload, message_id) for message_id, payload in first_reads.items()]
         report.stored += len(messages)
         copies = Counter(payload for payload, _ in messages)
         for payload, count in copies.items():

@@ -94,3 +94,10 @@ def test_a_duplicate_receipt_without_an_id_is_no_violation() -> None:
     report = check(_history(acked), _stored(ACKED))
     assert report.ok, report.render()
     assert report.duplicate_receipts == 1
+
+
+def test_a_copy_read_twice_under_one_id_is_a_redelivery_not_a_duplicate() -> None:
+    """The read-back's consumer reconnected and got a range again: each stored copy counts once."""
+    report = check(_history(ACKED), _stored([*ACKED[:3], *ACKED[1:3], ACKED[3]]))
+    assert report.ok, report.render()
+    assert (report.stored, report.redelivered) == (4, 2)
