@@ -69,6 +69,8 @@ spark-export-topic: setup
 test: setup lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
+# The chaos tests with longer phases, and the seeded nemesis over seeds 0-99 (docs/testing.md);
+# HERALD_NEMESIS_SEEDS=7 make test-soak replays one seed, =40-59 runs a range.
 test-soak: setup
 	HERALD_SOAK=1 $(PY) -m pytest -q tests/chaos $(PYTEST_ARGS)
 

@@ -18,6 +18,7 @@ from redis.asyncio.client import PubSub
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -54,6 +55,11 @@ _Reply = list[Any]
 # A store silent this long (no script ran, while every instance's reaper runs one each reap interval)
 # was away: leases get the time back (see now_ms below).
 _OUTAGE_MS = 1000
+# Reads run again on a dead connection, up to this many times in all (each try takes a pooled
+# connection; one that failed reconnects on its next use). Writes never: one could apply twice.
+_READ_ONLY = frozenset({"get", "list"})
+_READ_ATTEMPTS = 3
+
 _PRELUDE = """
 local ns = ARGV[1]
 local INDEX = ns .. 'keys'
@@ -233,10 +239,11 @@ class RedisMetadataStore(MetadataStore):
 
     Every instance runs a reaper that deletes the keys of expired leases (whoever granted them)
     and a listener that feeds its watches from the namespace's pub/sub channel. A put with
-    lease_id 0 stores a persistent key, even over an ephemeral one. Commands are not retried: a
-    lost reply leaves the caller to re-read, since a retried put could apply twice. Durability is
-    the Redis server's: run it with appendonly yes. While Redis itself is away (paused, restarting)
-    leases do not run out: the time it was away is given back to every lease (see now_ms).
+    lease_id 0 stores a persistent key, even over an ephemeral one. Writes are not retried: a
+    lost reply leaves the caller to re-read, since a retried put could apply twice (reads that
+    meet a dead connection are, see `_call`). Durability is the Redis server's: run it with
+    appendonly yes. While Redis itself is away (paused, restarting) leases do not run out: the
+    time it was away is given back to every lease (see now_ms).
     """
 
     def __init__(
@@ -407,10 +414,19 @@ class RedisMetadataStore(MetadataStore):
             )
 
     async def _call(self, op: str, *args: str | bytes | int) -> _Reply:
-        """Run op's script; its reply after the leading event sequence number."""
+        """Run op's script; its reply after the leading event sequence number. A read that meets a
+        dead pooled connection (Redis restarted since it was last used) runs again on a fresh one:
+        reads cannot apply twice, and otherwise every stale connection fails one caller."""
         self._check_open()
+        attempts = _READ_ATTEMPTS if op in _READ_ONLY else 1
         try:
-            reply: _Reply = await self._scripts[op](args=[self._namespace, *args])
+            for attempt in range(1, attempts + 1):
+                try:
+                    reply: _Reply = await self._scripts[op](args=[self._namespace, *args])
+                    break
+                except RedisConnectionError:
+                    if attempt == attempts:
+                        raise
             self._seen_seq = max(self._seen_seq, int(reply[0]))
             return reply[1:]
         except RedisTimeoutError as exc:
