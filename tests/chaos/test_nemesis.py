@@ -3,10 +3,12 @@ partitioned topic while a fault schedule drawn from the seed kills, pauses, rest
 partitions the processes of a cluster whose every connection crosses a fault proxy; after healing,
 an independent checker reads everything back and counts violations, which must all be 0.
 
-CI runs 3 short seeds (7, 8, 30: between them kill, pause, restart, restart-all, corrupt and
-partition); `make test-soak` (HERALD_SOAK=1) runs seeds 0-99 with longer schedules.
-HERALD_NEMESIS_SEEDS picks seeds ("0-99", "7", "3,9,12"); HERALD_NEMESIS_SUMMARY names a file
-that gets one JSON line per run (seed, faults by kind, counts) for the soak's closing note."""
+The metadata store is a 3-member etcd cluster (production's) for odd seeds and one Redis for even
+ones, unless HERALD_NEMESIS_METADATA names one. CI runs 4 short seeds (7, 8, 30 and 13: between them
+kill, pause, restart, restart-all, corrupt and partition, on both stores); `make test-soak`
+(HERALD_SOAK=1) runs seeds 0-99 with longer schedules. HERALD_NEMESIS_SEEDS picks seeds ("0-99",
+"7", "3,9,12"); HERALD_NEMESIS_SUMMARY names a file that gets one JSON line per run (seed, store,
+faults by kind, counts) for the soak's closing note."""
 
 from __future__ import annotations
 
@@ -33,12 +35,16 @@ pytestmark = pytest.mark.timeout(1200 if SOAK else 400)
 
 
 def seeds() -> list[int]:
-    spec = os.environ.get("HERALD_NEMESIS_SEEDS", "0-99" if SOAK else "7,8,30")
+    spec = os.environ.get("HERALD_NEMESIS_SEEDS", "0-99" if SOAK else "7,8,30,13")
     out: list[int] = []
     for part in spec.split(","):
         low, _, high = part.strip().partition("-")
         out += list(range(int(low), int(high or low) + 1))
     return out
+
+
+def metadata_of(seed: int) -> str:
+    return os.environ.get("HERALD_NEMESIS_METADATA") or ("etcd" if seed % 2 else "redis")
 
 
 def _replay(seed: int) -> str:
@@ -48,10 +54,10 @@ def _replay(seed: int) -> str:
 
 @pytest.mark.parametrize("seed", seeds(), ids=lambda seed: f"seed{seed}")
 def test_nemesis(seed: int, tmp_path: Path) -> None:
-    topology = Topology(TopologySettings(tmp_path))
+    topology = Topology(TopologySettings(tmp_path, metadata=metadata_of(seed)))
+    metadata = tuple(m.process.name for m in topology.metadata.members)
     shape = Shape(tuple(m.process.name for m in topology.storage), tuple(m.process.name for m in topology.brokers),
-                  (*(m.process.name for m in topology.metadata.members), "lookup", "proxy-0"),
-                  topology.settings.write_quorum)
+                  (*metadata, "lookup", "proxy-0"), topology.settings.write_quorum, metadata)
     faults = draw(seed, shape, SECONDS, FAULTS)
     history = FaultHistory(seed)
     topology.start()
@@ -63,7 +69,8 @@ def test_nemesis(seed: int, tmp_path: Path) -> None:
         executor.join(SECONDS + 300)
         time.sleep(max(0.0, SECONDS - (time.monotonic() - history.started)))  # the workload runs the whole span
         executor.heal_all()
-        context = f"seed {seed}; schedule:\n" + "\n".join(f.describe() for f in faults) + "\n" + history.render()
+        context = (f"seed {seed} ({metadata_of(seed)} metadata); schedule:\n"
+                   + "\n".join(f.describe() for f in faults) + "\n" + history.render())
         assert executor.error is None, f"the nemesis failed: {executor.error!r}\n{context}\n{_replay(seed)}"
         before = workload.acked()
         eventually_sync(workload.acked, "the healed cluster acknowledges again", until=lambda n: n >= before + 200,
@@ -81,7 +88,7 @@ def test_nemesis(seed: int, tmp_path: Path) -> None:
         summary = os.environ.get("HERALD_NEMESIS_SUMMARY")
         if summary:
             with open(summary, "a") as out:
-                out.write(json.dumps({"seed": seed, "faults": history.injected_by_kind(),
+                out.write(json.dumps({"seed": seed, "metadata": metadata_of(seed), "faults": history.injected_by_kind(),
                                       "unsupported": history.unsupported_by_kind(), "acked": report.acked,
                                       "stored": report.stored, "duplicate_receipts": report.duplicate_receipts,
                                       "redelivered_to_checker": report.redelivered,

@@ -117,8 +117,7 @@ class Executor:
         if phase == "begin":
             for member in reversed(self.topology.members):
                 member.process.stop()
-            for member in self.topology.members:
-                member.process.start()
+            self.topology.start_processes()
 
     def _corrupt(self, fault: Fault, phase: str) -> str:
         if phase != "begin":

@@ -4,7 +4,9 @@ same targets, so a failing run is replayed by its seed.
 The rule that keeps a run checkable (faults overlap, as in reality, within it):
 - at any moment at most storage_nodes - write_quorum storage nodes (1 of 3 with Qw = 2) and at most
   brokers - 1 brokers are faulted (killed, paused, restarting, partitioned, corrupted, disk-full,
-  slow), so writes can go on and every acknowledged entry keeps a readable copy;
+  slow), so writes can go on and every acknowledged entry keeps a readable copy; of a consensus
+  metadata store's members, at most a minority (1 of 3 etcd members, the leader included: a
+  majority stays up, which is what etcd promises to survive); a lone Redis may be faulted;
 - a process is in at most one fault at a time (its end, a start or a resume, must not meet
   another fault's); at most one partition at a time (healing one never heals another); one corrupt per
   run (two corrupted nodes could hold both copies of an entry: the test's damage, not Herald's);
@@ -61,6 +63,12 @@ class Shape:
     brokers: tuple[str, ...]
     others: tuple[str, ...]  # metadata members, lookup, proxy
     write_quorum: int
+    metadata: tuple[str, ...] = ()  # the metadata store's members (also in others)
+
+    @property
+    def metadata_budget(self) -> int:
+        """Metadata members that may be faulted at once: a minority, or the one member there is."""
+        return max(1, (len(self.metadata) - 1) // 2)
 
     @property
     def processes(self) -> tuple[str, ...]:
@@ -111,7 +119,8 @@ def _fits(candidate: Fault, chosen: list[Fault], shape: Shape) -> bool:
     touched = busy | _touched(candidate, shape)
     storage_budget = len(shape.storage) - shape.write_quorum
     return (len(touched & set(shape.storage)) <= storage_budget
-            and len(touched & set(shape.brokers)) <= len(shape.brokers) - 1)
+            and len(touched & set(shape.brokers)) <= len(shape.brokers) - 1
+            and len(touched & set(shape.metadata)) <= shape.metadata_budget)
 
 
 def draw(seed: int, shape: Shape, seconds: float, faults: int) -> list[Fault]:

@@ -41,3 +41,21 @@ def test_every_schedule_keeps_enough_storage_nodes_and_a_broker() -> None:
             assert len(touched & set(SHAPE.brokers)) <= 1, (seed, active)
             assert sum(f.kind == "partition" for f in active) <= 1, (seed, active)
     assert set(kinds) == {*KINDS, "restart-all"}  # over many seeds every kind is drawn
+
+
+ETCD_SHAPE = Shape(("storage-0", "storage-1", "storage-2"), ("broker-0", "broker-1"),
+                   ("etcd-0", "etcd-1", "etcd-2", "lookup", "proxy-0"), 2, ("etcd-0", "etcd-1", "etcd-2"))
+
+
+def test_a_majority_of_etcd_members_stays_up_while_any_one_of_them_may_be_faulted() -> None:
+    faulted: Counter[str] = Counter()
+    for seed in range(300):
+        faults = draw(seed, ETCD_SHAPE, 60, 10)
+        for fault in faults:
+            if fault.kind == "restart-all":
+                continue
+            active = [f for f in faults if (f.at <= fault.at < f.end or f is fault) and f.kind != "restart-all"]
+            members = {f.target for f in active} | {f.peer for f in active}
+            assert len(members & set(ETCD_SHAPE.metadata)) <= 1, (seed, active)
+            faulted.update(m for m in {fault.target, fault.peer} if m in ETCD_SHAPE.metadata)
+    assert set(faulted) == set(ETCD_SHAPE.metadata)  # the leader is whichever member: each one gets faults

@@ -12,25 +12,23 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from herald.common.errors import InvalidArgumentError, ServiceNotReadyError
-from herald.local_cluster import ClusterProcess, free_port
+from herald.local_etcd import LocalEtcd
+from herald.local_process import ClusterProcess, free_port, herald_command
 
 from tests.chaos.nemesis.faultproxy import FaultProxy, Mode, peer_process
 
 CLIENT = "client"  # the test process: the workload's and the checker's clients
 HEARTBEAT_INTERVAL = 1.0  # seconds; a broker expires after 3 silent heartbeats
 LEASE_EXPIRY = 3 * HEARTBEAT_INTERVAL
-
-
-def herald_command() -> list[str]:
-    """The `herald` of this interpreter's environment (works from a venv without activating it)."""
-    beside = Path(sys.executable).parent / "herald"
-    return [str(beside)] if beside.exists() else [sys.executable, "-m", "herald.cli"]
+# A storage node silent past its registration (3 s) and the grace (5 s) is re-replicated by
+# autorecovery within the run, so re-replication itself meets the faults.
+STORAGE_RECOVERY = ["--registration-ttl", "3", "--autorecovery-interval", "5", "--autorecovery-grace", "5"]
 
 
 @dataclass
@@ -55,16 +53,15 @@ class Member:
 
 class MetadataBackend(Protocol):
     """The metadata store's processes, each a Member, and the URL the services are given, which
-    names the members' fault proxies. A Redis is one member. A 3-member etcd cluster is three:
-    choose the public client and peer ports first (free_port), build LocalEtcd with
-    advertise_client / advertise_peer naming them, and make each member a Member of its process,
-    client port and public client port, with (peer port, public peer port) in more_ports; `url`
-    is then "etcd://" and the public client addresses. Register it in METADATA_BACKENDS."""
+    names the members' fault proxies. Register a backend in METADATA_BACKENDS."""
 
     members: list[Member]
 
     @property
     def url(self) -> str: ...
+
+    def start(self) -> None:
+        """Start every member (together, when they need each other to become ready)."""
 
 
 class RedisMetadata:
@@ -88,8 +85,45 @@ class RedisMetadata:
     def url(self) -> str:
         return f"redis://{self.members[0].public_address}/0"
 
+    def start(self) -> None:
+        self.members[0].process.start()
 
-METADATA_BACKENDS = {"redis": RedisMetadata}
+
+class EtcdMetadata:
+    """Three etcd members (the production backend), each fronted on its client port and its peer
+    port: the members' own Raft traffic crosses fault proxies too, so a partition can cut the
+    leader off from its followers. A majority must be up for any member to become ready, so
+    they start together."""
+
+    MEMBERS = 3
+
+    def __init__(self, base: Path, logs: Path, env: dict[str, str]) -> None:
+        public_clients = [free_port() for _ in range(self.MEMBERS)]
+        public_peers = [free_port() for _ in range(self.MEMBERS)]
+        self.etcd = LocalEtcd(base / "etcd", logs, self.MEMBERS, env,
+                              advertise_client=[f"127.0.0.1:{port}" for port in public_clients],
+                              advertise_peer=[f"127.0.0.1:{port}" for port in public_peers])
+        self.members = [
+            Member(process, _port(self.etcd.client_addresses[i]), public_clients[i],
+                   [(_port(self.etcd.peer_addresses[i]), public_peers[i])])
+            for i, process in enumerate(self.etcd.processes)
+        ]
+
+    @property
+    def url(self) -> str:
+        return self.etcd.url
+
+    def start(self) -> None:
+        with ThreadPoolExecutor(len(self.members)) as pool:
+            for future in [pool.submit(member.process.start) for member in self.members]:
+                future.result()
+
+
+def _port(address: str) -> int:
+    return int(address.rsplit(":", 1)[1])
+
+
+METADATA_BACKENDS: dict[str, type[RedisMetadata] | type[EtcdMetadata]] = {"redis": RedisMetadata, "etcd": EtcdMetadata}
 
 
 @dataclass(frozen=True)
@@ -123,9 +157,8 @@ class Topology:
                        "--heartbeat-interval", str(HEARTBEAT_INTERVAL), "--metrics-port", "-1"],
             self.logs, "lookup listening on", lookup_port, env,
         ), lookup_port)
-        broker_env = {**env, "HERALD_BROKER_ENSEMBLE_SIZE": str(settings.ensemble_size),
-                      "HERALD_BROKER_WRITE_QUORUM": str(settings.write_quorum),
-                      "HERALD_BROKER_ACK_QUORUM": str(settings.ack_quorum)}
+        quorums = ["--ensemble-size", str(settings.ensemble_size), "--write-quorum", str(settings.write_quorum),
+                   "--ack-quorum", str(settings.ack_quorum)]
         nodes = ",".join(member.public_address for member in self.storage)
         self.brokers = []
         for i in range(settings.brokers):
@@ -134,8 +167,8 @@ class Topology:
                 f"broker-{i}", [*herald, "broker", "--metadata-url", self.metadata.url, "--lookup-address",
                                 self.lookup.public_address, "--storage-nodes", nodes, "--port", str(port),
                                 "--advertised-address", f"127.0.0.1:{public_port}", "--broker-id", f"broker-{i}",
-                                "--metrics-port", "-1"],
-                self.logs, "broker listening on", port, broker_env,
+                                "--metrics-port", "-1", *quorums],
+                self.logs, "broker listening on", port, env,
             ), port, public_port))
         proxy_port = free_port()
         self.proxy = Member(ClusterProcess(
@@ -152,12 +185,15 @@ class Topology:
         }
 
     def _storage(self, i: int, herald: list[str], env: dict[str, str]) -> Member:
-        port = free_port()
+        """A storage node registered in the metadata store under its fault proxy's address, with
+        autorecovery quick enough to re-replicate a node faulted longer than a few seconds."""
+        port, public_port = free_port(), free_port()
         return Member(ClusterProcess(
             f"storage-{i}", [*herald, "storage", "--data-dir", str(self.base / f"storage-{i}"), "--port", str(port),
-                             "--metrics-port", "-1"],
+                             "--metrics-port", "-1", "--metadata-url", self.metadata.url,
+                             "--advertised-address", f"127.0.0.1:{public_port}", *STORAGE_RECOVERY],
             self.logs, "storage listening on", port, env,
-        ), port)
+        ), port, public_port)
 
     # ---- addresses ----
 
@@ -194,11 +230,17 @@ class Topology:
         try:
             for fault_proxy in self._all_fault_proxies():
                 fault_proxy.start()
-            for member in self.members:
-                member.process.start()
+            self.start_processes()
         except BaseException:
             self.stop()
             raise
+
+    def start_processes(self) -> None:
+        """Every process, the metadata store's first (its members together)."""
+        self.metadata.start()
+        for member in self.members:
+            if member not in self.metadata.members:
+                member.process.start()
 
     def stop(self) -> None:
         for member in reversed(self.members):
