@@ -37,19 +37,24 @@ def generate(root: Path) -> None:
     (root / "__init__.py").write_text(INIT)
 
 
+def _protoc_with_services(protos: list[str], out: str) -> None:
+    """Messages, gRPC stubs and mypy stubs of both for `protos` (relative to proto/) into `out`."""
+    subprocess.run(
+        [
+            sys.executable, "-m", "grpc_tools.protoc", f"-I{PROTO_DIR}",
+            f"--python_out={out}", f"--grpc_python_out={out}",
+            f"--plugin=protoc-gen-mypy={BIN / 'protoc-gen-mypy'}",
+            f"--plugin=protoc-gen-mypy_grpc={BIN / 'protoc-gen-mypy_grpc'}",
+            f"--mypy_out={out}", f"--mypy_grpc_out={out}", *protos,
+        ],
+        check=True,
+    )
+
+
 def generate_herald(out_dir: Path) -> None:
     protos = sorted(str(p.relative_to(PROTO_DIR)) for p in (PROTO_DIR / "herald" / "v1").glob("*.proto"))
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run(
-            [
-                sys.executable, "-m", "grpc_tools.protoc", f"-I{PROTO_DIR}",
-                f"--python_out={tmp}", f"--grpc_python_out={tmp}",
-                f"--plugin=protoc-gen-mypy={BIN / 'protoc-gen-mypy'}",
-                f"--plugin=protoc-gen-mypy_grpc={BIN / 'protoc-gen-mypy_grpc'}",
-                f"--mypy_out={tmp}", f"--mypy_grpc_out={tmp}", *protos,
-            ],
-            check=True,
-        )
+        _protoc_with_services(protos, tmp)
         out_dir.mkdir(parents=True, exist_ok=True)
         for old in out_dir.glob("*_pb2*"):
             old.unlink()
@@ -88,16 +93,7 @@ def generate_etcd(out_dir: Path) -> None:
     The vendored files import each other as etcd/...; the generated imports become herald.api.etcd."""
     protos = sorted(str(p.relative_to(PROTO_DIR)) for p in (PROTO_DIR / "etcd").rglob("*.proto"))
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run(
-            [
-                sys.executable, "-m", "grpc_tools.protoc", f"-I{PROTO_DIR}",
-                f"--python_out={tmp}", f"--grpc_python_out={tmp}",
-                f"--plugin=protoc-gen-mypy={BIN / 'protoc-gen-mypy'}",
-                f"--plugin=protoc-gen-mypy_grpc={BIN / 'protoc-gen-mypy_grpc'}",
-                f"--mypy_out={tmp}", f"--mypy_grpc_out={tmp}", *protos,
-            ],
-            check=True,
-        )
+        _protoc_with_services(protos, tmp)
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "__init__.py").write_text(ETCD_INIT)
         for package in ETCD_PACKAGES:
