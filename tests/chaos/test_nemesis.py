@@ -60,6 +60,7 @@ def test_nemesis(seed: int, tmp_path: Path) -> None:
                   (*metadata, "lookup", "proxy-0"), topology.settings.write_quorum, metadata)
     faults = draw(seed, shape, SECONDS, FAULTS)
     history = FaultHistory(seed)
+    executor: Executor | None = None
     topology.start()
     try:
         workload = Workload(topology.service_url, topology.proxy_url, WorkloadSpec()).start()
@@ -96,5 +97,7 @@ def test_nemesis(seed: int, tmp_path: Path) -> None:
                                       "violations": report.counts}) + "\n")
         assert report.ok, f"{report.render()}\n{context}\n{_replay(seed)}"
     finally:
+        if executor is not None:
+            executor.stop()
         history.save(tmp_path / "faults.json")  # beside the processes' logs, failing or not
         topology.stop()

@@ -66,6 +66,12 @@ class Executor:
     def done(self) -> bool:
         return not self._thread.is_alive()
 
+    def stop(self) -> None:
+        """No further step (its current one ends first): a run that is torn down early (a failure,
+        Ctrl-C) must not have its processes started again behind the topology's stop."""
+        self._stop.set()
+        self._thread.join(300)
+
     def _run(self) -> None:
         steps = sorted([(f.at, 0, i, "begin") for i, f in enumerate(self.faults)]
                        + [(f.end, 1, i, "end") for i, f in enumerate(self.faults) if f.duration > 0])
@@ -162,8 +168,7 @@ class Executor:
 
     def heal_all(self) -> None:
         """Everything back: every process resumed and running with its own flags, every link open."""
-        self._stop.set()
-        self._thread.join(300)
+        self.stop()
         self.topology.heal()
         for _, flag, _ in SETTING_FAULTS.values():
             for member in self.topology.storage:

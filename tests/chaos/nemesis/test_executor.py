@@ -42,3 +42,13 @@ def test_corrupt_flips_bytes_in_every_entry_log(tmp_path: Path) -> None:
     flipped = corrupt_entry_logs(tmp_path, random.Random(1))
     changed = sum(a != b for a, b in zip(original, log.read_bytes(), strict=True))
     assert flipped > 0 and changed == flipped
+
+
+def test_a_stopped_executor_takes_no_further_step(tmp_path: Path) -> None:
+    """A run torn down early stops the executor before the topology: no fault of the schedule may
+    start a process again behind the topology's stop (an interrupted soak once left two running)."""
+    topology = Topology(TopologySettings(tmp_path))  # never started: the kill must never run
+    history = FaultHistory(seed=5)
+    executor = Executor(topology, [Fault(3600.0, "kill", "storage-0", 1.0)], history).start()
+    executor.stop()
+    assert executor.done and history.records == [] and executor.error is None
