@@ -4,8 +4,8 @@ partitions the processes of a cluster whose every connection crosses a fault pro
 an independent checker reads everything back and counts violations, which must all be 0.
 
 The metadata store is a 3-member etcd cluster (production's) for odd seeds and one Redis for even
-ones, unless HERALD_NEMESIS_METADATA names one. CI runs 4 short seeds (7, 8, 30 and 13: between them
-kill, pause, restart, restart-all, corrupt and partition, on both stores); `make test-soak`
+ones, unless HERALD_NEMESIS_METADATA names one. CI runs 2 short seeds (7 on etcd, 8 on Redis: between
+them kill, pause, restart, restart-all and partition; test_chaos.py corrupts); `make test-soak`
 (HERALD_SOAK=1) runs seeds 0-99 with longer schedules. HERALD_NEMESIS_SEEDS picks seeds ("0-99",
 "7", "3,9,12"); HERALD_NEMESIS_SUMMARY names a file that gets one JSON line per run (seed, store,
 faults by kind, counts) for the soak's closing note."""
@@ -35,7 +35,7 @@ pytestmark = pytest.mark.timeout(1200 if SOAK else 400)
 
 
 def seeds() -> list[int]:
-    spec = os.environ.get("HERALD_NEMESIS_SEEDS", "0-99" if SOAK else "7,8,30,13")
+    spec = os.environ.get("HERALD_NEMESIS_SEEDS", "0-99" if SOAK else "7,8")
     out: list[int] = []
     for part in spec.split(","):
         low, _, high = part.strip().partition("-")
