@@ -53,9 +53,10 @@ class _DeprecatedAlias(argparse.Action):
 
     def __init__(self, option_strings: Sequence[str], dest: str, new: str, target: argparse.Action,
                  **kwargs: Any) -> None:
-        super().__init__(option_strings, dest=target.dest, nargs=target.nargs, type=target.type,
+        super().__init__(option_strings, dest=target.dest, nargs=target.nargs,
                          default=argparse.SUPPRESS, metavar=target.metavar,
                          help=f"deprecated spelling of {new}", **kwargs)
+        self.type = target.type  # so the old spelling's value is converted as the new one's is
         self._new = new
         self._target = target
 
