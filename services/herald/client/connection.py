@@ -14,6 +14,7 @@ import grpc
 import grpc.aio
 
 from herald.client.config import ClientConfig
+from herald.client.liveness import ChannelWatchdog
 from herald.client.tls import read_trust_certs, secure_channel_settings
 from herald.common.backoff import Backoff
 from herald.common.errors import AlreadyClosedError, ConnectionError_, HeraldError, HeraldTimeoutError
@@ -107,6 +108,7 @@ class ConnectionPool:
         path = config.tls_trust_certs_file_path
         self._trusted = read_trust_certs(path) if config.url.tls and path else None
         self._channels: dict[tuple[str, int], grpc.aio.Channel] = {}
+        self._watchdogs: dict[tuple[str, int], ChannelWatchdog] = {}
         self._connecting: dict[tuple[str, int], asyncio.Future[grpc.aio.Channel]] = {}
         self._turn = itertools.count()
         self._closing: set[asyncio.Task[None]] = set()
@@ -141,6 +143,7 @@ class ConnectionPool:
                 await channel.close(None)
                 raise AlreadyClosedError("client already closed")
             self._channels[key] = channel
+            self._watch(key, channel)
             pending.set_result(channel)
             return channel
         return await asyncio.shield(pending)
@@ -177,8 +180,22 @@ class ConnectionPool:
             if key[0] == address and (channel is None or known is channel):
                 self._drop(key, known)
 
+    def _watch(self, key: tuple[str, int], channel: grpc.aio.Channel) -> None:
+        """Close the channel if its peer goes silent (liveness.py), so its streams reconnect."""
+        def silent() -> None:
+            self._watchdogs.pop(key, None)
+            if self._channels.get(key) is channel:
+                self._drop(key, channel)
+
+        watchdog = ChannelWatchdog(channel, key[0], self._config.keep_alive, silent)
+        self._watchdogs[key] = watchdog
+        watchdog.start()
+
     def _drop(self, key: tuple[str, int], channel: grpc.aio.Channel) -> None:
         del self._channels[key]
+        watchdog = self._watchdogs.pop(key, None)
+        if watchdog is not None:
+            watchdog.cancel()
         # Closing waits for nothing here: a failed channel has no call worth a grace period.
         task = asyncio.get_running_loop().create_task(channel.close(None))
         self._closing.add(task)
@@ -194,6 +211,9 @@ class ConnectionPool:
         self._closed = True
         channels = list(self._channels.values())
         self._channels.clear()
+        watchdogs = list(self._watchdogs.values())
+        self._watchdogs.clear()
+        await asyncio.gather(*(watchdog.stop() for watchdog in watchdogs))
         for pending in self._connecting.values():
             if not pending.done():
                 pending.cancel()

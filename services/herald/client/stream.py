@@ -158,6 +158,13 @@ class BrokerStream(Generic[RequestT, ReplyT, AcceptedT]):
                 reason = "the broker ended the stream"
             except Reconnect as exc:
                 reason = str(exc)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is None or task.cancelling():
+                    raise
+                # gRPC raises CancelledError from a call cancelled under us, not from this task: its
+                # channel was closed (its peer went silent, liveness.py) or its writer gave up.
+                reason = "its connection was closed"
             except grpc.aio.AioRpcError as exc:
                 reason = str(error_from_rpc(exc, protocol.stream_name))
             except HeraldError as exc:
