@@ -32,5 +32,5 @@ def test_intervals_must_be_positive(name: str) -> None:
 def test_operator_command_help() -> None:
     done = subprocess.run([str(VENV_BIN / "herald"), "operator", "--help"], capture_output=True, text=True,
                           env=service_env(), timeout=60, check=True)
-    for flag in ("--admin-url", "--namespace", "--resync-interval", "--standalone"):
+    for flag in ("--url", "--namespace", "--resync-interval", "--standalone", "--health-port", "--metrics-port"):
         assert flag in done.stdout
