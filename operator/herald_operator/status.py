@@ -76,7 +76,8 @@ def failed_conditions(reason: str, message: str) -> list[dict[str, str]]:
 
 def conflict_conditions(message: str) -> list[dict[str, str]]:
     """A resource that is never applied: another one owns what it names (herald_operator.ownership)."""
-    return [condition(READY, "False", RESOURCE_CONFLICT, message), condition(SYNCED, "False", RESOURCE_CONFLICT, message)]
+    return [condition(READY, "False", RESOURCE_CONFLICT, message),
+            condition(SYNCED, "False", RESOURCE_CONFLICT, message)]
 
 
 def paused_conditions(message: str) -> list[dict[str, str]]:

@@ -8,8 +8,8 @@ import asyncio
 import datetime
 import threading
 import uuid
-from dataclasses import dataclass
 from collections.abc import AsyncIterator, Awaitable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -234,3 +234,29 @@ async def start_operator(cluster: Cluster) -> AsyncIterator[OperatorStarter]:
         await asyncio.to_thread(thread.join, 20)
         assert not thread.is_alive(), "the operator did not stop within 20s"
         assert not failures, failures
+
+
+def strict_status_schema(kind: str) -> dict[str, Any]:
+    """The CRD's status schema with every declared object closed (additionalProperties false): what the
+    API server keeps of a status, since it prunes undeclared fields now that status has a real schema."""
+    import copy
+
+    schema = copy.deepcopy(crd_schema(kind)["properties"]["status"])
+
+    def close(node: dict[str, Any]) -> None:
+        if node.get("type") == "object" and "properties" in node:
+            node.setdefault("additionalProperties", False)
+            for child in node["properties"].values():
+                close(child)
+        if isinstance(node.get("items"), dict):
+            close(node["items"])
+    close(schema)
+    return schema
+
+
+def assert_status_declared(kind: str, obj: dict[str, Any] | None) -> None:
+    """Every field the operator wrote in `obj`'s status is declared by the CRD (none would be pruned)."""
+    import jsonschema
+
+    assert obj is not None and obj.get("status"), obj
+    jsonschema.Draft202012Validator(strict_status_schema(kind)).validate(obj["status"])

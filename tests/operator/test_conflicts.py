@@ -11,7 +11,7 @@ from herald.client.admin import AdminClient
 
 from tests.conftest import StandaloneProcess
 from tests.helpers import eventually, unique_name
-from tests.operator.conftest import NAMESPACE, OTHER_NAMESPACE, Cluster, OperatorStarter
+from tests.operator.conftest import NAMESPACE, OTHER_NAMESPACE, Cluster, OperatorStarter, assert_status_declared
 
 EARLIER = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 LATER = EARLIER + datetime.timedelta(minutes=5)
@@ -43,6 +43,8 @@ async def test_a_later_topic_resource_naming_the_same_topic_is_never_applied_nor
     intruder = await cluster.get("Topic", "intruder", OTHER_NAMESPACE)
     assert intruder is not None and intruder["status"]["phase"] == "Failed"
     assert "topic" not in intruder["status"], "a resource never applied names no topic as its own"
+    assert_status_declared("topic", intruder)
+    assert_status_declared("topic", await cluster.get("Topic", "owner"))
 
     # Several resyncs of the loser (1 s each) later, Herald still has the owner's spec, never the intruder's.
     def conflicts() -> float:
@@ -124,6 +126,8 @@ async def test_a_later_subscription_resource_naming_the_same_subscription_is_nev
     ready = await eventually(lambda: condition_is(cluster, "Subscription", "copy", "Ready", "False",
                                                   "ResourceConflict", OTHER_NAMESPACE), "copy ResourceConflict")
     assert f"Subscription {NAMESPACE}/workers" in str(ready["message"])
+    assert_status_declared("subscription", await cluster.get("Subscription", "copy", OTHER_NAMESPACE))
+    assert_status_declared("subscription", await cluster.get("Subscription", "workers"))
     assert (await admin.dead_letter_policy(topic, "workers")).max_redeliver_count == 3
     await cluster.delete("Subscription", "copy", OTHER_NAMESPACE)
 

@@ -9,7 +9,7 @@ from herald.client.admin import AdminClient
 
 from tests.conftest import StandaloneProcess
 from tests.helpers import eventually, unique_name
-from tests.operator.conftest import Cluster, OperatorStarter
+from tests.operator.conftest import Cluster, OperatorStarter, assert_status_declared
 
 PAUSED = "herald.io/paused"
 
@@ -32,6 +32,7 @@ async def test_a_paused_topic_is_not_reconciled_until_the_annotation_goes(
     assert PAUSED in str(found["message"])
     obj = await cluster.get("Topic", name)
     assert obj is not None and obj["status"]["phase"] == "Paused"
+    assert_status_declared("topic", obj)
 
     # While paused, a spec change and drift made through the admin API are both left alone.
     await cluster.patch("Topic", name, {"ttlSeconds": 200})

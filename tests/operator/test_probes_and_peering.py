@@ -17,7 +17,7 @@ from tests.operator.conftest import NAMESPACE, Cluster, OperatorStarter, Running
 
 
 def http_get(port: int, path: str) -> tuple[int, str]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:  # noqa: S310 - loopback
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
         return response.status, response.read().decode()
 
 

@@ -372,8 +372,9 @@ def add_service_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     help_text = "run the Kubernetes operator: reconcile Topic and Subscription resources (herald.io/v1alpha1)"
     sub = commands.add_parser("operator", help=help_text, description=help_text)
     sub.add_argument("--config", help="TOML file with an [operator] table of settings")
-    url = sub.add_argument("--url", dest="admin_url", help="the admin API: herald://lookup:port or a broker's "
-                                                          "host:port (env HERALD_ADMIN_URL or HERALD_OPERATOR_ADMIN_URL)")
+    url = sub.add_argument("--url", dest="admin_url",
+                           help="the admin API: herald://lookup:port or a broker's host:port "
+                                "(env HERALD_ADMIN_URL or HERALD_OPERATOR_ADMIN_URL)")
     vocabulary.deprecated_alias(sub, "--admin-url", url)
     sub.add_argument("-n", "--namespace", action="append", default=[],
                      help="a Kubernetes namespace to watch (repeat for more; default: all namespaces)")
