@@ -23,9 +23,9 @@ Modules, by concept:
 - observability: reconcile counts, errors and durations per kind (prometheus_client) and their
   /metrics server.
 - handlers: `register(settings, registry, metrics)`. A resource annotated herald.io/paused: "true"
-  is left alone (status ReconciliationPaused); a spec renaming the object it manages is refused. Create, update, resume and a timer every
-  resync_interval reconcile and refresh the status from the stats; delete runs behind the
-  `herald.io/finalizer` finalizer; an index maps Topic resources to Herald names for
+  is left alone (status ReconciliationPaused); a spec renaming the object it manages is refused.
+  Create, update, resume and a timer every resync_interval reconcile and refresh the status from
+  the stats; delete runs behind the `herald.io/finalizer` finalizer; an index maps Topic resources to Herald names for
   Subscriptions. Retryable HeraldErrors become kopf TemporaryErrors (retry_delay), refusals
   PermanentErrors.
 - runner: `run(settings, registry=..., stop_flag=...)` around kopf's operator, with its liveness

@@ -119,3 +119,14 @@ def test_herald_crds_validate_status_instead_of_keeping_unknown_fields() -> None
         status = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
         assert "x-kubernetes-preserve-unknown-fields" not in status, crd["metadata"]["name"]
         assert {"phase", "conditions", "observedGeneration"} <= set(status["properties"])
+
+
+def test_kubernetes_validate_checks_the_cel_rules_structure() -> None:
+    """The CRDs' x-kubernetes-validations pass kubernetes-validate above, and it does read them: a rule
+    with a misspelt key is refused (what it cannot do is run CEL: see tests/operator/test_crds.py)."""
+    crd = _load(CHART_CRDS / "topic.yaml")
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert spec["x-kubernetes-validations"]
+    spec["x-kubernetes-validations"][0]["rulez"] = spec["x-kubernetes-validations"][0].pop("rule")
+    with pytest.raises(kubernetes_validate.ValidationError, match="rulez"):
+        kubernetes_validate.validate(crd, KUBERNETES_VERSION, strict=True)
