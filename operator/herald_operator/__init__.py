@@ -18,12 +18,18 @@ Modules, by concept:
   are applied anyway.
 - status: the Ready and Synced conditions (lastTransitionTime kept while the status holds) and the
   phase.
-- handlers: `register(settings, registry)`. Create, update, resume and a timer every
-  resync_interval reconcile and refresh the status from the stats; delete runs behind the
-  `herald.io/finalizer` finalizer; an index maps Topic resources to Herald names for
+- ownership: which resource owns a Herald object several name (the first created); the others are
+  ResourceConflict and never applied.
+- observability: reconcile counts, errors and durations per kind (prometheus_client) and their
+  /metrics server.
+- handlers: `register(settings, registry, metrics)`. A resource annotated herald.io/paused: "true"
+  is left alone (status ReconciliationPaused); a spec renaming the object it manages is refused.
+  Create, update, resume and a timer every resync_interval reconcile and refresh the status from
+  the stats; delete runs behind the `herald.io/finalizer` finalizer; an index maps Topic resources to Herald names for
   Subscriptions. Retryable HeraldErrors become kopf TemporaryErrors (retry_delay), refusals
   PermanentErrors.
-- runner: `run(settings, registry=..., stop_flag=...)` around kopf's operator.
+- runner: `run(settings, registry=..., stop_flag=...)` around kopf's operator, with its liveness
+  endpoint, the /metrics server and peering (the oldest replica is the active one).
 
 A Subscription's dead-letter policy is set through the admin API
 (SetSubscriptionDeadLetterPolicy) and kept in the metadata store, where it wins over the policy a

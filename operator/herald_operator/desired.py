@@ -169,3 +169,12 @@ def _deletion_policy(spec: Mapping[str, Any]) -> DeletionPolicy:
         return DeletionPolicy(text)
     except ValueError:
         raise SpecError(f"deletionPolicy {text!r} is invalid: use Delete or Retain") from None
+
+
+def check_unchanged(applied: str, wanted: str, fields: str) -> None:
+    """Refuse a spec naming another object than the one this resource already manages (`applied`, from
+    its status): the CRDs' CEL rules refuse such an edit at the API server, and the operator refuses it
+    too, for API servers that do not run them."""
+    if applied and applied != wanted:
+        raise SpecError(f"{fields} cannot change: this resource manages {applied} and its spec now names {wanted}; "
+                        "put the old values back, or delete the resource and create a new one")

@@ -12,6 +12,7 @@ a pass with nothing to change writes nothing to Herald.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -21,14 +22,31 @@ from herald.client import AuthenticationToken
 from herald.client.admin import AdminClient
 from herald.common.errors import HeraldError
 
-from herald_operator import reconcile, status
-from herald_operator.desired import DesiredSubscription, SpecError, desired_subscription, desired_topic, topic_name
+from herald_operator import ownership, reconcile, status
+from herald_operator.desired import (
+    DesiredSubscription,
+    DesiredTopic,
+    SpecError,
+    check_unchanged,
+    desired_subscription,
+    desired_topic,
+    topic_name,
+)
+from herald_operator.observability import OperatorMetrics
 from herald_operator.settings import OperatorSettings
 
 GROUP, VERSION = "herald.io", "v1alpha1"
 TOPICS, SUBSCRIPTIONS = "topics", "subscriptions"
 FINALIZER = "herald.io/finalizer"
 TOPIC_INDEX = "herald_topic_names"  # (namespace, Topic resource name) -> full topic name
+TOPIC_CLAIMS = "herald_topic_claims"  # full topic name -> the Topic resources naming it
+SUBSCRIPTION_CLAIMS = "herald_subscription_claims"  # subscription name -> (claim, full topic or "", Topic ref)
+# Reconciliation of a resource carrying it with the value "true" is paused (docs/operator.md).
+PAUSED_ANNOTATION = "herald.io/paused"
+# The spec fields naming a Topic's Herald topic: they cannot change (the CRD's CEL rules say so too).
+TOPIC_IDENTITY = "spec.tenant, spec.namespace, spec.name and spec.persistent"
+
+SubscriptionClaim = tuple[ownership.Claim, str, str]
 
 Patch = Any  # kopf.Patch: a dict with a status view
 
@@ -37,8 +55,9 @@ class HeraldOperator:
     """The handlers' shared state: settings and one admin client (made on first use, closed at
     cleanup)."""
 
-    def __init__(self, settings: OperatorSettings) -> None:
+    def __init__(self, settings: OperatorSettings, metrics: OperatorMetrics | None = None) -> None:
         self.settings = settings
+        self.metrics = metrics if metrics is not None else OperatorMetrics()
         self._admin: AdminClient | None = None
 
     @property
@@ -87,21 +106,58 @@ class HeraldOperator:
         self._write_status(body, previous, patch, status.failed_conditions(status.ADMIN_UNAVAILABLE, message))
         return kopf.TemporaryError(message, delay=self.settings.retry_delay)
 
+    def _paused(self, body: kopf.Body, previous: Mapping[str, Any], patch: Patch, what: str) -> None:
+        self._write_status(body, previous, patch, status.paused_conditions(
+            f"annotation {PAUSED_ANNOTATION} is \"true\": {what} is not reconciled (nothing in Herald is changed, "
+            "and deleting the resource leaves Herald alone); remove the annotation to resume"))
+
+    def _conflict(
+        self, body: kopf.Body, previous: Mapping[str, Any], patch: Patch, what: str, first: ownership.Claim,
+        logger: logging.Logger | logging.LoggerAdapter[Any],
+    ) -> None:
+        message = ownership.conflict_message(what, first)
+        old = status.find_condition(previous, status.READY)
+        if old is None or old.get("reason") != status.RESOURCE_CONFLICT:
+            logger.warning("%s", message)
+        self._write_status(body, previous, patch, status.conflict_conditions(message))
+
     # ---- topics ----
 
     async def reconcile_topic(
         self, body: kopf.Body, spec: Mapping[str, Any], name: str, previous: Mapping[str, Any], patch: Patch,
-        logger: logging.Logger | logging.LoggerAdapter[Any], *, spec_lowered: bool = False,
+        logger: logging.Logger | logging.LoggerAdapter[Any], claims: kopf.Index[Any, ownership.Claim], *,
+        spec_lowered: bool = False,
+    ) -> None:
+        with self.metrics.reconciling("topic") as outcome:
+            if paused(body):
+                outcome.result = "paused"
+                self._paused(body, previous, patch, "the topic")
+                return
+            try:
+                desired = desired_topic(spec, name)
+                check_unchanged(str(previous.get("topic") or ""), desired.topic, TOPIC_IDENTITY)
+            except SpecError as error:
+                outcome.result = "invalid"
+                raise self._fail(body, previous, patch, error, f"reconciling topic {name}") from None
+            first = ownership.conflict_with(ownership.claim_of("Topic", body), claims.get(desired.topic, ()))
+            if first is not None:
+                outcome.result = "conflict"
+                self._conflict(body, previous, patch, f"topic {desired.topic}", first, logger)
+                return
+            await self._apply_topic(body, desired, name, previous, patch, logger, spec_lowered)
+
+    async def _apply_topic(
+        self, body: kopf.Body, desired: DesiredTopic, name: str, previous: Mapping[str, Any], patch: Patch,
+        logger: logging.Logger | logging.LoggerAdapter[Any], spec_lowered: bool,
     ) -> None:
         shrink_reason = reconcile.PARTITIONS_DRIFTED
         old = status.find_condition(previous, status.SYNCED)
         if spec_lowered or (old is not None and old.get("reason") == reconcile.SHRINK_REFUSED):
             shrink_reason = reconcile.SHRINK_REFUSED
         try:
-            desired = desired_topic(spec, name)
             report = await reconcile.reconcile_topic(self.admin, desired, shrink_reason=shrink_reason)
             seen = await reconcile.observe_topic(self.admin, desired.topic)
-        except (SpecError, HeraldError) as error:
+        except HeraldError as error:
             raise self._fail(body, previous, patch, error, f"reconciling topic {name}") from None
         if report.changes:
             logger.info("topic %s: %s", desired.topic, "; ".join(report.changes))
@@ -113,12 +169,21 @@ class HeraldOperator:
 
     async def delete_topic(
         self, body: kopf.Body, spec: Mapping[str, Any], name: str, previous: Mapping[str, Any], patch: Patch,
-        logger: logging.Logger | logging.LoggerAdapter[Any],
+        logger: logging.Logger | logging.LoggerAdapter[Any], claims: kopf.Index[Any, ownership.Claim],
     ) -> None:
+        if paused(body):
+            logger.info("topic resource %s deleted while paused: Herald is left as it is", name)
+            return
         try:
             desired = desired_topic(spec, name)
         except SpecError:
             return  # never reconciled, so nothing in Herald is this resource's
+        if (applied := str(previous.get("topic") or "")) and applied != desired.topic:
+            desired = dataclasses.replace(desired, topic=applied)  # the one it manages, not the edited name
+        first = ownership.conflict_with(ownership.claim_of("Topic", body), claims.get(desired.topic, ()))
+        if first is not None:
+            logger.info("topic %s is %s's: deleting this resource leaves it", desired.topic, first.describe())
+            return
         try:
             deleted = await reconcile.delete_topic(self.admin, desired)
         except HeraldError as error:
@@ -132,29 +197,71 @@ class HeraldOperator:
 
     # ---- subscriptions ----
 
+    @staticmethod
+    def _topic_of(topic: str, ref: str, namespace: str, index: kopf.Index[Any, str]) -> str:
+        """A Subscription's full topic name: given in full, or its Topic resource's ("" when missing)."""
+        if topic:
+            return topic
+        found = list(index.get((namespace, ref), ()))
+        return found[0] if found else ""
+
     def _resolve(
         self, desired: DesiredSubscription, namespace: str, index: kopf.Index[Any, str],
     ) -> DesiredSubscription:
-        if desired.topic:
-            return desired
-        found = list(index.get((namespace, desired.topic_ref), ()))
-        if not found:
+        topic = self._topic_of(desired.topic, desired.topic_ref, namespace, index)
+        if not topic:
             raise LookupError(f"Topic resource {desired.topic_ref!r} does not exist in namespace {namespace}")
-        return desired.with_topic(found[0])
+        return desired.with_topic(topic)
+
+    def _subscription_conflict(
+        self, body: kopf.Body, desired: DesiredSubscription, index: kopf.Index[Any, str],
+        claims: kopf.Index[Any, SubscriptionClaim],
+    ) -> ownership.Claim | None:
+        others = [claim for claim, topic, ref in claims.get(desired.subscription, ())
+                  if self._topic_of(topic, ref, claim.namespace, index) == desired.topic]
+        return ownership.conflict_with(ownership.claim_of("Subscription", body), others)
 
     async def reconcile_subscription(
         self, body: kopf.Body, spec: Mapping[str, Any], name: str, namespace: str, previous: Mapping[str, Any],
         patch: Patch, logger: logging.Logger | logging.LoggerAdapter[Any], index: kopf.Index[Any, str],
+        claims: kopf.Index[Any, SubscriptionClaim],
+    ) -> None:
+        with self.metrics.reconciling("subscription") as outcome:
+            if paused(body):
+                outcome.result = "paused"
+                self._paused(body, previous, patch, "the subscription")
+                return
+            try:
+                desired = self._resolve(desired_subscription(spec, name), namespace, index)
+                check_unchanged(str(previous.get("subscription") or ""), desired.subscription,
+                                "spec.subscriptionName")
+            except LookupError as error:
+                self._write_status(body, previous, patch,
+                                   status.failed_conditions(status.TOPIC_NOT_FOUND, f"{error}: waiting for it"))
+                raise kopf.TemporaryError(str(error), delay=self.settings.retry_delay) from None
+            except SpecError as error:
+                outcome.result = "invalid"
+                raise self._fail(body, previous, patch, error, f"reconciling subscription {name}") from None
+            first = self._subscription_conflict(body, desired, index, claims)
+            if first is not None:
+                outcome.result = "conflict"
+                self._conflict(body, previous, patch, f"subscription {desired.subscription} on {desired.topic}",
+                               first, logger)
+                return
+            await self._apply_subscription(body, desired, name, previous, patch, logger)
+
+    async def _apply_subscription(
+        self, body: kopf.Body, desired: DesiredSubscription, name: str, previous: Mapping[str, Any], patch: Patch,
+        logger: logging.Logger | logging.LoggerAdapter[Any],
     ) -> None:
         try:
-            desired = self._resolve(desired_subscription(spec, name), namespace, index)
             report = await reconcile.reconcile_subscription(self.admin, desired)
             seen = await reconcile.observe_subscription(self.admin, desired)
-        except (LookupError, reconcile.TopicNotReadyError) as error:
+        except reconcile.TopicNotReadyError as error:
             self._write_status(body, previous, patch,
                                status.failed_conditions(status.TOPIC_NOT_FOUND, f"{error}: waiting for it"))
             raise kopf.TemporaryError(str(error), delay=self.settings.retry_delay) from None
-        except (SpecError, HeraldError) as error:
+        except HeraldError as error:
             raise self._fail(body, previous, patch, error, f"reconciling subscription {name}") from None
         if report.changes:
             logger.info("subscription %s on %s: %s", desired.subscription, desired.topic, "; ".join(report.changes))
@@ -167,7 +274,11 @@ class HeraldOperator:
     async def delete_subscription(
         self, body: kopf.Body, spec: Mapping[str, Any], name: str, namespace: str, previous: Mapping[str, Any],
         patch: Patch, logger: logging.Logger | logging.LoggerAdapter[Any], index: kopf.Index[Any, str],
+        claims: kopf.Index[Any, SubscriptionClaim],
     ) -> None:
+        if paused(body):
+            logger.info("subscription resource %s deleted while paused: Herald is left as it is", name)
+            return
         try:
             desired = desired_subscription(spec, name)
         except SpecError:
@@ -176,6 +287,13 @@ class HeraldOperator:
             desired = self._resolve(desired, namespace, index)
         except LookupError:  # its Topic resource went first: the topic it last reconciled
             desired = desired.with_topic(str(previous.get("topic") or ""))
+        if (applied := str(previous.get("subscription") or "")) and applied != desired.subscription:
+            desired = dataclasses.replace(desired, subscription=applied)
+        first = self._subscription_conflict(body, desired, index, claims)
+        if first is not None:
+            logger.info("subscription %s on %s is %s's: deleting this resource leaves it",
+                        desired.subscription, desired.topic, first.describe())
+            return
         try:
             deleted = await reconcile.delete_subscription(self.admin, desired)
         except HeraldError as error:
@@ -187,10 +305,20 @@ class HeraldOperator:
                     "deleted in Herald" if deleted else "left in Herald")
 
 
-def register(settings: OperatorSettings, registry: kopf.OperatorRegistry | None = None) -> kopf.OperatorRegistry:
-    """A registry holding every handler of the operator (a new one unless given)."""
+def paused(body: kopf.Body) -> bool:
+    """Whether the resource carries the pause annotation (herald.io/paused: "true")."""
+    annotations = body.get("metadata", {}).get("annotations") or {}
+    return str(annotations.get(PAUSED_ANNOTATION, "")).strip().lower() == "true"
+
+
+def register(
+    settings: OperatorSettings, registry: kopf.OperatorRegistry | None = None,
+    metrics: OperatorMetrics | None = None,
+) -> kopf.OperatorRegistry:
+    """A registry holding every handler of the operator (a new one unless given), counting its
+    passes on `metrics`."""
     registry = registry if registry is not None else kopf.OperatorRegistry()
-    operator = HeraldOperator(settings)
+    operator = HeraldOperator(settings, metrics)
     interval = settings.resync_interval
 
     @kopf.on.startup(registry=registry)
@@ -216,35 +344,53 @@ def register(settings: OperatorSettings, registry: kopf.OperatorRegistry | None 
         except SpecError:
             return {}
 
+    @kopf.index(GROUP, VERSION, TOPICS, registry=registry, id=TOPIC_CLAIMS)
+    def claim_topic(body: kopf.Body, name: str, spec: Mapping[str, Any], **_: Any) -> dict[str, ownership.Claim]:
+        try:
+            return {topic_name(spec, name): ownership.claim_of("Topic", body)}
+        except SpecError:
+            return {}
+
+    @kopf.index(GROUP, VERSION, SUBSCRIPTIONS, registry=registry, id=SUBSCRIPTION_CLAIMS)
+    def claim_subscription(
+        body: kopf.Body, name: str, spec: Mapping[str, Any], **_: Any,
+    ) -> dict[str, SubscriptionClaim]:
+        try:
+            wanted = desired_subscription(spec, name)
+        except SpecError:
+            return {}
+        return {wanted.subscription: (ownership.claim_of("Subscription", body), wanted.topic, wanted.topic_ref)}
+
     @kopf.on.create(GROUP, VERSION, TOPICS, registry=registry, id="reconcile")
     @kopf.on.resume(GROUP, VERSION, TOPICS, registry=registry, id="reconcile")
     async def topic_changed(
         body: kopf.Body, spec: kopf.Spec, name: str, status: kopf.Status, patch: kopf.Patch,
-        logger: kopf.Logger, **_: Any,
+        logger: kopf.Logger, **kwargs: Any,
     ) -> None:
-        await operator.reconcile_topic(body, spec, name, status, patch, logger)
+        await operator.reconcile_topic(body, spec, name, status, patch, logger, kwargs[TOPIC_CLAIMS])
 
     @kopf.on.update(GROUP, VERSION, TOPICS, registry=registry, id="update", field="spec")
     async def topic_updated(
         body: kopf.Body, spec: kopf.Spec, name: str, status: kopf.Status, patch: kopf.Patch,
-        old: Any, new: Any, logger: kopf.Logger, **_: Any,
+        old: Any, new: Any, logger: kopf.Logger, **kwargs: Any,
     ) -> None:
         before, after = (int((value or {}).get("partitions") or 0) for value in (old, new))
-        await operator.reconcile_topic(body, spec, name, status, patch, logger, spec_lowered=after < before)
+        await operator.reconcile_topic(body, spec, name, status, patch, logger, kwargs[TOPIC_CLAIMS],
+                                       spec_lowered=after < before)
 
     @kopf.timer(GROUP, VERSION, TOPICS, registry=registry, id="resync", interval=interval, initial_delay=interval)
     async def topic_resync(
         body: kopf.Body, spec: kopf.Spec, name: str, status: kopf.Status, patch: kopf.Patch,
-        logger: kopf.Logger, **_: Any,
+        logger: kopf.Logger, **kwargs: Any,
     ) -> None:
-        await operator.reconcile_topic(body, spec, name, status, patch, logger)
+        await operator.reconcile_topic(body, spec, name, status, patch, logger, kwargs[TOPIC_CLAIMS])
 
     @kopf.on.delete(GROUP, VERSION, TOPICS, registry=registry, id="delete")
     async def topic_deleted(
         body: kopf.Body, spec: kopf.Spec, name: str, status: kopf.Status, patch: kopf.Patch,
-        logger: kopf.Logger, **_: Any,
+        logger: kopf.Logger, **kwargs: Any,
     ) -> None:
-        await operator.delete_topic(body, spec, name, status, patch, logger)
+        await operator.delete_topic(body, spec, name, status, patch, logger, kwargs[TOPIC_CLAIMS])
 
     # ---- subscriptions ----
 
@@ -258,7 +404,7 @@ def register(settings: OperatorSettings, registry: kopf.OperatorRegistry | None 
         logger: kopf.Logger, **kwargs: Any,
     ) -> None:
         await operator.reconcile_subscription(
-            body, spec, name, namespace or "", status, patch, logger, kwargs[TOPIC_INDEX])
+            body, spec, name, namespace or "", status, patch, logger, kwargs[TOPIC_INDEX], kwargs[SUBSCRIPTION_CLAIMS])
 
     @kopf.on.delete(GROUP, VERSION, SUBSCRIPTIONS, registry=registry, id="delete")
     async def subscription_deleted(
@@ -266,6 +412,6 @@ def register(settings: OperatorSettings, registry: kopf.OperatorRegistry | None 
         logger: kopf.Logger, **kwargs: Any,
     ) -> None:
         await operator.delete_subscription(
-            body, spec, name, namespace or "", status, patch, logger, kwargs[TOPIC_INDEX])
+            body, spec, name, namespace or "", status, patch, logger, kwargs[TOPIC_INDEX], kwargs[SUBSCRIPTION_CLAIMS])
 
     return registry

@@ -43,12 +43,31 @@ class OperatorSettings:
     # kopf's scanning: follow namespaces and CRDs appearing after start (needs RBAC to list and
     # watch namespaces and customresourcedefinitions); off, both are discovered once at start.
     scanning: bool = True
+    # kopf's liveness endpoint (http://health_host:health_port/healthz), which the chart's liveness
+    # and readiness probes ask; -1: none. A pod's probes need health_host 0.0.0.0.
+    health_host: str = "127.0.0.1"
+    health_port: int = 8080
+    # Prometheus metrics (reconcile counts, errors, durations per kind) on /metrics; 0: any free
+    # port, -1: none.
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = 9108
+    # Leader election between replicas (kopf peering): the KopfPeering (with namespaces) or
+    # ClusterKopfPeering object the replicas share; the chart installs its CRDs and the object.
+    # Empty: kopf's own detection of a peering object named "default" (standalone without one).
+    # The oldest replica is active, the others wait until it stops being seen.
+    peering_name: str = ""
 
     def __post_init__(self) -> None:
         for name in ("admin_timeout", "resync_interval", "retry_delay"):
             if not getattr(self, name) > 0:
                 raise InvalidArgumentError(
                     f"operator setting {name} must be a positive number of seconds, got {getattr(self, name)}")
+        if not 1 <= self.health_port <= 65535 and self.health_port != -1:
+            raise InvalidArgumentError(f"operator setting health_port must be a port (1-65535) or -1 for none, "
+                                       f"got {self.health_port}")
+        if not 0 <= self.metrics_port <= 65535 and self.metrics_port != -1:
+            raise InvalidArgumentError(f"operator setting metrics_port must be a port (0-65535; 0 any free) or -1 "
+                                       f"for none, got {self.metrics_port}")
         if not self.admin_url:
             raise InvalidArgumentError("operator setting admin_url is empty: give herald://host:port or host:port")
         if bool(self.tls_cert_file) != bool(self.tls_key_file):

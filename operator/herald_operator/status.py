@@ -23,8 +23,10 @@ ADMIN_UNAVAILABLE = "AdminUnavailable"  # the admin API did not answer: retried 
 HERALD_REFUSED = "HeraldRefused"  # the admin API refused a change: fix the spec
 INVALID_SPEC = "InvalidSpec"  # the spec asks for something Herald cannot do
 TOPIC_NOT_FOUND = "TopicNotFound"  # a Subscription's topic: no such Topic resource, or not in Herald yet
+RESOURCE_CONFLICT = "ResourceConflict"  # another resource, created first, owns the same Herald object
+PAUSED = "ReconciliationPaused"  # the pause annotation is "true": nothing is reconciled
 
-PERMANENT_REASONS = frozenset({HERALD_REFUSED, INVALID_SPEC})
+PERMANENT_REASONS = frozenset({HERALD_REFUSED, INVALID_SPEC, RESOURCE_CONFLICT})
 
 
 def now() -> str:
@@ -72,9 +74,22 @@ def failed_conditions(reason: str, message: str) -> list[dict[str, str]]:
     return [condition(SYNCED, "False", reason, message)]
 
 
+def conflict_conditions(message: str) -> list[dict[str, str]]:
+    """A resource that is never applied: another one owns what it names (herald_operator.ownership)."""
+    return [condition(READY, "False", RESOURCE_CONFLICT, message),
+            condition(SYNCED, "False", RESOURCE_CONFLICT, message)]
+
+
+def paused_conditions(message: str) -> list[dict[str, str]]:
+    """Reconciliation paused by the annotation: Ready keeps what the last pass saw."""
+    return [condition(SYNCED, "False", PAUSED, message)]
+
+
 def phase(conditions: Sequence[Mapping[str, Any]]) -> str:
     by_type = {c.get("type"): c for c in conditions}
     synced, ready = by_type.get(SYNCED), by_type.get(READY)
+    if synced is not None and synced.get("status") == "False" and synced.get("reason") == PAUSED:
+        return "Paused"
     if synced is not None and synced.get("status") == "False" and synced.get("reason") in PERMANENT_REASONS:
         return "Failed"
     if ready is not None and ready.get("status") == "True":

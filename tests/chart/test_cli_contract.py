@@ -53,7 +53,8 @@ SETTINGS_RENDER = (
     "broker.settings.deduplication_enabled=false", "broker.metricsTopicLevel=false",
     "storage.settings.checkpoint_interval=5", "proxy.settings.operation_timeout=12.5",
     "dlqWorker.settings.initial_subscription=replay", "operator.settings.resync_interval=60",
-    "operator.watchNamespaces={apps,payments}", "redis.enabled=false", "redis.external.existingSecret=redis-url",
+    "operator.watchNamespaces={apps,payments}",
+    "operator.peering=true", "redis.enabled=false", "redis.external.existingSecret=redis-url",
     "tracing.exporter=otlp", "tracing.otlpEndpoint=http://otel-collector:4317",
 )
 

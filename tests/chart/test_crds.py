@@ -27,10 +27,12 @@ def _load(path: Path) -> dict[str, Any]:
 
 
 def _crds() -> dict[tuple[str, str], dict[str, Any]]:
-    """CRDs by (group/version, kind), from the chart's copies."""
+    """Herald's CRDs by (group/version, kind), from the chart's copies (kopf.dev's peering CRDs aside)."""
     found = {}
     for path in sorted(CHART_CRDS.glob("*.yaml")):
         crd = _load(path)
+        if crd["spec"]["group"] != "herald.io":
+            continue
         for version in crd["spec"]["versions"]:
             found[(f"{crd['spec']['group']}/{version['name']}", crd["spec"]["names"]["kind"])] = crd
     return found
@@ -77,7 +79,7 @@ def test_each_crd_is_a_valid_custom_resource_definition(path: Path) -> None:
     crd = _load(path)
     kubernetes_validate.validate(crd, KUBERNETES_VERSION, strict=True)
     jsonschema.Draft7Validator.check_schema(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
-    assert crd["spec"]["group"] == "herald.io"
+    assert crd["spec"]["group"] in ("herald.io", "kopf.dev")
 
 
 def test_there_is_an_example_of_each_kind() -> None:
@@ -104,3 +106,27 @@ def test_an_example_with_a_bad_value_is_refused() -> None:
     subscription["spec"]["type"] = "KeyShared"  # Pulsar's spelling is Key_Shared
     with pytest.raises(jsonschema.ValidationError, match="KeyShared"):
         validate_resource(subscription)
+
+
+def test_kopfs_peering_crds_are_shipped_for_leader_election() -> None:
+    kinds = {(crd["spec"]["names"]["kind"], crd["spec"]["scope"]) for crd in map(_load, CHART_CRDS.glob("*.yaml"))
+             if crd["spec"]["group"] == "kopf.dev"}
+    assert kinds == {("KopfPeering", "Namespaced"), ("ClusterKopfPeering", "Cluster")}
+
+
+def test_herald_crds_validate_status_instead_of_keeping_unknown_fields() -> None:
+    for crd in _crds().values():
+        status = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+        assert "x-kubernetes-preserve-unknown-fields" not in status, crd["metadata"]["name"]
+        assert {"phase", "conditions", "observedGeneration"} <= set(status["properties"])
+
+
+def test_kubernetes_validate_checks_the_cel_rules_structure() -> None:
+    """The CRDs' x-kubernetes-validations pass kubernetes-validate above, and it does read them: a rule
+    with a misspelt key is refused (what it cannot do is run CEL: see tests/operator/test_crds.py)."""
+    crd = _load(CHART_CRDS / "topic.yaml")
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert spec["x-kubernetes-validations"]
+    spec["x-kubernetes-validations"][0]["rulez"] = spec["x-kubernetes-validations"][0].pop("rule")
+    with pytest.raises(kubernetes_validate.ValidationError, match="rulez"):
+        kubernetes_validate.validate(crd, KUBERNETES_VERSION, strict=True)

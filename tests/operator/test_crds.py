@@ -4,12 +4,13 @@ kubectl shows (status subresource, printer columns, short names)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import jsonschema
 import pytest
 
-from tests.operator.conftest import crd, crd_schema
+from tests.operator.conftest import crd, crd_schema, strict_status_schema
 
 
 def errors(kind: str, spec: dict[str, Any]) -> list[str]:
@@ -95,3 +96,81 @@ def test_crds_declare_status_columns_and_short_names(kind: str) -> None:
     assert manifest["spec"]["names"]["shortNames"]
     status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
     assert {"phase", "conditions", "observedGeneration", "backlog"} <= set(status)
+
+
+# ---- CEL rules (x-kubernetes-validations), item 10 of issue 22 --------------------------------------
+# No CEL evaluator is installed here (cel-python on PyPI would be one), so the rules are checked for
+# what they say and where they sit; the operator refuses the same specs itself
+# (tests/operator/test_pause_and_rules.py, test_desired_state.py).
+
+def rules(node: dict[str, Any]) -> list[str]:
+    return [item["rule"].strip() for item in node.get("x-kubernetes-validations", ())]
+
+
+def referenced_fields(rule: str) -> set[str]:
+    return set(re.findall(r"\b(?:self|oldSelf)\.([A-Za-z]+)", rule))
+
+
+def test_the_fields_naming_the_herald_topic_cannot_change() -> None:
+    spec = crd_schema("topic")["properties"]["spec"]
+    for field in ("tenant", "namespace", "persistent"):
+        assert rules(spec["properties"][field]) == ["self == oldSelf"], field
+        assert "default" in spec["properties"][field], f"{field} is always set, so a transition rule always runs"
+    # spec.name has no default (metadata.name stands in): set or unset, it must stay as it was.
+    (name_rule,) = rules(spec)
+    assert name_rule == "has(self.name) == has(oldSelf.name) && (!has(self.name) || self.name == oldSelf.name)"
+
+
+def test_the_subscription_name_cannot_change() -> None:
+    spec = crd_schema("subscription")["properties"]["spec"]
+    (rule,) = rules(spec)
+    assert " ".join(rule.split()) == (
+        "has(self.subscriptionName) == has(oldSelf.subscriptionName) && "
+        "(!has(self.subscriptionName) || self.subscriptionName == oldSelf.subscriptionName)")
+
+
+def test_quorums_are_ordered_by_a_rule_on_persistence() -> None:
+    persistence = crd_schema("topic")["properties"]["spec"]["properties"]["persistence"]
+    (rule,) = rules(persistence)
+    assert rule == "self.ensembleSize >= self.writeQuorum && self.writeQuorum >= self.ackQuorum"
+    # The three are required, so the rule never reads a missing field.
+    assert referenced_fields(rule) == set(persistence["required"])
+
+
+@pytest.mark.parametrize("kind", ["topic", "subscription"])
+def test_every_rule_names_declared_fields_and_says_what_to_do(kind: str) -> None:
+    found = 0
+
+    def walk(node: dict[str, Any]) -> None:
+        nonlocal found
+        for item in node.get("x-kubernetes-validations", ()):
+            found += 1
+            assert "cannot change" in item["message"] or "ensembleSize >= writeQuorum" in item["message"], item
+            fields = referenced_fields(item["rule"])
+            assert fields <= set(node.get("properties", {})), (item["rule"], sorted(node.get("properties", {})))
+        for child in node.get("properties", {}).values():
+            walk(child)
+    walk(crd_schema(kind)["properties"]["spec"])
+    assert found
+
+
+@pytest.mark.parametrize("kind", ["topic", "subscription"])
+def test_a_ready_column_and_a_status_with_a_real_schema(kind: str) -> None:
+    (version,) = crd(kind)["spec"]["versions"]
+    columns = {c["name"]: c for c in version["additionalPrinterColumns"]}
+    assert columns["Ready"]["jsonPath"] == '.status.conditions[?(@.type=="Ready")].status'
+    status = version["schema"]["openAPIV3Schema"]["properties"]["status"]
+    assert "x-kubernetes-preserve-unknown-fields" not in status
+    assert "Paused" in status["properties"]["phase"]["enum"]
+
+
+def test_the_status_the_operator_writes_is_declared() -> None:
+    from herald_operator import ownership, status
+
+    for updates in (status.synced_conditions(True, [], "topic x"), status.paused_conditions("paused"),
+                    status.conflict_conditions(ownership.conflict_message("topic x", ownership.Claim(
+                        "2026-01-01T00:00:00Z", "u", "Topic", "ns", "a"))),
+                    status.failed_conditions(status.ADMIN_UNAVAILABLE, "down")):
+        written = status.status_patch(None, updates, 3, topic="persistent://a/b/c", partitions=2, backlog=0,
+                                      msgRateIn=0.0, msgRateOut=0.0)
+        jsonschema.Draft202012Validator(strict_status_schema("topic")).validate(written)

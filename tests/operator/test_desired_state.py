@@ -109,3 +109,12 @@ def test_unreachable_admin_makes_ready_unknown_and_invalid_specs_fail() -> None:
     assert down["phase"] == "Pending" and "observedGeneration" not in down
     bad = status.status_patch(None, status.failed_conditions(status.INVALID_SPEC, "bad"), 3)
     assert bad["phase"] == "Failed"
+
+
+def test_a_spec_naming_another_object_than_the_applied_one_is_refused() -> None:
+    from herald_operator.desired import SpecError, check_unchanged
+
+    check_unchanged("", "persistent://a/b/c", "spec.name")  # never applied: anything goes
+    check_unchanged("persistent://a/b/c", "persistent://a/b/c", "spec.name")
+    with pytest.raises(SpecError, match=r"spec.name cannot change: this resource manages persistent://a/b/c"):
+        check_unchanged("persistent://a/b/c", "persistent://a/b/d", "spec.name")

@@ -32,5 +32,26 @@ def test_intervals_must_be_positive(name: str) -> None:
 def test_operator_command_help() -> None:
     done = subprocess.run([str(VENV_BIN / "herald"), "operator", "--help"], capture_output=True, text=True,
                           env=service_env(), timeout=60, check=True)
-    for flag in ("--admin-url", "--namespace", "--resync-interval", "--standalone"):
+    for flag in ("--url", "--namespace", "--resync-interval", "--standalone", "--health-port", "--metrics-port"):
         assert flag in done.stdout
+
+
+def test_url_is_the_admin_address_flag_and_admin_url_a_deprecated_alias(capsys: pytest.CaptureFixture[str]) -> None:
+    from herald.cli.main import build_parser
+    from herald.cli.services import operator_settings
+
+    args = build_parser().parse_args(["operator", "--url", "herald://lookup:6660"])
+    assert operator_settings(args).admin_url == "herald://lookup:6660"
+    assert "deprecated" not in capsys.readouterr().err
+    args = build_parser().parse_args(["operator", "--admin-url", "herald://old:6660", "--metrics-port", "0",
+                                      "--health-port", "-1", "--peering-name", "herald-operator"])
+    settings = operator_settings(args)
+    assert (settings.admin_url, settings.metrics_port, settings.health_port, settings.peering_name) == (
+        "herald://old:6660", 0, -1, "herald-operator")
+    assert "--admin-url is deprecated; use --url" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("name", "value"), [("health_port", 0), ("health_port", 70000), ("metrics_port", -2)])
+def test_probe_and_metrics_ports_are_checked(name: str, value: int) -> None:
+    with pytest.raises(InvalidArgumentError, match=name):
+        load_settings(overrides={name: value}, environ={})

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from herald.broker.settings import BrokerSettings
+from herald.cli import vocabulary
 from herald.cli.client_options import CLIENT_SECURITY_FLAGS, client_security_flags
 from herald.cli.service_flags import (
     METRICS_ENDPOINT_FLAGS,
@@ -209,7 +210,8 @@ def operator_settings(args: argparse.Namespace) -> Any:
         raise SystemExit(f"error: the operator needs kopf and herald_operator ({exc}): "
                          "pip install 'herald[operator]'") from None
 
-    overrides = _flags(args, "admin_url", "resync_interval", "retry_delay", "admin_timeout", *CLIENT_SECURITY_FLAGS)
+    overrides = _flags(args, "admin_url", "resync_interval", "retry_delay", "admin_timeout", "health_host",
+                       "health_port", "metrics_host", "metrics_port", "peering_name", *CLIENT_SECURITY_FLAGS)
     if args.namespace:
         overrides["namespaces"] = args.namespace
     return load_operator_settings(args.config, overrides)
@@ -370,8 +372,10 @@ def add_service_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     help_text = "run the Kubernetes operator: reconcile Topic and Subscription resources (herald.io/v1alpha1)"
     sub = commands.add_parser("operator", help=help_text, description=help_text)
     sub.add_argument("--config", help="TOML file with an [operator] table of settings")
-    sub.add_argument("--admin-url", help="herald://lookup:port or a broker's host:port "
-                                         "(env HERALD_ADMIN_URL or HERALD_OPERATOR_ADMIN_URL)")
+    url = sub.add_argument("--url", dest="admin_url",
+                           help="the admin API: herald://lookup:port or a broker's host:port "
+                                "(env HERALD_ADMIN_URL or HERALD_OPERATOR_ADMIN_URL)")
+    vocabulary.deprecated_alias(sub, "--admin-url", url)
     sub.add_argument("-n", "--namespace", action="append", default=[],
                      help="a Kubernetes namespace to watch (repeat for more; default: all namespaces)")
     sub.add_argument("--resync-interval", type=float, help="seconds between reconciliations of each resource "
@@ -381,6 +385,12 @@ def add_service_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     client_security_flags(sub, defaults="settings", env_prefix="HERALD_OPERATOR_")
     sub.add_argument("--standalone", action="store_true",
                      help="no peering: do not coordinate with other operator replicas")
+    sub.add_argument("--peering-name", help="the kopf peering object replicas share to elect the active one "
+                                            "(default: kopf's detection of one named 'default')")
+    sub.add_argument("--health-host", help="address of kopf's liveness endpoint /healthz (default 127.0.0.1)")
+    sub.add_argument("--health-port", type=int, help="port of /healthz (default 8080; -1 = none)")
+    sub.add_argument("--metrics-host", help="address /metrics binds (default 127.0.0.1)")
+    sub.add_argument("--metrics-port", type=int, help="/metrics port (default 9108; 0 = any free port, -1 = none)")
     sub.set_defaults(func=cmd_operator)
 
     sub = commands.add_parser(
