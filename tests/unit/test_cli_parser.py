@@ -10,6 +10,7 @@ from pathlib import Path
 
 import herald.cli
 import pytest
+from herald.cli.client_options import apply_client_options
 from herald.cli.main import build_parser
 
 
@@ -74,13 +75,16 @@ def test_the_walk_finds_every_admin_command() -> None:
 
 @pytest.mark.parametrize(("path", "required"), ADMIN_COMMANDS, ids=[" ".join(p) for p, _ in ADMIN_COMMANDS])
 def test_every_admin_command_takes_the_common_options_after_admin_or_after_itself(
-        path: tuple[str, ...], required: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+        path: tuple[str, ...], required: list[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("HERALD_SERVICE_URL", "herald://from-env:1")
     monkeypatch.setenv("HERALD_TLS_TRUST_CERTS_FILE", "/env/ca.pem")
     monkeypatch.delenv("HERALD_AUTH_TOKEN_FILE", raising=False)
+    monkeypatch.delenv("HERALD_CONTEXT", raising=False)
+    monkeypatch.setenv("HERALD_CONFIG_DIR", str(tmp_path))  # no context
     parser = build_parser()
 
     defaults = parser.parse_args(["admin", *path, *required])
+    apply_client_options(defaults)  # as main() does: flag > HERALD_* > context > default
     assert (defaults.url, defaults.json, defaults.timeout) == ("herald://from-env:1", False, 30.0)
     assert (defaults.tls_trust_certs_file, defaults.auth_token_file) == ("/env/ca.pem", None)
     assert callable(defaults.admin_handler) and defaults.func.__name__ == "run_admin"

@@ -1,45 +1,112 @@
+# PYTHON_ARGCOMPLETE_OK  (argcomplete's marker: the `herald` entry point completes itself)
 """The `herald` command: run a service (standalone, lookup, broker, storage, proxy, dlq-worker, operator,
-local-cluster) or use one (produce, consume, admin, perf). This module holds the top-level parser and how
-every command runs (logging, tracing, exit statuses); each command family adds its own subcommands."""
+local-cluster) or use one (produce, consume, admin, perf, context). This module holds the top-level parser
+and how every command runs (logging, tracing, contexts, shell completion, exit statuses: 0 ok, 1 the
+operation failed, 2 usage); each command family adds its own subcommands."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
 import sys
+from typing import Any
 
 from herald.cli.admin.command import add_admin_parser
+from herald.cli.client_options import apply_client_options, choose_context
+from herald.cli.context import add_context_commands
 from herald.cli.perf import add_perf_commands
 from herald.cli.produce_consume import add_produce_consume_commands
 from herald.cli.services import add_service_commands
+from herald.cli.vocabulary import EXIT_FAILED, EXIT_USAGE
 from herald.common import tracing
-from herald.common.errors import HeraldError
+from herald.common.errors import HeraldError, InvalidArgumentError
 from herald.common.logs import configure_logging
+
+SHELLS = ("bash", "zsh", "fish")
+
+
+def version() -> str:
+    """The installed distribution's version, else the package's (run from a source tree)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("herald")
+    except metadata.PackageNotFoundError:
+        import herald
+
+        return herald.__version__
+
+
+class _VersionAction(argparse.Action):
+    """--version, computed only when asked (argparse's own wants the text while the parser is built)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        print(f"herald {version()}", flush=True)
+        parser.exit()
+
+
+def cmd_completion(args: argparse.Namespace) -> None:
+    from argcomplete.shell_integration import shellcode
+
+    print(shellcode(["herald"], shell=args.shell), end="", flush=True)
+
+
+def add_completion_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    setup = ("bash: eval \"$(herald completion bash)\" in ~/.bashrc; zsh: eval \"$(herald completion zsh)\" "
+             "in ~/.zshrc; fish: herald completion fish > ~/.config/fish/completions/herald.fish")
+    sub = commands.add_parser("completion", help="print the shell completion script (bash, zsh or fish)",
+                              description=f"Print the script that makes the shell complete herald's commands "
+                                          f"and flags. {setup}")
+    sub.add_argument("shell", choices=SHELLS, help="the shell to complete in: bash, zsh or fish")
+    sub.set_defaults(func=cmd_completion)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="herald", description="Herald: durable publish/subscribe messaging")
+    parser = argparse.ArgumentParser(
+        prog="herald", description="Herald: durable publish/subscribe messaging",
+        epilog="exit status: 0 ok, 1 the operation failed (not found, refused, unreachable, timed out), "
+               "2 usage error. See docs/cli.md.")
+    parser.add_argument("--version", action=_VersionAction, help="print herald's version and exit")
     parser.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING, ERROR")
     parser.add_argument("--log-format", default=None, choices=["text", "json"],
                         help="text (default) or json: one JSON object per line (env HERALD_LOG_FORMAT)")
+    parser.add_argument("--context", metavar="NAME", default=None,
+                        help="take the service URL and credentials from this context (herald context; "
+                             "default: $HERALD_CONTEXT, else the selected one)")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_service_commands(commands)
     add_produce_consume_commands(commands)
     add_admin_parser(commands)
     add_perf_commands(commands)
+    add_context_commands(commands)
+    add_completion_command(commands)
     return parser
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    if argv is None:  # shell completion: answers and exits when the shell asks ($_ARGCOMPLETE), else nothing
+        import argcomplete
+
+        argcomplete.autocomplete(parser)
+    args = parser.parse_args(argv)  # a usage error exits with status 2 (argparse's)
     try:
         configure_logging(args.log_level, args.log_format)
+        choose_context(args.context)
+        apply_client_options(args)  # flag > HERALD_* > context > default, for commands with a client
         # HERALD_TRACING_* (or the --config file's [tracing] table): off unless an exporter is named.
         tracing.configure(f"herald-{args.command}", getattr(args, "config", None))
         args.func(args)
-    except HeraldError as error:
-        print(f"error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
+    except InvalidArgumentError as error:  # a value the command checks after parsing: usage, as argparse's
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_USAGE) from None
+    except HeraldError as error:  # the operation failed (not found, refused, unreachable, timed out)
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_FAILED) from None
     except KeyboardInterrupt:
         with contextlib.suppress(Exception):
             print("interrupted", file=sys.stderr)

@@ -54,11 +54,11 @@ def _subscription_type(text: str) -> str:
 
 
 def _common_flags(sub: argparse.ArgumentParser) -> None:
-    env_url = os.environ.get("HERALD_SERVICE_URL", DEFAULT_SERVICE_URL)
     env_pulsar = os.environ.get("HERALD_PULSAR_URL", DEFAULT_PULSAR_URL)
-    sub.add_argument("--url", "--service-url", dest="url", default=env_url,
-                     help=f"Herald service URL (default {env_url}, env HERALD_SERVICE_URL); also used to create "
-                          "partitioned topics with --protocol pulsar")
+    # None: main() resolves it as every client's (flag > HERALD_SERVICE_URL > context > default).
+    sub.add_argument("--url", "--service-url", dest="url", default=None,
+                     help=f"Herald service URL (default: $HERALD_SERVICE_URL, else the context's, else "
+                          f"{DEFAULT_SERVICE_URL}); also used to create partitioned topics with --protocol pulsar")
     sub.add_argument("--protocol", choices=["herald", "pulsar"], default="herald",
                      help="herald: Herald's client over gRPC (default); pulsar: the official pulsar-client "
                           "against --pulsar-url")
@@ -79,7 +79,8 @@ def _common_flags(sub: argparse.ArgumentParser) -> None:
 def _produce_flags(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--partitions", type=_count, default=0, metavar="N",
                      help="create each topic with N partitions unless it exists (default 0: leave it as it is)")
-    sub.add_argument("--producers-per-topic", "-n", type=_count, default=1, metavar="N")
+    sub.add_argument("--producers-per-topic", "-n", type=_count, default=1, metavar="N",
+                     help="producers on each topic (default 1)")
     sub.add_argument("--size", "-s", type=_count, default=1024, metavar="BYTES", help="message size (default 1024)")
     sub.add_argument("--payload-file", "-f", metavar="FILE", help="send the messages of this file instead, in turn")
     sub.add_argument("--payload-delimiter", default="\n", metavar="TEXT",
@@ -89,13 +90,17 @@ def _produce_flags(sub: argparse.ArgumentParser) -> None:
                      help="messages per second over all producers (default 0: unlimited)")
     sub.add_argument("--max-pending", "-o", type=_count, default=1000, metavar="N",
                      help="messages in flight per producer (the send window, default 1000)")
-    sub.add_argument("--batching", choices=["on", "off"], default="on")
-    sub.add_argument("--batch-max-messages", "-bm", type=_count, default=1000, metavar="N")
-    sub.add_argument("--batch-max-delay-ms", type=_positive_float, default=1.0, metavar="MS")
+    sub.add_argument("--batching", choices=["on", "off"], default="on",
+                     help="pack messages into batches (default on)")
+    sub.add_argument("--batch-max-messages", "-bm", type=_count, default=1000, metavar="N",
+                     help="most messages in one batch (default 1000)")
+    sub.add_argument("--batch-max-delay-ms", type=_positive_float, default=1.0, metavar="MS",
+                     help="longest a batch waits to fill before it is sent (default 1)")
     sub.add_argument("--compression", "-z", choices=["none", "lz4", "zlib", "zstd", "snappy"], default="none",
                      help="snappy: --protocol pulsar only")
     sub.add_argument("--keys", type=_count, default=0, metavar="N", help="N distinct message keys (default 0: none)")
-    sub.add_argument("--key-order", choices=["round-robin", "random"], default="round-robin")
+    sub.add_argument("--key-order", choices=["round-robin", "random"], default="round-robin",
+                     help="how the --keys are given to messages (default round-robin)")
 
 
 def _consume_flags(sub: argparse.ArgumentParser, *, subscription: str, position: str, short_n: bool) -> None:
@@ -103,8 +108,11 @@ def _consume_flags(sub: argparse.ArgumentParser, *, subscription: str, position:
     sub.add_argument("--subscription-type", "-st", type=_subscription_type, default="Exclusive",
                      metavar="|".join(SUBSCRIPTION_TYPES), help="default Exclusive (KeyShared: deprecated)")
     # -n is pulsar-perf's for both; end-to-end gives it to the producers.
-    sub.add_argument("--consumers-per-topic", *(["-n"] if short_n else []), type=_count, default=1, metavar="N")
-    sub.add_argument("--receiver-queue-size", "-q", type=_count, default=1000, metavar="N")
+    sub.add_argument("--consumers-per-topic", *(["-n"] if short_n else []), type=_count, default=1, metavar="N",
+                     help="consumers on each topic (default 1; more than one needs a Shared, Failover or "
+                          "Key_Shared subscription)")
+    sub.add_argument("--receiver-queue-size", "-q", type=_count, default=1000, metavar="N",
+                     help="messages each consumer lets the broker send ahead (flow permits, default 1000)")
     sub.add_argument("--initial-position", type=str.lower, choices=["earliest", "latest"], default=position,
                      help=f"where a new subscription starts (default {position})")
 
@@ -193,19 +201,19 @@ def add_perf_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
     kinds = perf.add_subparsers(dest="perf_command", required=True, metavar="produce|consume|end-to-end")
 
     sub = kinds.add_parser("produce", help="send messages as fast as allowed, or at a fixed rate")
-    sub.add_argument("topics", nargs="+", metavar="TOPIC")
+    sub.add_argument("topics", nargs="+", metavar="TOPIC", help="topic(s) to load")
     _common_flags(sub)
     _produce_flags(sub)
     sub.set_defaults(func=cmd_perf)
 
     sub = kinds.add_parser("consume", help="receive and acknowledge; latency from the publish (or event) time")
-    sub.add_argument("topics", nargs="+", metavar="TOPIC")
+    sub.add_argument("topics", nargs="+", metavar="TOPIC", help="topic(s) to load")
     _common_flags(sub)
     _consume_flags(sub, subscription="perf-sub", position="latest", short_n=True)
     sub.set_defaults(func=cmd_perf)
 
     sub = kinds.add_parser("end-to-end", help="produce and consume one topic in this process; latency send to receive")
-    sub.add_argument("topics", nargs=1, metavar="TOPIC")
+    sub.add_argument("topics", nargs=1, metavar="TOPIC", help="the topic to produce to and consume from")
     _common_flags(sub)
     _produce_flags(sub)
     _consume_flags(sub, subscription="perf-e2e", position="latest", short_n=False)

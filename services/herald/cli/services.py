@@ -10,7 +10,7 @@ import logging
 import signal
 import threading
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from herald.broker.settings import BrokerSettings
 from herald.cli import vocabulary
@@ -28,9 +28,11 @@ from herald.cli.service_flags import (
 from herald.common.config import describe, load_settings
 from herald.dlq.settings import DlqWorkerSettings
 from herald.lookup.settings import LookupSettings
-from herald.metadata import MetadataStore, open_store
 from herald.proxy.settings import ProxySettings
 from herald.storage.node.settings import StorageSettings
+
+if TYPE_CHECKING:  # imported when a service starts: `herald --help` and shell completion stay quick
+    from herald.metadata import MetadataStore
 
 log = logging.getLogger("herald")
 
@@ -92,6 +94,8 @@ class _OnMetadataStore:
         self.server: Any = None
 
     async def start(self) -> None:
+        from herald.metadata import open_store
+
         self.store = open_store(self.metadata_url)
         await self.store.start()
         self.server = self.build(self.store)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import os
 import re
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -38,7 +37,7 @@ def common_options(*, inherited: bool) -> argparse.ArgumentParser:
         return argparse.SUPPRESS if inherited else value
 
     options = argparse.ArgumentParser(add_help=False)
-    options.add_argument("--url", default=default(os.environ.get("HERALD_SERVICE_URL", DEFAULT_URL)),
+    options.add_argument("--url", default=default(None),  # None: resolved by client_options (flag > env > context)
                          help=URL_HELP)
     options.add_argument("--json", action="store_true", default=default(False),
                          help="print one JSON document (for scripts) instead of tables")
