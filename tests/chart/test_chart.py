@@ -36,7 +36,7 @@ from tests.chart.render import (
 MONITORING_KINDS = ("ServiceMonitor", "PodMonitor")
 # Custom resources of other projects' CRDs, which the validator does not know: their structure is
 # checked by their own tests (monitoring here, cert-manager's Certificate in test_security).
-FOREIGN_KINDS = (*MONITORING_KINDS, "Certificate")
+FOREIGN_KINDS = (*MONITORING_KINDS, "PrometheusRule", "Certificate")  # PrometheusRule: test_alerts.py
 
 
 def validate(manifest: Manifest) -> None:
