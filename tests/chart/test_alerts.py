@@ -11,6 +11,9 @@ import yaml
 
 from tests.chart.render import PRODUCTION_VALUES, Manifest, of_kind, render
 
+# The fields of a rule in the Prometheus Operator's PrometheusRule CRD (monitoring.coreos.com/v1): the
+# validator knows no CRD kinds, so the structure is checked here, the expressions in a real Prometheus.
+RULE_FIELDS = {"alert", "record", "expr", "for", "keep_firing_for", "labels", "annotations"}
 ALERTS = {"HeraldBacklogGrowing", "HeraldDeadLettersNotMoved", "HeraldDeadLettersWaitingForReplay",
           "HeraldStorageDiskNearlyFull", "HeraldStorageRefusingAdds", "HeraldJournalFsyncSlow",
           "HeraldBrokerNotReady", "HeraldBrokerLeaseLost"}
@@ -29,9 +32,14 @@ def test_production_ships_every_alert_with_a_severity_and_what_to_do(production_
     (rule,) = of_kind(production_manifests, "PrometheusRule")
     assert rule["apiVersion"] == "monitoring.coreos.com/v1"
     assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"  # monitoring.labels
+    assert set(rule) == {"apiVersion", "kind", "metadata", "spec"} and set(rule["spec"]) == {"groups"}
+    names = [group["name"] for group in rule["spec"]["groups"]]
+    assert len(names) == len(set(names)) and all(names)
     found = rules(production_manifests)
     assert set(found) == ALERTS
     for name, alert in found.items():
+        assert set(alert) <= RULE_FIELDS and isinstance(alert["expr"], str), name
+        assert all(isinstance(v, str) for v in [*alert["labels"].values(), *alert["annotations"].values()]), name
         assert alert["labels"]["severity"] in ("info", "warning", "critical"), name
         assert alert["annotations"]["summary"] and alert["annotations"]["description"], name
         assert "namespace" in alert["expr"], f"{name}: one release's alerts must stay apart by namespace"
