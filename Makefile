@@ -15,10 +15,12 @@ IMAGE ?= herald
 all: test
 
 # redis-server for the lookup service and the tests; etcd (Debian's etcd-server) for the etcd metadata
-# backend's tests and `herald local-cluster --metadata etcd`; a Java runtime for Spark (Spark 4 needs 17+).
+# backend's tests and `herald local-cluster --metadata etcd`; a Java runtime for Spark (Spark 4 needs 17+);
+# Prometheus (and its promtool) for the dashboards' and alerts' tests, which run it on a free port.
 APT_PACKAGES := $(if $(shell command -v redis-server),,redis-server) \
 	$(if $(shell command -v etcd),,etcd-server) \
-	$(if $(shell command -v java),,openjdk-17-jre-headless)
+	$(if $(shell command -v java),,openjdk-17-jre-headless) \
+	$(if $(shell command -v prometheus),,prometheus)
 
 # The packages' own services (redis on 6379, etcd on 2379) must not start: tests and local clusters
 # run their own on free ports. A policy-rc.d answering 101 ("action forbidden") keeps apt from

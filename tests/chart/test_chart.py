@@ -35,9 +35,9 @@ from tests.chart.render import (
 
 MONITORING_KINDS = ("ServiceMonitor", "PodMonitor")
 # Custom resources of other projects' CRDs, which the validator does not know: their structure is
-# checked by their own tests (monitoring here, cert-manager's Certificate in test_security, kopf's
-# peering objects in test_operator_chart).
-FOREIGN_KINDS = (*MONITORING_KINDS, "Certificate", "KopfPeering", "ClusterKopfPeering")
+# checked by their own tests (monitoring here and test_alerts.py, cert-manager's Certificate in
+# test_security, kopf's peering objects in test_operator_chart).
+FOREIGN_KINDS = (*MONITORING_KINDS, "PrometheusRule", "Certificate", "KopfPeering", "ClusterKopfPeering")
 
 
 def validate(manifest: Manifest) -> None:

@@ -1,28 +1,37 @@
-"""The Grafana dashboards (charts/herald/dashboards/*.json) and docs/metrics.md against what Herald
-really exports: every dashboard is well formed (ids, titles, grid positions, the `datasource`
-variable on every panel and query), and every metric a panel or template variable names is one a
-running `herald standalone` (dlq-worker on) serves after a produce-consume that makes dead letters
-through the proxy. docs/metrics.md lists every family that scrape holds, and names no other."""
+"""The Grafana dashboards (charts/herald/dashboards/*.json) and the chart's alerts against what Herald
+really exports, in a real Prometheus: every dashboard is well formed (ids, titles, grid positions, the
+`datasource` variable on every panel and query); a `herald standalone` (dlq-worker on) is scraped every
+second by Debian's Prometheus during a produce-consume that makes dead letters through the proxy; then
+every panel's query, with its variables at their defaults, is valid PromQL there and has data unless
+listed in EMPTY_ON_THIS_TRAFFIC (with the reason); every alert rule of the chart's PrometheusRule passes
+`promtool check rules`, is evaluated by that Prometheus without error and names only exported metrics.
+docs/metrics.md lists every family the standalone exports, and names no other."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import re
+import subprocess
 import time
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from herald.client import AsyncClient, ConsumerType, DeadLetterPolicy, InitialPosition
 from herald.client.metrics import ClientMetrics
 from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.chart.render import render
 from tests.conftest import ROOT, StandaloneProcess, running_standalone
 from tests.helpers import unique_topic
+from tests.prometheus import PROMTOOL, Prometheus, QueryError, binary, running_prometheus
+from tests.promql import metric_names, variable_metric_names
 
 DASHBOARDS = ROOT / "charts" / "herald" / "dashboards"
 METRICS_DOC = ROOT / "docs" / "metrics.md"
@@ -30,102 +39,6 @@ EXPECTED = {"overview.json", "topic.json", "broker.json", "storage.json", "proxy
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 DEADLINE = 30.0
 LETTERS = 5
-
-# ---- PromQL: the metric names an expression selects ----------------------------------------------
-
-_TOKEN = re.compile(r"""
-    (?P<space>\s+)
-  | (?P<comment>\#[^\n]*)
-  | (?P<string>"(?:\\.|[^"\\])*"|'(?:\\.|[^'\\])*'|`[^`]*`)
-  | (?P<variable>\$\{[^}]*\}|\$\w+|\[\[[\w:.]+\]\])
-  | (?P<number>0[xX][0-9a-fA-F]+
-      |(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?(?:(?:ms|[smhdwy])(?:\d+(?:ms|[smhdwy]))*)?)
-  | (?P<name>[A-Za-z_:][A-Za-z0-9_:]*)
-  | (?P<punct>=~|!~|!=|==|<=|>=|.)
-""", re.VERBOSE | re.DOTALL)
-
-# Followed by a parenthesised list of label names (group_left/right may have none).
-LABEL_LIST_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right"}
-KEYWORDS = {"and", "or", "unless", "bool", "offset", "atan2", "inf", "nan"}
-# Aggregations may be followed by `by (...)` before their parenthesis: not always a call at once.
-AGGREGATIONS = {"sum", "min", "max", "avg", "group", "stddev", "stdvar", "count", "count_values", "bottomk",
-                "topk", "quantile", "limitk", "limit_ratio"}
-
-
-def _tokens(expr: str) -> list[tuple[str, str]]:
-    found = []
-    for match in _TOKEN.finditer(expr):
-        kind = match.lastgroup
-        assert kind is not None
-        if kind not in ("space", "comment"):
-            found.append((kind, match.group()))
-    return found
-
-
-def _closing(tokens: list[tuple[str, str]], start: int, opening: str, closing: str) -> int:
-    """The index of the token closing the bracket opened at `start`."""
-    depth = 0
-    for index in range(start, len(tokens)):
-        if tokens[index] == ("punct", opening):
-            depth += 1
-        elif tokens[index] == ("punct", closing):
-            depth -= 1
-            if depth == 0:
-                return index
-    raise ValueError(f"unbalanced {opening!r} in {' '.join(text for _, text in tokens)!r}")
-
-
-def metric_names(expr: str) -> set[str]:
-    """The metric names a PromQL expression selects: its bare identifiers, less functions (a name
-    followed by a parenthesis), aggregations, keywords, the label names of `by (...)` and the like,
-    label matchers inside `{...}` (but a `__name__="x"` matcher's x), ranges and subqueries `[...]`,
-    strings, numbers, durations and Grafana variables."""
-    tokens = _tokens(expr)
-    names: set[str] = set()
-    index = 0
-    while index < len(tokens):
-        kind, text = tokens[index]
-        following = tokens[index + 1] if index + 1 < len(tokens) else ("", "")
-        if (kind, text) == ("punct", "{"):
-            end = _closing(tokens, index, "{", "}")
-            matchers = tokens[index + 1:end]
-            for at, (matcher_kind, matcher) in enumerate(matchers[:-2]):
-                if (matcher_kind, matcher) == ("name", "__name__") and matchers[at + 1] == ("punct", "=") \
-                        and matchers[at + 2][0] == "string":
-                    names.add(matchers[at + 2][1][1:-1])
-            index = end + 1
-            continue
-        if (kind, text) == ("punct", "["):  # a range or subquery: durations, variables and ':'
-            index = _closing(tokens, index, "[", "]") + 1
-            continue
-        if kind == "name":
-            word = text.lower()
-            if word in LABEL_LIST_KEYWORDS:
-                index = _closing(tokens, index + 1, "(", ")") + 1 if following == ("punct", "(") else index + 1
-                continue
-            if word not in KEYWORDS and word not in AGGREGATIONS and following != ("punct", "("):
-                names.add(text)
-        index += 1
-    return names
-
-
-def variable_metric_names(query: str) -> set[str]:
-    """The metric names of a Grafana Prometheus variable query: label_values(<expr>, <label>),
-    query_result(<expr>); label_values(<label>), label_names() and metrics(<regex>) name none."""
-    query = query.strip()
-    call = re.fullmatch(r"(\w+)\s*\((.*)\)", query, re.DOTALL)
-    if call is None:
-        return metric_names(query)
-    function, arguments = call.groups()
-    if function == "label_values":
-        expr, comma, _ = arguments.rpartition(",")
-        return metric_names(expr) if comma else set()
-    if function == "query_result":
-        return metric_names(arguments)
-    if function in ("label_names", "metrics"):
-        return set()
-    return metric_names(query)
-
 
 # ---- the dashboards --------------------------------------------------------------------------------
 
@@ -252,8 +165,44 @@ def with_dlq_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standa
 
 
 @pytest.fixture(scope="module")
-def exported(with_dlq_worker: StandaloneProcess) -> Exported:
-    return asyncio.run(produce_dead_letters(with_dlq_worker))
+def alert_rules(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The chart's PrometheusRule (helm template, alerts on) as a Prometheus rule file."""
+    rules = [m for m in render(sets=("monitoring.prometheusRule.enabled=true",)) if m["kind"] == "PrometheusRule"]
+    assert len(rules) == 1
+    path = tmp_path_factory.mktemp("alerts") / "herald-rules.yml"
+    path.write_text(yaml.safe_dump({"groups": rules[0]["spec"]["groups"]}))
+    return path
+
+
+@pytest.fixture(scope="module")
+def prometheus(with_dlq_worker: StandaloneProcess, alert_rules: Path,
+               tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
+    """Debian's Prometheus scraping the standalone every second and evaluating the chart's alerts."""
+    target = f"127.0.0.1:{with_dlq_worker.metrics_port}"
+    with running_prometheus(tmp_path_factory.mktemp("prometheus"), [target], (alert_rules,)) as server:
+        server.wait_for('up{job="herald"} == 1', f"the standalone's metrics ({target}) scraped")
+        yield server
+
+
+@pytest.fixture(scope="module")
+def exported(with_dlq_worker: StandaloneProcess, prometheus: Prometheus) -> Exported:
+    """The traffic, under Prometheus' scraping; returns once Prometheus holds its results too."""
+    exported = asyncio.run(produce_dead_letters(with_dlq_worker))
+    prometheus.wait_for(f"herald_dlq_messages_moved_total >= {LETTERS}", "the dead letters moved")
+    prometheus.wait_for('herald_broker_backlog_messages{subscription="herald-dlq-replay"} > 0',
+                        "the dead letters waiting for replay")
+    # The broker publishes its per-topic series periodically: a rate over a series needs two samples,
+    # so wait until every Herald series has two in the window the panels use.
+    every = '{__name__=~"herald_.+"}'
+    deadline = time.monotonic() + DEADLINE
+    while True:
+        now, before = ({json.dumps(s["metric"], sort_keys=True) for s in prometheus.query(expr)}
+                       for expr in (every, f"{every} offset 3s"))
+        if now <= before:  # every series was scraped 3 s ago already (and since: scrapes are 1 s apart)
+            return exported
+        if time.monotonic() > deadline:
+            raise AssertionError(f"series never scraped twice: {sorted(now - before)[:5]}")
+        time.sleep(0.2)
 
 
 # ---- the extractor -----------------------------------------------------------------------------------
@@ -388,11 +337,9 @@ def test_every_metric_a_dashboard_names_is_exported_by_a_running_standalone(expo
 
 
 def test_every_metric_a_dashboard_names_has_a_live_series_after_a_produce_consume(exported: Exported) -> None:
-    # Families a normal run leaves without series (failures that did not happen) are allowed.
-    idle = {"herald_dlq_move_failures_total", "herald_proxy_upstream_reconnects_total",
-            "herald_proxy_upstream_failures_total"}
+    # Failures that did not happen have their series too (pre-initialised to 0 for the known labels).
     live = {s.name for family in exported.families for s in family.samples}
-    silent = set(used_metrics(load_dashboards())) - live - idle
+    silent = set(used_metrics(load_dashboards())) - live
     assert not silent, f"no series after a produce-consume: {sorted(silent)}"
 
 
@@ -414,3 +361,134 @@ def test_docs_metrics_names_no_metric_herald_does_not_export(exported: Exported)
     documented = documented_names()
     known = exported.names | exposed_names(exported.client_families)
     assert documented - known == set()
+
+
+# ---- in a real Prometheus --------------------------------------------------------------------------
+
+# What Grafana puts for its own variables; a dashboard variable is put at its default (All: allValue).
+GRAFANA_VARIABLES = {"__rate_interval": "1m", "__interval": "1s", "__range": "1h"}
+
+# Panels whose every query legitimately has no series after this traffic, and why. The test fails if
+# one of them has data (the list must stay true) as much as if another panel has none.
+EMPTY_ON_THIS_TRAFFIC = {
+    # No retry-letter topic: the consumer negatively acknowledges; nothing uses reconsumeLater.
+    ("dlq.json", "Retry letters"),
+}
+
+
+def substituted(expr: str, board: dict[str, Any]) -> str:
+    values = dict(GRAFANA_VARIABLES)
+    for variable in board["templating"]["list"][1:]:
+        values[variable["name"]] = variable["allValue"]
+
+    def value(match: re.Match[str]) -> str:
+        return values[match.group(1) or match.group(2)]
+
+    return re.sub(r"\$\{(\w+)\}|\$(\w+)", value, expr)
+
+
+def test_a_query_prometheus_cannot_parse_is_an_error(prometheus: Prometheus) -> None:
+    """The validity check below can fail: Prometheus refuses bad PromQL through the same call."""
+    with pytest.raises(QueryError, match="bad_data"):
+        prometheus.query("sum(rate(herald_broker_messages_in_total[1m])")
+
+
+def test_every_variable_defaults_to_all_so_panels_work_without_a_namespace_label() -> None:
+    # Plain Prometheus scraping a standalone adds no `namespace` label: the default All (.*) matches
+    # the series without it, as it matches every namespace's under the Prometheus Operator.
+    for file, board in load_dashboards().items():
+        for variable in board["templating"]["list"][1:]:
+            where = f"{file}: {variable['name']}"
+            assert variable["includeAll"] and variable["allValue"] == ".*", where
+            assert variable["current"]["value"] == ["$__all"], where
+            assert not re.search(r"\bkube_", query_of(variable)), where
+
+
+def test_every_dashboard_link_keeps_the_variables_and_the_time_range() -> None:
+    for file, board in load_dashboards().items():
+        assert board["links"], file
+        for link in board["links"]:
+            assert link["includeVars"] is True and link["keepTime"] is True, file
+
+
+def test_every_variable_query_finds_values_in_prometheus(exported: Exported, prometheus: Prometheus) -> None:
+    empty = []
+    for file, board in load_dashboards().items():
+        for variable in board["templating"]["list"][1:]:
+            call = re.fullmatch(r"label_values\((.*),\s*(\w+)\)", query_of(variable), re.DOTALL)
+            assert call is not None, f"{file}: {variable['name']}: not a label_values(<expr>, <label>) query"
+            expr, label = substituted(call.group(1), board), call.group(2)
+            values = {series[label] for series in prometheus.series(expr) if label in series}
+            # namespace: the label the Prometheus Operator adds; a plain scrape has none (All covers it).
+            if not values and label != "namespace":
+                empty.append(f"{file}: {variable['name']} ({expr})")
+    assert not empty, f"variables without values: {empty}"
+
+
+def test_every_panel_query_is_valid_and_has_data_in_a_real_prometheus(exported: Exported,
+                                                                        prometheus: Prometheus) -> None:
+    invalid, empty, listed_with_data = [], [], []
+    for file, board in load_dashboards().items():
+        for panel in all_panels(board["panels"]):
+            targets = panel.get("targets", [])
+            if not targets:
+                continue
+            results = []
+            for target in targets:
+                expr = substituted(target["expr"], board)
+                try:
+                    results.append(prometheus.query(expr))
+                except QueryError as error:
+                    invalid.append(f"{file}: {panel['title']}: {error}")
+            has_data = any(results)
+            listed = (file, panel["title"]) in EMPTY_ON_THIS_TRAFFIC
+            if not has_data and not listed:
+                empty.append(f"{file}: {panel['title']}")
+            if has_data and listed:
+                listed_with_data.append(f"{file}: {panel['title']}")
+    assert not invalid, "\n".join(invalid)
+    assert not empty, f"panels with no data after the traffic: {empty}"
+    assert not listed_with_data, f"EMPTY_ON_THIS_TRAFFIC lists panels that have data: {listed_with_data}"
+
+
+def alert_rules_of(path: Path) -> list[dict[str, Any]]:
+    return [rule for group in yaml.safe_load(path.read_text())["groups"] for rule in group["rules"]]
+
+
+def test_promtool_accepts_the_chart_s_alert_rules(alert_rules: Path) -> None:
+    result = subprocess.run([str(binary(PROMTOOL)), "check", "rules", str(alert_rules)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"SUCCESS: {len(alert_rules_of(alert_rules))} rules found" in result.stdout
+
+
+def test_every_alert_is_valid_promql_over_metrics_herald_exports(exported: Exported, prometheus: Prometheus,
+                                                                  alert_rules: Path) -> None:
+    rules = alert_rules_of(alert_rules)
+    assert {rule["alert"] for rule in rules} >= {
+        "HeraldBacklogGrowing", "HeraldDeadLettersNotMoved", "HeraldDeadLettersWaitingForReplay",
+        "HeraldStorageDiskNearlyFull", "HeraldBrokerNotReady", "HeraldJournalFsyncSlow", "HeraldBrokerLeaseLost"}
+    for rule in rules:
+        prometheus.query(rule["expr"])  # raises QueryError on invalid PromQL
+        unknown = metric_names(rule["expr"]) - exported.names
+        assert not unknown, f"{rule['alert']} uses metrics Herald does not export: {sorted(unknown)}"
+
+
+def test_prometheus_evaluates_every_alert_and_the_dead_letters_one_is_pending(exported: Exported,
+                                                                               prometheus: Prometheus,
+                                                                               alert_rules: Path) -> None:
+    names = {rule["alert"] for rule in alert_rules_of(alert_rules)}
+    deadline = time.monotonic() + DEADLINE
+    while True:
+        rules = [rule for group in prometheus.api("rules")["groups"] for rule in group["rules"]]
+        evaluated = {rule["name"]: rule for rule in rules if not rule["lastEvaluation"].startswith("0001")}
+        pending = {alert["labels"]["alertname"] for alert in prometheus.api("alerts")["alerts"]}
+        if set(evaluated) == names and "HeraldDeadLettersWaitingForReplay" in pending:
+            break
+        if time.monotonic() > deadline:
+            raise AssertionError(f"evaluated {sorted(evaluated)} of {sorted(names)}; alerts {sorted(pending)}")
+        time.sleep(0.2)
+    errors = {name: rule.get("lastError") for name, rule in evaluated.items() if rule["health"] != "ok"}
+    assert not errors, errors
+    # A healthy standalone under this traffic: its one broker is live, its disk is not full.
+    assert not pending & {"HeraldBrokerNotReady", "HeraldStorageDiskNearlyFull", "HeraldStorageRefusingAdds"}

@@ -39,6 +39,10 @@ class DlqMetrics:
             "herald_dlq_move_duration_seconds", "Time to publish one dead letter (successful moves).",
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
             registry=registry)
+        # The failures a healthy cluster meets first (a broker restarting, a slow one) have their
+        # series at 0 from the start: dashboards show 0, not "No data", until one happens.
+        for error in ("UNAVAILABLE", "TIMEOUT"):
+            self.move_failures.labels(error)
 
     def failed(self, error: errors.HeraldError) -> None:
         self.move_failures.labels(error_label(error)).inc()

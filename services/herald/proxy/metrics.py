@@ -48,8 +48,15 @@ class ProxyMetrics:
             "Relayed streams ended for the client to reconnect because their broker failed, ended them or moved "
             "the topic.", ["kind"], registry=r)
         self.draining = Gauge("herald_proxy_draining", "1 while the proxy drains before it stops.", registry=r)
+        # Every known label value has its series at 0 from the start, so that dashboards and alerts
+        # see 0 on a healthy proxy rather than no data until the first event.
         for kind in ("produce", "consume"):
             self.active_streams.labels(kind)
             self.streams.labels(kind)
+            self.upstream_failures.labels(kind)
+        for kind in ("produce", "consume", "broker", "admin"):  # the streams', passthrough's calls
+            self.upstream_reconnects.labels(kind)
         for direction in (TO_BROKER, TO_CLIENT):
             self.forwarded_bytes.labels(direction)
+        for result in ("ok", "error"):
+            self.lookups.labels(result)
