@@ -17,7 +17,7 @@ import grpc
 import grpc.aio
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from herald.common.errors import InvalidArgumentError
+from herald.common.errors import AddressInUseError
 from herald.common.http.endpoint import HttpEndpoint
 from herald.common.transport.health import NOT_SERVING, SERVING, ServiceHealth
 from prometheus_client import CollectorRegistry
@@ -207,5 +207,5 @@ def test_a_taken_port_is_refused_with_the_setting_to_change() -> None:
         port = taken.getsockname()[1]
         endpoint = HttpEndpoint(CollectorRegistry(), port=port)
         expected = f"broker cannot serve metrics on 127.0.0.1:{port} .*metrics_port"
-        with pytest.raises(InvalidArgumentError, match=expected):
+        with pytest.raises(AddressInUseError, match=expected):
             endpoint.start_or_explain("broker")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import errno
 import json
 import logging
 import socket
@@ -30,7 +31,7 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import ThreadingWSGIServer
 
-from herald.common.errors import InvalidArgumentError
+from herald.common.errors import AddressInUseError, InvalidArgumentError
 from herald.common.http.metrics_access import UNAUTHORIZED, MetricsAccess
 from herald.common.security.settings import MetricsEndpointSettings
 from herald.common.transport.health import LoopHeartbeat, ServiceHealth
@@ -114,13 +115,16 @@ class HttpEndpoint:
             self._watched.append(health)
 
     def start_or_explain(self, service: str) -> None:
-        """start(), or an InvalidArgumentError saying which setting to change when the port is taken."""
+        """start(), or an error saying which setting to change: AddressInUseError when another process
+        holds the port (the operation failed), InvalidArgumentError for an address that cannot be."""
         try:
             self.start()
         except OSError as exc:
-            raise InvalidArgumentError(
-                f"{service} cannot serve metrics on {self.host}:{self.port} ({exc}): set metrics_port to a "
-                "free port, 0 for any free port, or -1 for none") from None
+            message = (f"{service} cannot serve metrics on {self.host}:{self.port} ({exc}): set metrics_port to a "
+                       "free port, 0 for any free port, or -1 for none")
+            if exc.errno == errno.EADDRINUSE:
+                raise AddressInUseError(message) from None
+            raise InvalidArgumentError(message) from None
 
     def start(self) -> None:
         if self._server is not None:
