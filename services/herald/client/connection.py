@@ -91,6 +91,16 @@ async def _ready_or_failed(channel: grpc.aio.Channel) -> None:
         state = channel.get_state(try_to_connect=True)
 
 
+def _first_connect_failed(service_url: str, address: str, hint: str) -> ConnectionError_:
+    """The error of a first connection to the service URL that failed at once (refused, reset,
+    handshake failed): not retryable, so creating a producer, consumer or reader fails now rather
+    than after the operation timeout."""
+    error = ConnectionError_(f"could not connect to {address}: the connection failed at once (connection refused, "
+                             f"or a failed handshake: nothing serves {service_url} there): {hint}")
+    error.retryable = False
+    return error
+
+
 class ConnectionPool:
     """Connected gRPC channels by broker address, `connections_per_broker` of each, used in turn.
 
@@ -109,6 +119,10 @@ class ConnectionPool:
         self._channels: dict[tuple[str, int], grpc.aio.Channel] = {}
         self._connecting: dict[tuple[str, int], asyncio.Future[grpc.aio.Channel]] = {}
         self._turn = itertools.count()
+        # Whether the service URL's address ever answered: until it has, a refused connection there
+        # means nothing listens (a wrong URL, a service not started) and waiting the operation
+        # timeout would only hide that; once it has, a refusal is a restart or a failover, retried.
+        self._service_reached = False
         self._closing: set[asyncio.Task[None]] = set()
         self._closed = False
 
@@ -165,8 +179,12 @@ class ConnectionPool:
                     f"could not connect to {address} within the connection timeout of {timeout:g}s: {hint}"
                 ) from None
             if isinstance(exc, _ConnectFailed):
+                if address == self._config.url.address and not self._service_reached:
+                    raise _first_connect_failed(self._config.service_url, address, hint) from None
                 raise ConnectionError_(f"could not connect to {address}: the connection failed: {hint}") from None
             raise
+        if address == self._config.url.address:
+            self._service_reached = True
         log.debug("connected to %s", address)
         return channel
 
