@@ -12,7 +12,7 @@ def herald(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 
 def test_produce_then_consume_from_the_command_line(standalone: StandaloneProcess, herald_env: dict[str, str]) -> None:
-    url = ["--service-url", standalone.service_url]
+    url = ["--url", standalone.service_url]
     produced = herald("produce", "cli-topic", "-m", "hello {i}", "-n", "5", *url, env=herald_env)
     assert produced.returncode == 0, produced.stderr
     assert "5 message(s) produced" in produced.stdout
@@ -22,14 +22,14 @@ def test_produce_then_consume_from_the_command_line(standalone: StandaloneProces
 
 
 def test_invalid_topic_name_is_a_clear_cli_error(standalone: StandaloneProcess, herald_env: dict[str, str]) -> None:
-    result = herald("produce", "bad topic", "--service-url", standalone.service_url, env=herald_env)
+    result = herald("produce", "bad topic", "--url", standalone.service_url, env=herald_env)
     assert result.returncode == 2
     assert "invalid" in result.stderr and "bad topic" in result.stderr
 
 
 def test_consume_gives_up_after_its_timeout(standalone: StandaloneProcess, herald_env: dict[str, str]) -> None:
     result = herald("consume", "empty-topic", "-s", "s", "-n", "1", "--timeout", "1",
-                    "--service-url", standalone.service_url, env=herald_env)
+                    "--url", standalone.service_url, env=herald_env)
     assert result.returncode == 1
     assert "no message within 1.0s" in result.stderr
 

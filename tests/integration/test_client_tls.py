@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from herald.api.v1 import lookup_pb2_grpc
 from herald.client import AsyncClient
-from herald.common.errors import HeraldTimeoutError, InvalidArgumentError
+from herald.common.errors import ConnectionError_, HeraldTimeoutError, InvalidArgumentError
 from herald.lookup.server import LookupServicer
 from herald.lookup.settings import LookupSettings
 from herald.metadata.embedded import EmbeddedMetadataStore
@@ -176,5 +176,6 @@ async def test_a_trust_file_that_cannot_be_used_is_refused_at_once(tmp_path: Pat
 
 async def test_an_insecure_connection_to_nothing_names_the_address() -> None:
     port = free_port()
-    with pytest.raises(HeraldTimeoutError, match=f"could not fetch the TLS certificate of 127.0.0.1:{port}"):
+    # Issue 22 item 4: nothing ever answered there, so the refusal fails at once (no longer a timeout).
+    with pytest.raises(ConnectionError_, match=f"could not fetch the TLS certificate of 127.0.0.1:{port}"):
         await partitions(f"herald+ssl://127.0.0.1:{port}", tls_allow_insecure_connection=True, **FAST)

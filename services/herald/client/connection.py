@@ -5,6 +5,7 @@ share. gRPC statuses become Herald errors in herald.common.transport.rpc, shared
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 from collections.abc import Awaitable, Callable
@@ -15,7 +16,7 @@ import grpc.aio
 
 from herald.client.config import ClientConfig
 from herald.client.liveness import ChannelWatchdog
-from herald.client.tls import read_trust_certs, secure_channel_settings
+from herald.client.tls import CertificateFetchRefused, read_trust_certs, secure_channel_settings
 from herald.common.backoff import Backoff
 from herald.common.errors import AlreadyClosedError, ConnectionError_, HeraldError, HeraldTimeoutError
 from herald.common.security.credentials import auth_interceptors
@@ -26,6 +27,7 @@ T = TypeVar("T")
 
 
 
+_TLS_HINT = "is the service running, the address right, and its certificate trusted?"
 _BAD_STATES = (grpc.ChannelConnectivity.TRANSIENT_FAILURE, grpc.ChannelConnectivity.SHUTDOWN)
 
 
@@ -92,6 +94,32 @@ async def _ready_or_failed(channel: grpc.aio.Channel) -> None:
         state = channel.get_state(try_to_connect=True)
 
 
+def _first_connect_failed(service_url: str, address: str, hint: str) -> ConnectionError_:
+    """The error of a first connection to the service URL that was refused: not retryable, so
+    creating a producer, consumer or reader fails now rather than after the operation timeout."""
+    error = ConnectionError_(f"could not connect to {address}: the connection failed at once (connection refused: "
+                             f"nothing listens there for {service_url}): {hint}")
+    error.retryable = False
+    return error
+
+
+async def _refused(address: str, timeout: float) -> bool:  # noqa: ASYNC109 - bounds the one probe
+    """Whether a plain TCP connection to `address` is refused. gRPC reports a refusal and a failed
+    TLS handshake alike; only a refusal means that nothing listens (a handshake that failed may be
+    a server still loading its certificates: that one is retried as before)."""
+    host, _, port = address.rpartition(":")
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host.strip("[]"), int(port)), timeout)
+    except ConnectionRefusedError:
+        return True
+    except (OSError, TimeoutError, ValueError):
+        return False
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return False
+
+
 class ConnectionPool:
     """Connected gRPC channels by broker address, `connections_per_broker` of each, used in turn.
 
@@ -111,6 +139,11 @@ class ConnectionPool:
         self._watchdogs: dict[tuple[str, int], ChannelWatchdog] = {}
         self._connecting: dict[tuple[str, int], asyncio.Future[grpc.aio.Channel]] = {}
         self._turn = itertools.count()
+        # Whether the service URL's address ever answered: until it has, a refused connection there
+        # means nothing listens (a wrong URL, a service not started) and waiting the operation
+        # timeout would only hide that; once it has, a refusal is a restart or a failover, retried.
+        # (Refused only: a failed TLS handshake is still retried until the operation timeout.)
+        self._service_reached = False
         self._closing: set[asyncio.Task[None]] = set()
         self._closed = False
 
@@ -150,14 +183,18 @@ class ConnectionPool:
 
     async def _connect(self, address: str) -> grpc.aio.Channel:
         if self._config.url.tls:
-            credentials, extra = await secure_channel_settings(self._config, address, self._trusted)
+            try:
+                credentials, extra = await secure_channel_settings(self._config, address, self._trusted)
+            except CertificateFetchRefused as exc:
+                if address == self._config.url.address and not self._service_reached:
+                    raise _first_connect_failed(self._config.service_url, address, f"{exc}; {_TLS_HINT}") from None
+                raise
             channel = grpc.aio.secure_channel(address, credentials, options=[*self._options, *extra],
                                               interceptors=self._interceptors)
         else:
             channel = grpc.aio.insecure_channel(address, options=self._options, interceptors=self._interceptors)
         timeout = self._config.connection_timeout
-        hint = ("is the service running, the address right, and its certificate trusted?"
-                if self._config.url.tls else
+        hint = (_TLS_HINT if self._config.url.tls else
                 "is the service running and the address right (a TLS service wants a herald+ssl:// URL)?")
         try:
             await asyncio.wait_for(_ready_or_failed(channel), timeout)
@@ -168,8 +205,13 @@ class ConnectionPool:
                     f"could not connect to {address} within the connection timeout of {timeout:g}s: {hint}"
                 ) from None
             if isinstance(exc, _ConnectFailed):
+                if (address == self._config.url.address and not self._service_reached
+                        and await _refused(address, timeout)):
+                    raise _first_connect_failed(self._config.service_url, address, hint) from None
                 raise ConnectionError_(f"could not connect to {address}: the connection failed: {hint}") from None
             raise
+        if address == self._config.url.address:
+            self._service_reached = True
         log.debug("connected to %s", address)
         return channel
 

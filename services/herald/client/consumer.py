@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import abc
 import datetime
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Generic, TypeVar
 
 from herald.client.config import ConsumerType
 from herald.client.message import Message
 from herald.common.codec.message_id import MessageId
-from herald.common.errors import NotAllowedError
+from herald.common.errors import ConsumerClosedError, NotAllowedError
 
 T = TypeVar("T")
 
@@ -157,6 +157,21 @@ class AsyncConsumer(abc.ABC, Generic[T]):
 
     async def __aenter__(self) -> AsyncConsumer[T]:
         return self
+
+    def __aiter__(self) -> AsyncIterator[Message[T]]:
+        """`async for message in consumer`: each message as it comes (receive() without a
+        timeout); the loop ends when the consumer is closed (by another task, or its client)."""
+        return self
+
+    async def __anext__(self) -> Message[T]:
+        try:
+            message = await self.receive()
+        except ConsumerClosedError:
+            if self.closed:
+                raise StopAsyncIteration from None
+            raise
+        assert message is not None  # no timeout: a message, or ConsumerClosedError
+        return message
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()

@@ -15,7 +15,7 @@ import asyncio
 import datetime
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Generic, TypeVar
 
 from herald.api.v1 import broker_pb2, common_pb2
@@ -263,6 +263,21 @@ class AsyncReader(Generic[T]):
     def _check_open(self) -> None:
         if self._closed or self._consumer.closed:
             raise ConsumerClosedError("reader closed")
+
+    def __aiter__(self) -> AsyncIterator[Message[T]]:
+        """`async for message in reader`: each message as it comes (read_next() without a
+        timeout); the loop ends when the reader is closed (by another task, or its client)."""
+        return self
+
+    async def __anext__(self) -> Message[T]:
+        try:
+            message = await self.read_next()
+        except ConsumerClosedError:
+            if self.closed:
+                raise StopAsyncIteration from None
+            raise
+        assert message is not None  # no timeout: a message, or ConsumerClosedError
+        return message
 
     async def __aenter__(self) -> AsyncReader[T]:
         return self

@@ -66,10 +66,17 @@ def read_client_file(path: str, what: str) -> bytes:
         raise InvalidArgumentError(f"client {what} file {path!r} cannot be read: {exc.strerror}") from None
 
 
+class CertificateFetchRefused(ConnectionError_):
+    """Fetching the server's certificate was refused: nothing listens there (the pool decides
+    whether that is worth retrying)."""
+
+
 async def _server_certificate(address: str, timeout: float) -> str:  # noqa: ASYNC109 - the handshake's socket timeout
     host, _, port = address.rpartition(":")
     try:
         return await asyncio.to_thread(ssl.get_server_certificate, (host.strip("[]"), int(port)), timeout=timeout)
+    except ConnectionRefusedError as exc:
+        raise CertificateFetchRefused(f"could not fetch the TLS certificate of {address}: {exc}") from None
     except (OSError, ssl.SSLError) as exc:
         raise ConnectionError_(f"could not fetch the TLS certificate of {address}: {exc}") from None
 

@@ -16,7 +16,7 @@ import inspect
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from herald.client import tracing as client_tracing
@@ -283,6 +283,19 @@ class Consumer(Generic[T]):
     def _drop_buffer(self) -> None:
         with self._lock:
             self._buffer.clear()
+
+    def __iter__(self) -> Iterator[Message[T]]:
+        """`for message in consumer`: each message as it comes (receive() without a timeout);
+        the loop ends when the consumer is closed (by another thread, or its client)."""
+        while True:
+            try:
+                message = self.receive()
+            except ConsumerClosedError:
+                if self.closed:
+                    return
+                raise
+            if message is not None:
+                yield message
 
     def __enter__(self) -> Consumer[T]:
         return self

@@ -8,7 +8,7 @@ import asyncio
 import concurrent.futures
 import datetime
 import inspect
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from herald.client.message import Message
@@ -110,6 +110,19 @@ class Reader(Generic[T]):
     def _check_open(self) -> None:
         if self._async.closed:
             raise ConsumerClosedError("reader closed")
+
+    def __iter__(self) -> Iterator[Message[T]]:
+        """`for message in reader`: each message as it comes (read_next() without a timeout);
+        the loop ends when the reader is closed (by another thread, or its client)."""
+        while True:
+            try:
+                message = self.read_next()
+            except ConsumerClosedError:
+                if self.closed:
+                    return
+                raise
+            if message is not None:
+                yield message
 
     def __enter__(self) -> Reader[T]:
         return self
