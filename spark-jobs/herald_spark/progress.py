@@ -78,7 +78,7 @@ class SparkProgress:
 def watch_query(query: StreamingQuery, what: str, *, interval: int = 30, stream: TextIO | None = None) -> None:
     """Wait for a streaming query to end, printing a line per `interval` on what its last micro-batch
     did (a streaming job runs until stopped: the lines show that it is alive and keeping up). A failed
-    query raises its StreamingQueryException here."""
+    query raises its StreamingQueryException here; a query that ends says so in a last line."""
     out = stream if stream is not None else sys.stderr
     while not query.awaitTermination(interval):
         last = query.lastProgress
@@ -87,3 +87,5 @@ def watch_query(query: StreamingQuery, what: str, *, interval: int = 30, stream:
             continue
         print(f"{what}: batch {last['batchId']}: {last['numInputRows']} rows in, "
               f"{float(last.get('processedRowsPerSecond') or 0.0):.1f} rows/s", file=out, flush=True)
+    last = query.lastProgress
+    print(f"{what}: stopped" + (f" after batch {last['batchId']}" if last is not None else ""), file=out, flush=True)

@@ -54,5 +54,7 @@ def test_a_streaming_job_prints_a_line_per_report_until_it_stops(
         "--checkpoint", str(tmp_path / "checkpoint"), "--available-now"])
     out = io.StringIO()
     watch_query(events_per_minute.start(spark, args), "events_per_minute", interval=1, stream=out)
+    *reports, last = out.getvalue().splitlines()
     line = re.compile(r"events_per_minute: (waiting for the first micro-batch|batch \d+: \d+ rows in, [\d.]+ rows/s)")
-    assert all(line.fullmatch(text) for text in out.getvalue().splitlines()), out.getvalue()
+    assert all(line.fullmatch(text) for text in reports), reports
+    assert re.fullmatch(r"events_per_minute: stopped after batch \d+", last), last
