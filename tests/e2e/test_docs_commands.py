@@ -1,10 +1,11 @@
 """The docs' commands run: every shell block (```bash, ```sh, ```shell, and the `$ ` lines of ```console)
 of README.md and docs/*.md runs as written, as one `set -e` bash script, against a real `herald
 standalone` started here. The blocks of one page share a temporary folder (a key made by one block is
-used by the next; `.venv` there is the venv, as in a checkout after `make run`), and run in order.
+used by the next; it holds links to the repository's files and `.venv` to the venv, as a checkout
+after `make run` does), and run in order.
 
 The documented addresses are replaced by the test's: herald://127.0.0.1:6660 (and localhost), the
-Pulsar port 6650, the web port 8080 and the metrics port 9180; HERALD_SERVICE_URL names the
+proxy's 6662, the Pulsar port 6650, the web port 8080 and the metrics port 9180; HERALD_SERVICE_URL names the
 standalone, for commands that rely on the default URL.
 
 A fence may carry one tag:
@@ -36,11 +37,13 @@ import pytest
 from tests.conftest import ROOT, VENV_BIN, StandaloneProcess, free_port, running_standalone, service_env
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-_FENCE = re.compile(r"^```(bash|sh|shell|console)[ \t]*(\{[a-z]+\})?[ \t]*\n(.*?)^```", re.DOTALL | re.MULTILINE)
+# A fence may be indented (inside a list item): its lines lose that indentation.
+_FENCE = re.compile(r"^([ \t]*)```(bash|sh|shell|console)[ \t]*(\{[a-z]+\})?[ \t]*\n(.*?)^\1```",
+                    re.DOTALL | re.MULTILINE)
 NOT_RUN = {"{cluster}", "{setup}"}
 TAGS = {"{server}", "{interrupt}", *NOT_RUN}
 # The documented default ports, each replaced by the port of the server the block runs against.
-PORTS = {"service": 6660, "pulsar": 6650, "web": 8080, "metrics": 9180}
+PORTS = {"service": 6660, "proxy": 6662, "pulsar": 6650, "web": 8080, "metrics": 9180}
 READY = "press Ctrl-C"
 
 
@@ -72,8 +75,10 @@ def blocks(page: Path) -> list[Block]:
     text = page.read_text()
     found = []
     for match in _FENCE.finditer(text):
-        found.append(Block(page, text.count("\n", 0, match.start()) + 1, match.group(2) or "",
-                           commands(match.group(1), match.group(3))))
+        indent = match.group(1)
+        body = "".join(line.removeprefix(indent) for line in match.group(4).splitlines(keepends=True))
+        found.append(Block(page, text.count("\n", 0, match.start()) + 1, match.group(3) or "",
+                           commands(match.group(2), body)))
     return found
 
 
@@ -88,11 +93,11 @@ def test_every_shell_block_is_run_or_tagged_as_not_runnable_here() -> None:
           *not_run, sep="\n  ")
     assert len(every) >= 30 and len(every) - len(not_run) >= 12
     # A block that needs Kubernetes, helm or docker cannot run here: it must say so in its fence.
-    needs_cluster = re.compile(r"^\s*(kubectl|helm|docker|spark-submit|make (images|deploy))\b", re.MULTILINE)
+    needs_cluster = re.compile(r"^\s*(kubectl|helm|docker|make (images|deploy))\b|--master k8s://", re.MULTILINE)
     untagged = [block.where for block in every if block.tag not in NOT_RUN and needs_cluster.search(block.script)]
     assert not untagged, f"blocks that need a cluster are not tagged {{cluster}}: {untagged}"
     # Only the tags this test knows: a typo would otherwise run (or skip) a block silently.
-    fences = [(page, tag) for page in PAGES for tag in re.findall(r"^```(?:bash|sh|shell|console)(.*)$",
+    fences = [(page, tag) for page in PAGES for tag in re.findall(r"^[ \t]*```(?:bash|sh|shell|console)(.*)$",
                                                                   page.read_text(), re.MULTILINE)]
     assert all(tag.strip() in {"", *TAGS} for _, tag in fences), fences
 
@@ -128,17 +133,21 @@ def serving(script: str) -> tuple[str, dict[str, int]]:
     ports = {name: free_port() for name in PORTS}
     flags = (f"--port {ports['service']} --pulsar-port {ports['pulsar']} --web-port {ports['web']} "
              f"--metrics-port {ports['metrics']} --broker-port {free_port()} --storage-port {free_port()} "
-             f"--proxy-port {free_port()}")
+             f"--proxy-port {ports['proxy']}")
     return script.replace("herald standalone", f"herald standalone {flags}"), ports
 
 
 def run_page(page: Path, standalone: StandaloneProcess, folder: Path) -> list[str]:
     """Run the page's blocks in order; the failures, each with its output."""
+    # As in a checkout after `make run`: the repository's files (spark-jobs/, charts/...) and its .venv.
+    for entry in ROOT.iterdir():
+        if entry.name not in (".venv", ".git"):
+            (folder / entry.name).symlink_to(entry)
     (folder / ".venv").symlink_to(VENV_BIN.parent)
     env = service_env()
     env["HERALD_SERVICE_URL"] = standalone.service_url
-    default = Server({"service": standalone.port, "pulsar": standalone.pulsar_port, "web": standalone.web_port,
-                      "metrics": standalone.metrics_port})
+    default = Server({"service": standalone.port, "proxy": standalone.proxy_port, "pulsar": standalone.pulsar_port,
+                      "web": standalone.web_port, "metrics": standalone.metrics_port})
     server, failures = default, []
     try:
         for number, block in enumerate(BLOCKS[page]):
@@ -201,6 +210,7 @@ def docs_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standa
         yield server
 
 
+@pytest.mark.timeout(900)  # a page's blocks run one after the other (spark.md starts Spark twice)
 @pytest.mark.parametrize("page", RUN_PAGES, ids=[page.name for page in RUN_PAGES])
 def test_the_shell_blocks_of_the_page_run_as_written(page: Path, docs_standalone: StandaloneProcess,
                                                       tmp_path: Path) -> None:
