@@ -80,12 +80,13 @@ class LocalCluster:
         self._env, self._herald = env, herald
         self.storage = [self._storage_process(i) for i in range(settings.storage_nodes)]
         lookup_port, metrics_port = free_port(), free_port()
-        # The settings' `cluster` field of lookup and brokers (no flag of its own): through their environment.
+        # The `cluster` setting of lookup and brokers (no flag of its own), through their environment; one
+        # already there (extra_env, the shell) is their own setting and wins, as an environment variable does.
         named = {"HERALD_LOOKUP_CLUSTER": settings.cluster_name, "HERALD_BROKER_CLUSTER": settings.cluster_name}
         self.lookup = ClusterProcess(
             "lookup", [*herald, "lookup", "--metadata-url", self.metadata_url, "--port", str(lookup_port),
                        "--heartbeat-interval", str(settings.heartbeat_interval), "--metrics-port", str(metrics_port)],
-            self.logs, "lookup listening on", lookup_port, {**env, **named}, metrics_port=metrics_port,
+            self.logs, "lookup listening on", lookup_port, {**named, **env}, metrics_port=metrics_port,
         )
         quorums = ["--ensemble-size", str(settings.ensemble_size), "--write-quorum", str(settings.write_quorum),
                    "--ack-quorum", str(settings.ack_quorum)]
@@ -98,7 +99,7 @@ class LocalCluster:
                                 self.lookup.address, "--storage-nodes", nodes, "--port", str(port),
                                 "--broker-id", f"broker-{i}", "--metrics-port", str(metrics_port),
                                 "--pulsar-port", str(pulsar_port), "--web-port", str(web_port), *quorums],
-                self.logs, "broker listening on", port, {**env, **named}, metrics_port=metrics_port,
+                self.logs, "broker listening on", port, {**named, **env}, metrics_port=metrics_port,
                 pulsar_port=pulsar_port, web_port=web_port,
             ))
         self.proxies = []
