@@ -1,10 +1,11 @@
-"""`herald local-cluster`: a real multi-process Herald on loopback — redis-server (or etcd members), lookup, brokers,
-storage nodes and optional proxies, each its own process with its log in one folder. The chaos tests drive the same
-code (kill, pause, resume, restart any process)."""
+"""`herald local-cluster`: a real multi-process Herald on loopback — redis-server (or etcd members), lookup,
+brokers, storage nodes, a dlq-worker and optional proxies, each its own process with its log in one folder.
+The chaos tests drive the same code (kill, pause, resume, restart any process)."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import threading
@@ -37,7 +38,14 @@ class ClusterSettings:
     # `herald local-cluster` restarts a child that died (LocalCluster.supervise); past this many
     # restarts within a minute it stops the cluster and exits non-zero instead (a crash loop).
     max_restarts_per_minute: int = 5
+    # The cluster's name: every broker registers under it (`herald admin brokers list` shows it).
+    cluster_name: str = "local"
+    # A `herald dlq-worker` moves dead letters to their dead-letter topics, as in a real deployment.
+    dlq_worker: bool = True
     extra_env: dict[str, str] = field(default_factory=dict)
+
+
+_CLUSTER_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
 class LocalCluster:
@@ -52,6 +60,9 @@ class LocalCluster:
         if settings.max_restarts_per_minute < 0:
             raise InvalidArgumentError(
                 f"max_restarts_per_minute must be 0 (never restart) or more, got {settings.max_restarts_per_minute}")
+        if not _CLUSTER_NAME.fullmatch(settings.cluster_name):
+            raise InvalidArgumentError(
+                f"cluster name {settings.cluster_name!r} is invalid: use 1 to 64 of a-z, A-Z, 0-9, '-', '_', '.'")
         self.settings = settings
         self.base = Path(settings.base_dir).resolve()
         self.logs = self.base / "logs"
@@ -69,10 +80,13 @@ class LocalCluster:
         self._env, self._herald = env, herald
         self.storage = [self._storage_process(i) for i in range(settings.storage_nodes)]
         lookup_port, metrics_port = free_port(), free_port()
+        # The `cluster` setting of lookup and brokers (no flag of its own), through their environment; one
+        # already there (extra_env, the shell) is their own setting and wins, as an environment variable does.
+        named = {"HERALD_LOOKUP_CLUSTER": settings.cluster_name, "HERALD_BROKER_CLUSTER": settings.cluster_name}
         self.lookup = ClusterProcess(
             "lookup", [*herald, "lookup", "--metadata-url", self.metadata_url, "--port", str(lookup_port),
                        "--heartbeat-interval", str(settings.heartbeat_interval), "--metrics-port", str(metrics_port)],
-            self.logs, "lookup listening on", lookup_port, env, metrics_port=metrics_port,
+            self.logs, "lookup listening on", lookup_port, {**named, **env}, metrics_port=metrics_port,
         )
         quorums = ["--ensemble-size", str(settings.ensemble_size), "--write-quorum", str(settings.write_quorum),
                    "--ack-quorum", str(settings.ack_quorum)]
@@ -85,7 +99,7 @@ class LocalCluster:
                                 self.lookup.address, "--storage-nodes", nodes, "--port", str(port),
                                 "--broker-id", f"broker-{i}", "--metrics-port", str(metrics_port),
                                 "--pulsar-port", str(pulsar_port), "--web-port", str(web_port), *quorums],
-                self.logs, "broker listening on", port, env, metrics_port=metrics_port,
+                self.logs, "broker listening on", port, {**named, **env}, metrics_port=metrics_port,
                 pulsar_port=pulsar_port, web_port=web_port,
             ))
         self.proxies = []
@@ -95,6 +109,14 @@ class LocalCluster:
                 f"proxy-{i}", [*herald, "proxy", "--lookup-address", self.lookup.address, "--port", str(port),
                                "--metrics-port", str(metrics_port), "--pulsar-port", str(pulsar_port)],
                 self.logs, "proxy listening on", port, env, metrics_port=metrics_port, pulsar_port=pulsar_port,
+            ))
+        self.dlq_workers: list[ClusterProcess] = []
+        if settings.dlq_worker:
+            metrics_port = free_port()  # the worker listens on nothing else: its port is its /metrics
+            self.dlq_workers.append(ClusterProcess(
+                "dlq-worker", [*herald, "dlq-worker", "--service-url", self.service_url, "--worker-name", "dlq-worker",
+                               "--metrics-port", str(metrics_port)],
+                self.logs, "is running against", metrics_port, env, metrics_port=metrics_port,
             ))
 
     def _redis(self, env: dict[str, str]) -> ClusterProcess:
@@ -148,7 +170,8 @@ class LocalCluster:
 
     @property
     def processes(self) -> list[ClusterProcess]:
-        return [*self.metadata_processes, *self.storage, self.lookup, *self.brokers, *self.proxies]
+        return [*self.metadata_processes, *self.storage, self.lookup, *self.brokers, *self.proxies,
+                *self.dlq_workers]
 
     def process(self, name: str) -> ClusterProcess:
         for candidate in self.processes:
@@ -169,6 +192,8 @@ class LocalCluster:
             for process in self.processes:
                 if process not in self.metadata_processes or self.settings.metadata != "etcd":
                     process.start()
+            # For scripts: `herald produce t --url "$(cat local-cluster/service-url)"`.
+            (self.base / "service-url").write_text(self.service_url + "\n")
         except BaseException:
             self.stop()
             raise
@@ -207,8 +232,10 @@ class LocalCluster:
         rows = [("service URL", self.service_url)]
         if self.proxies:
             rows.append(("proxy URL", self.proxy_url))
+        rows.append(("cluster", self.settings.cluster_name))
         rows.append(("metadata", self.metadata_url))
-        rows += [(p.name, p.address) for p in self.processes if p not in self.metadata_processes]
+        rows += [(p.name, p.address) for p in self.processes
+                 if p not in self.metadata_processes and p not in self.dlq_workers]
         rows += [(f"{p.name} pulsar", p.pulsar_url) for p in self.processes if p.pulsar_port is not None]
         rows += [(f"{p.name} web", p.web_url) for p in self.processes if p.web_port is not None]
         rows += [(f"{p.name} metrics", f"http://127.0.0.1:{p.metrics_port}/metrics")

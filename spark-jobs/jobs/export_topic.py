@@ -1,7 +1,8 @@
 """Batch job: a range of a Herald topic -> Parquet, partitioned by the messages' publish date
 (date=YYYY-MM-DD directories, UTC). The range is given as offsets (earliest / latest / JSON of
 message ids per partition, see docs/spark.md); the count and the last message id read of each
-partition are printed.
+partition are printed. While it runs it shows its progress on stderr (a bar on a terminal, a line
+every 10 seconds otherwise).
 
     spark-submit spark-jobs/jobs/export_topic.py --service-url herald://herald-proxy:6660 \\
         --topic orders --output /data/orders
@@ -14,6 +15,7 @@ import json
 import sys
 
 from herald_spark import register
+from herald_spark.progress import SparkProgress
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -45,7 +47,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parse(sys.argv[1:] if argv is None else argv)
     spark = SparkSession.builder.appName("herald-export-topic").getOrCreate()
     spark.conf.set("spark.sql.session.timeZone", "UTC")
-    frame = export(spark, args)
+    with SparkProgress(spark, "export_topic"):  # a bar on a terminal, a line every 10 s in logs
+        frame = export(spark, args)
     parts = F.split("message_id", ":")
     order = F.struct(parts[0].cast("long"), parts[1].cast("long"), parts[3].cast("int"), F.col("message_id"))
     summary = frame.groupBy("topic").agg(F.count("*").alias("messages"), F.max(order).alias("last")).collect()

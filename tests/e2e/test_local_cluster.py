@@ -29,7 +29,7 @@ async def produce_and_consume(url: str, topic: str, count: int) -> list[bytes]:
 
 
 def test_cluster_of_processes_serves_topics_on_both_brokers(local_cluster: LocalCluster) -> None:
-    assert [p.running for p in local_cluster.processes] == [True] * 7
+    assert [p.running for p in local_cluster.processes] == [True] * 8  # with the dlq-worker
     for i in range(4):  # several topics, spread by lookup over both brokers
         assert asyncio.run(produce_and_consume(local_cluster.service_url, f"t{i}", 200)) == [
             b"%d" % n for n in range(200)
@@ -54,7 +54,7 @@ def test_local_cluster_command_starts_and_stops(tmp_path: Path, herald_env: dict
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=60) == 0
     assert sorted(p.name for p in (tmp_path / "lc" / "logs").iterdir()) == [
-        "broker-0.log", "lookup.log", "redis.log", "storage-0.log",
+        "broker-0.log", "dlq-worker.log", "lookup.log", "redis.log", "storage-0.log",
     ]
 
 
@@ -90,5 +90,5 @@ def test_local_cluster_command_with_etcd_metadata_runs_etcd_members_instead_of_r
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=60) == 0
     assert sorted(p.name for p in (tmp_path / "lc" / "logs").iterdir()) == [
-        "broker-0.log", "etcd-0.log", "etcd-1.log", "etcd-2.log", "lookup.log", "storage-0.log",
+        "broker-0.log", "dlq-worker.log", "etcd-0.log", "etcd-1.log", "etcd-2.log", "lookup.log", "storage-0.log",
     ]

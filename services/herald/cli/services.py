@@ -235,7 +235,7 @@ def cmd_local_cluster(args: argparse.Namespace) -> None:
         ClusterSettings, "local-cluster", config_file=args.config,
         overrides=_flags(args, "base_dir", "brokers", "storage_nodes", "ensemble_size", "write_quorum",
                          "ack_quorum", "heartbeat_interval", "proxies", "metadata", "etcd_members",
-                         "max_restarts_per_minute"),
+                         "max_restarts_per_minute", "cluster_name", "dlq_worker"),
     )
     cluster = LocalCluster(settings)
     stop = threading.Event()
@@ -416,4 +416,7 @@ def add_service_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     sub.add_argument("--max-restarts-per-minute", type=int,
                      help="a child that dies is restarted; past this many restarts in a minute the cluster stops "
                           "and the command exits non-zero (default 5)")
+    sub.add_argument("--cluster-name", help="the cluster's name, given to every broker (default local)")
+    sub.add_argument("--no-dlq-worker", dest="dlq_worker", action="store_const", const=False, default=None,
+                     help="run no dlq-worker (by default one moves dead letters to their dead-letter topics)")
     sub.set_defaults(func=cmd_local_cluster)
