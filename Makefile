@@ -61,12 +61,12 @@ TOPIC ?= events
 
 spark-events-per-minute: setup
 	$(VENV)/bin/spark-submit --master 'local[*]' spark-jobs/jobs/events_per_minute.py \
-	  --service-url $(SERVICE_URL) --topic $(TOPIC) --output $(DATA_DIR)/spark/events-per-minute \
+	  --url $(SERVICE_URL) --topic $(TOPIC) --output $(DATA_DIR)/spark/events-per-minute \
 	  --checkpoint $(DATA_DIR)/spark/checkpoints/events-per-minute
 
 spark-export-topic: setup
 	$(VENV)/bin/spark-submit --master 'local[*]' spark-jobs/jobs/export_topic.py \
-	  --service-url $(SERVICE_URL) --topic $(TOPIC) --output $(DATA_DIR)/spark/exports/$(TOPIC)
+	  --url $(SERVICE_URL) --topic $(TOPIC) --output $(DATA_DIR)/spark/exports/$(TOPIC)
 
 test: setup lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)

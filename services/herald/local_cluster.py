@@ -114,7 +114,7 @@ class LocalCluster:
         if settings.dlq_worker:
             metrics_port = free_port()  # the worker listens on nothing else: its port is its /metrics
             self.dlq_workers.append(ClusterProcess(
-                "dlq-worker", [*herald, "dlq-worker", "--service-url", self.service_url, "--worker-name", "dlq-worker",
+                "dlq-worker", [*herald, "dlq-worker", "--url", self.service_url, "--worker-name", "dlq-worker",
                                "--metrics-port", str(metrics_port)],
                 self.logs, "is running against", metrics_port, env, metrics_port=metrics_port,
             ))

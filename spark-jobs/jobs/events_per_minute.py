@@ -8,7 +8,7 @@ than counting nonsense. A window is written once the watermark (the latest event
 --watermark) passes its end; the checkpoint makes the output exactly once across restarts. It
 streams until stopped; --available-now processes what the topic holds now, then stops.
 
-    spark-submit spark-jobs/jobs/events_per_minute.py --service-url herald://herald-proxy:6660 \\
+    spark-submit spark-jobs/jobs/events_per_minute.py --url herald://herald-proxy:6660 \\
         --topic events --output /data/events-per-minute --checkpoint /data/checkpoints/events-per-minute
 """
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from herald.cli.vocabulary import deprecated_alias
 from herald_spark import register
 from herald_spark.progress import watch_query
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -80,7 +81,8 @@ def start(spark: SparkSession, args: argparse.Namespace) -> StreamingQuery:
 
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--service-url", required=True, help="herald://host:port (the proxy)")
+    url = parser.add_argument("--url", dest="service_url", required=True, help="herald://host:port (the proxy)")
+    deprecated_alias(parser, "--service-url", url)
     parser.add_argument("--topic", required=True)
     parser.add_argument("--output", required=True, help="Parquet directory")
     parser.add_argument("--checkpoint", required=True, help="the query's checkpoint directory")

@@ -4,7 +4,7 @@ message ids per partition, see docs/spark.md); the count and the last message id
 partition are printed. While it runs it shows its progress on stderr (a bar on a terminal, a line
 every 10 seconds otherwise).
 
-    spark-submit spark-jobs/jobs/export_topic.py --service-url herald://herald-proxy:6660 \\
+    spark-submit spark-jobs/jobs/export_topic.py --url herald://herald-proxy:6660 \\
         --topic orders --output /data/orders
 """
 
@@ -14,6 +14,7 @@ import argparse
 import json
 import sys
 
+from herald.cli.vocabulary import deprecated_alias
 from herald_spark import register
 from herald_spark.progress import SparkProgress
 from pyspark.sql import DataFrame, SparkSession
@@ -33,7 +34,8 @@ def export(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
 
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--service-url", required=True, help="herald://host:port (the proxy)")
+    url = parser.add_argument("--url", dest="service_url", required=True, help="herald://host:port (the proxy)")
+    deprecated_alias(parser, "--service-url", url)
     parser.add_argument("--topic", required=True)
     parser.add_argument("--output", required=True, help="Parquet directory")
     parser.add_argument("--starting-offsets", default="earliest")

@@ -51,7 +51,7 @@ command=(
   --conf spark.sql.session.timeZone=UTC
   "${volume[@]}"
   "local:///opt/herald/spark-jobs/jobs/$job.py"
-  --service-url "$SERVICE_URL" "$@"
+  --url "$SERVICE_URL" "$@"
 )
 if [ "${DRY_RUN:-}" = 1 ]; then
   printf '%s\n' "${command[@]}"

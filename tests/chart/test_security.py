@@ -164,7 +164,7 @@ def test_each_service_that_calls_others_gets_its_own_token(secure_manifests: lis
 
 def test_the_dlq_worker_and_the_operator_dial_lookup_over_tls_with_the_ca(secured: list[Manifest]) -> None:
     by_component = _herald_workloads(secured)
-    assert f"--service-url={LOOKUP_URL}" in _container(by_component["dlq-worker"])["args"]
+    assert f"--url={LOOKUP_URL}" in _container(by_component["dlq-worker"])["args"]
     assert f"--url={LOOKUP_URL}" in _container(by_component["operator"])["args"]
     for component in CLIENTS:
         assert _env(by_component[component])[_prefix(component) + "TLS_TRUST_CERTS_FILE"] == "/etc/herald/tls/ca.crt"
@@ -175,7 +175,7 @@ def test_the_dlq_worker_and_the_operator_dial_lookup_over_tls_with_the_ca(secure
 
 def test_without_tls_the_urls_stay_plaintext(default_manifests: list[Manifest]) -> None:
     by_component = _herald_workloads(default_manifests)
-    assert any(a.startswith("--service-url=herald://") for a in _container(by_component["dlq-worker"])["args"])
+    assert any(a.startswith("--url=herald://") for a in _container(by_component["dlq-worker"])["args"])
     for workload in by_component.values():
         assert not [m for m in _mounts(workload) if m.startswith("/etc/herald")]
         assert not [v for v in _env(workload) if "TLS" in v or "AUTH" in v]

@@ -102,12 +102,6 @@ def test_the_hook_s_command_line_produces_and_consumes_on_a_real_standalone(
     script = script.replace(f"herald://herald-proxy.{NAMESPACE}.svc.cluster.local:6660", standalone.proxy_url)
     script = script.replace("persistent://public/default/herald-helm-test", topic)
     env = herald_on_path(tmp_path / "bin")
-    help_text = subprocess.run(["herald", "produce", "--help"], env=env, capture_output=True, text=True,
-                               timeout=60).stdout
-    if "--url" not in help_text:
-        # Until the CLI's one vocabulary (services/herald/cli/vocabulary.py) reaches produce/consume,
-        # they know the address as --service-url only; the hook is written for the vocabulary.
-        script = script.replace("--url ", "--service-url ")
     result = subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, f"{script}\n{result.stdout}\n{result.stderr}"
     assert "helm test of herald" in result.stdout

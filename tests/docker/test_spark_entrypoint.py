@@ -64,7 +64,7 @@ def test_driver_runs_the_job_through_spark_submit_in_client_mode(job: str, tmp_p
                         f"local://{ROOT}/spark-jobs/jobs/{job}.py", "--help",
                         env={"SPARK_DRIVER_BIND_ADDRESS": "127.0.0.1"})
     assert result.returncode == 0, result.stderr[-3000:]
-    assert f"usage: {job}.py" in result.stdout and "--service-url SERVICE_URL" in result.stdout
+    assert f"usage: {job}.py" in result.stdout and "--url SERVICE_URL" in result.stdout
     # spark-submit --verbose prints the settings it ran with.
     assert "(spark.submit.deployMode,client)" in result.stderr + result.stdout
     assert "(spark.driver.bindAddress,127.0.0.1)" in result.stderr + result.stdout

@@ -321,7 +321,7 @@ async def test_console_exporter_writes_the_spans_of_a_herald_command(tmp_path: P
     try:
         env = {**service_env(), "HERALD_TRACING_EXPORTER": "console"}
         proc = await asyncio.create_subprocess_exec(
-            str(VENV_BIN / "herald"), "produce", topic, "-m", "hello", "--service-url", standalone.service_url,
+            str(VENV_BIN / "herald"), "produce", topic, "-m", "hello", "--url", standalone.service_url,
             env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         out, err = await asyncio.wait_for(proc.communicate(), 60)
     finally:

@@ -31,7 +31,7 @@ def run(spark: SparkSession, herald: StandaloneProcess, tmp_path: Path, *flags: 
         for event in EVENTS:
             producer.send(json.dumps(event).encode())
     args = events_per_minute.parse([
-        "--service-url", herald.proxy_url, "--topic", topic, "--output", str(tmp_path / "out"),
+        "--url", herald.proxy_url, "--topic", topic, "--output", str(tmp_path / "out"),
         "--checkpoint", str(tmp_path / "checkpoint"), "--watermark", "1 minute", "--available-now", *flags])
     for _ in range(2):  # the watermark moves at the end of a micro-batch: the second run writes what it closed
         events_per_minute.start(spark, args).awaitTermination()

@@ -25,7 +25,7 @@ def test_export_topic_writes_the_range_as_parquet_partitioned_by_date(
 ) -> None:
     topic = unique_topic("spark-export")
     stored = produce(herald.proxy_url, topic, 300)
-    args = export_topic.parse(["--service-url", herald.proxy_url, "--topic", topic, "--output", str(tmp_path)])
+    args = export_topic.parse(["--url", herald.proxy_url, "--topic", topic, "--output", str(tmp_path)])
     export_topic.export(spark, args)
 
     dates = [path.name for path in tmp_path.iterdir() if path.is_dir()]
@@ -46,7 +46,7 @@ def test_events_per_minute_counts_each_key_per_closed_window(
         for event in events:
             producer.send(json.dumps(event).encode())
     args = events_per_minute.parse([
-        "--service-url", herald.proxy_url, "--topic", topic, "--output", str(tmp_path / "out"),
+        "--url", herald.proxy_url, "--topic", topic, "--output", str(tmp_path / "out"),
         "--checkpoint", str(tmp_path / "checkpoint"), "--watermark", "1 minute", "--available-now"])
     events_per_minute.start(spark, args).awaitTermination()
     # The watermark moves at the end of a micro-batch: a second run emits the windows it closed.
@@ -64,5 +64,5 @@ def test_the_jobs_refuse_missing_arguments() -> None:
         except SystemExit as exit_:
             assert exit_.code == 2
         else:
-            raise AssertionError(f"{job.__name__} accepted no --service-url")
+            raise AssertionError(f"{job.__name__} accepted no --url")
 

@@ -62,9 +62,9 @@ def only_name(chart: list[Manifest], kind: str, name_part: str) -> str:
 
 
 def service_url(arguments: list[str]) -> tuple[str, int]:
-    values = [a.split("=", 1)[1] for a in arguments if a.startswith("--service-url=")]
+    values = [a.split("=", 1)[1] for a in arguments if a.startswith("--url=")]
     if not values:
-        values = [arguments[i + 1] for i, a in enumerate(arguments) if a == "--service-url"]
+        values = [arguments[i + 1] for i, a in enumerate(arguments) if a == "--url"]
     (url,) = values
     parts = urlsplit(url)
     assert parts.scheme == "herald" and parts.hostname and parts.port, url
@@ -109,7 +109,7 @@ def test_the_applications_use_the_charts_proxy_service_account_and_volume(chart:
 
 def test_the_proxy_check_can_fail(chart: list[Manifest]) -> None:
     """The standalone's proxy port, which the manifests once named, is not the chart's."""
-    assert service_url(["--service-url=herald://herald-proxy:6662"]) != proxy_address(chart)
+    assert service_url(["--url=herald://herald-proxy:6662"]) != proxy_address(chart)
 
 
 def submit(*args: str, **env: str) -> subprocess.CompletedProcess[str]:

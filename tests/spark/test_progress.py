@@ -28,7 +28,7 @@ def test_a_batch_job_prints_plain_progress_lines_from_start_to_done(
 ) -> None:
     topic = unique_topic("spark-progress")
     produce(herald.proxy_url, topic, 100)
-    args = export_topic.parse(["--service-url", herald.proxy_url, "--topic", topic, "--output", str(tmp_path)])
+    args = export_topic.parse(["--url", herald.proxy_url, "--topic", topic, "--output", str(tmp_path)])
     out = io.StringIO()
     with SparkProgress(spark, "export_topic", interval=0.05, stream=out, terminal=False) as progress:
         export_topic.export(spark, args)
@@ -50,7 +50,7 @@ def test_a_streaming_job_prints_a_line_per_report_until_it_stops(
         for second in range(5):
             producer.send(json.dumps({"key": "k", "time": f"2024-05-01T12:00:{second:02d}Z"}).encode())
     args = events_per_minute.parse([
-        "--service-url", herald.proxy_url, "--topic", topic, "--output", str(tmp_path / "out"),
+        "--url", herald.proxy_url, "--topic", topic, "--output", str(tmp_path / "out"),
         "--checkpoint", str(tmp_path / "checkpoint"), "--available-now"])
     out = io.StringIO()
     watch_query(events_per_minute.start(spark, args), "events_per_minute", interval=1, stream=out)

@@ -121,7 +121,7 @@ def test_text_format_is_the_default_and_honours_herald_log_level() -> None:
 
 
 def test_an_unknown_log_format_is_refused_with_the_formats_it_takes() -> None:
-    done = subprocess.run([sys.executable, "-m", "herald.cli", "produce", "t", "--service-url", "herald://127.0.0.1:1"],
+    done = subprocess.run([sys.executable, "-m", "herald.cli", "produce", "t", "--url", "herald://127.0.0.1:1"],
                           env={**service_env(), "HERALD_LOG_FORMAT": "xml"}, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert "log format 'xml' is unknown" in done.stderr and "text or json" in done.stderr

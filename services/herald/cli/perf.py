@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from herald.cli.client_options import DEFAULT_SERVICE_URL, client_security, client_security_flags
+from herald.cli.vocabulary import deprecated_alias
 from herald.common.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -56,9 +57,11 @@ def _subscription_type(text: str) -> str:
 def _common_flags(sub: argparse.ArgumentParser) -> None:
     env_pulsar = os.environ.get("HERALD_PULSAR_URL", DEFAULT_PULSAR_URL)
     # None: main() resolves it as every client's (flag > HERALD_SERVICE_URL > context > default).
-    sub.add_argument("--url", "--service-url", dest="url", default=None,
-                     help=f"Herald service URL (default: $HERALD_SERVICE_URL, else the context's, else "
-                          f"{DEFAULT_SERVICE_URL}); also used to create partitioned topics with --protocol pulsar")
+    url = sub.add_argument("--url", dest="url", default=None,
+                           help=f"Herald service URL (default: $HERALD_SERVICE_URL, else the context's, else "
+                                f"{DEFAULT_SERVICE_URL}); also used to create partitioned topics with "
+                                "--protocol pulsar")
+    deprecated_alias(sub, "--service-url", url)
     sub.add_argument("--protocol", choices=["herald", "pulsar"], default="herald",
                      help="herald: Herald's client over gRPC (default); pulsar: the official pulsar-client "
                           "against --pulsar-url")

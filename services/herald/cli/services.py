@@ -362,7 +362,9 @@ def add_service_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     help_text = "run a dlq-worker: move dead letters of every broker to their dead-letter topics"
     sub = commands.add_parser("dlq-worker", help=help_text, description=help_text)
     sub.add_argument("--config", help="TOML file with a [dlq-worker] table of settings")
-    sub.add_argument("--service-url", help="herald://host:port of lookup (env HERALD_DLQ_WORKER_SERVICE_URL)")
+    url = sub.add_argument("--url", dest="service_url",
+                           help="herald://host:port of lookup (env HERALD_DLQ_WORKER_SERVICE_URL)")
+    vocabulary.deprecated_alias(sub, "--service-url", url)
     sub.add_argument("--worker-name", help="the name in logs (default: host name and process id)")
     sub.add_argument("--metrics-host", help="address /metrics binds (default 127.0.0.1)")
     sub.add_argument("--metrics-port", type=int, help="/metrics port (default 9105; 0 = any free port, -1 = none)")
