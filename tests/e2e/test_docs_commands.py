@@ -146,6 +146,12 @@ def run_page(page: Path, standalone: StandaloneProcess, folder: Path) -> list[st
     (folder / ".venv").symlink_to(VENV_BIN.parent)
     env = service_env()
     env["HERALD_SERVICE_URL"] = standalone.service_url
+    # A home of its own: blocks save contexts and completion scripts there, never in the user's.
+    home = folder / "home"
+    (home / ".config").mkdir(parents=True)
+    env["HOME"], env["XDG_CONFIG_HOME"] = str(home), str(home / ".config")
+    for inherited in ("HERALD_CONFIG_DIR", "HERALD_CONTEXT"):
+        env.pop(inherited, None)
     default = Server({"service": standalone.port, "proxy": standalone.proxy_port, "pulsar": standalone.pulsar_port,
                       "web": standalone.web_port, "metrics": standalone.metrics_port})
     server, failures = default, []
