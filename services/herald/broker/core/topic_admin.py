@@ -85,6 +85,7 @@ class TopicAdmin:
         (loading a topic creates it, as a producer's first use does). A partitioned topic's base name
         and each of its partitions (made on first use) exist."""
         name = self.parse_topic(topic)
+        await self.topics.bootstrap()  # the default namespace exists before any topic is loaded
         await self.resources.check_namespace(name.namespace_name)
         if name.partition_index >= 0:
             await self.resources.check_partition(str(name))
