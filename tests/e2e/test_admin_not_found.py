@@ -64,6 +64,14 @@ def test_cli_reads_in_a_missing_namespace_or_tenant_answer_not_found(cli: AdminC
     assert namespace not in cli.json("namespaces", "list", "public")["namespaces"]
 
 
+def test_policies_set_ahead_of_a_topic_are_read_back_without_making_it(cli: AdminCli) -> None:
+    topic = unique_topic("ahead")
+    assert cli.json("topics", "set-policy", topic, "--ttl", "1h")["message_ttl_seconds"] == 3600
+    assert cli.json("topics", "policies", topic)["message_ttl_seconds"] == 3600
+    assert topic not in _listed(cli)
+    assert cli.error("topics", "stats", topic).startswith(f"error: NOT_FOUND: topic {topic} does not exist")
+
+
 def test_a_missing_subscription_of_a_partitioned_topic_is_named_with_the_topic(cli: AdminCli) -> None:
     topic = unique_topic("parted")
     cli.run("topics", "create", topic, "--partitions", "3")

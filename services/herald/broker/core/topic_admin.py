@@ -103,9 +103,13 @@ class TopicAdmin:
         return await self._persistent(topic, operation)
 
     async def topic_policies(self, topic: str) -> Policies:
-        """An existing topic's own policy overrides."""
-        await self.check_topic_exists(topic)
-        return await self.resources.get_topic_policies(topic)
+        """A topic's own policy overrides: of an existing topic, or set ahead of it (its first producer
+        makes it with them); NotFoundError when there is neither."""
+        await self.topics.bootstrap()
+        policies = await self.resources.get_topic_policies(topic)
+        if policies == Policies():
+            await self.check_topic_exists(topic)
+        return policies
 
     async def existing_topic_partitions(self, topic: str) -> int:
         """An existing topic's partition count (0: not partitioned); NotFoundError when it does not exist."""
