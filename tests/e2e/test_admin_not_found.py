@@ -44,7 +44,8 @@ def test_cli_reads_of_a_missing_topic_answer_not_found_and_create_nothing(cli: A
                              (["subscriptions", "skip"], ["-s", "sub", "-n", "1"]),
                              (["subscriptions", "reset"], ["-s", "sub", "--position", "earliest"]),
                              (["topics", "expire-messages"], ["-s", "sub", "--expire-time", "1h"]),
-                             (["topics", "get-message-by-id"], ["--id", "1:0"]), (["topics", "examine-message"], [])):
+                             (["topics", "get-message-by-id"], ["--id", "1:0"]), (["topics", "examine-message"], []),
+                             (["schemas", "get"], []), (["schemas", "versions"], [])):
         assert cli.error(*command, topic, *options) == missing, command
         assert cli.error("--json", *command, topic, *options) == missing, command
     assert topic not in _listed(cli)
