@@ -22,7 +22,6 @@ import grpc
 import grpc.aio
 
 from herald.api.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, lookup_pb2
-from herald.broker.core.policies import PolicyResolver
 from herald.broker.core.service import BrokerService
 from herald.broker.core.stats import sum_partitions
 from herald.broker.grpc import admin_storage
@@ -96,7 +95,6 @@ class AdminServicer(SchemaAdmin, InspectionAdmin, admin_pb2_grpc.AdminServiceSer
         self.service = service
         self.resources = Resources(service.store)
         self.permissions = Permissions(service.store)
-        self.policies = PolicyResolver(self.resources, service.settings)
         self.forwarder = AdminForwarder(service.settings.lookup_address, own_address, dialer)
 
     async def close(self) -> None:
