@@ -164,6 +164,7 @@ async def test_topic_policies_override_the_namespace_and_the_broker(admin: Admin
     namespace = f"{tenant}/ns"
     await admin.create_namespace(namespace, admin_pb2.Policies(message_ttl_seconds=600, max_producers_per_topic=5))
     topic = f"persistent://{namespace}/t"
+    await admin.create_topic(topic)  # reads of a topic's policies need the topic (issue 22, item 1)
     assert await admin.topic_policies(topic) == admin_pb2.Policies()
     own = await admin.set_topic_policies(topic, admin_pb2.Policies(message_ttl_seconds=30))
     assert own.message_ttl_seconds == 30 and not own.HasField("max_producers_per_topic")
@@ -500,6 +501,7 @@ async def test_a_broker_address_works_as_the_url(shared_standalone: StandalonePr
 
 async def test_a_forwarded_call_is_never_forwarded_again(admin: AdminClient, wire: WireClient) -> None:
     topic = unique_topic("forwarded")
+    await admin.create_topic(topic)  # admin reads need the topic (issue 22, item 1)
     await admin.unload_topic(topic)  # no owner now: a plain call would look one up and forward
     stub = admin_pb2_grpc.AdminServiceStub(wire.channel(await admin.broker_address()))
     with pytest.raises(grpc.aio.AioRpcError) as failure:

@@ -206,39 +206,40 @@ def test_topics(cli: AdminCli, shared_standalone: StandaloneProcess) -> None:
 def test_subscriptions(cli: AdminCli, shared_standalone: StandaloneProcess) -> None:
     topic = unique_topic("subs")
     produce(shared_standalone.service_url, topic, 4)
-    cli.run("subscriptions", "create", topic, "from-start", "--position", "earliest")
-    assert cli.run("subscriptions", "create", topic, "from-now").stdout == (
+    cli.run("subscriptions", "create", topic, "-s", "from-start", "--position", "earliest")
+    assert cli.run("subscriptions", "create", topic, "-s", "from-now").stdout == (
         f"subscription from-now created on {topic}\n")
     assert cli.json("subscriptions", "list", topic) == {"subscriptions": ["from-now", "from-start"]}
-    assert cli.error("subscriptions", "create", topic, "from-now") == (
+    assert cli.error("subscriptions", "create", topic, "-s", "from-now") == (
         f"error: ALREADY_EXISTS: subscription 'from-now' already exists on {topic}")
 
-    peeked = cli.json("subscriptions", "peek", topic, "from-start", "2")["entries"]
+    peeked = cli.json("subscriptions", "peek", topic, "-s", "from-start", "-n", "2")["entries"]
     assert [m["value"] for e in peeked for m in e["messages"]] == ["message 0", "message 1"]
     assert peeked[0]["redelivery_count"] == 0 and peeked[0]["messages"][0]["value_base64"] == "bWVzc2FnZSAw"
     ledger_id = peeked[0]["ledger_id"]
-    assert ": message 0" in cli.run("subscriptions", "peek", topic, "from-start").stdout
-    assert cli.run("subscriptions", "skip", topic, "from-start", "1").stdout == "skipped 1 entries\n"
-    assert cli.json("subscriptions", "skip", topic, "from-start", "--all") == {"skipped": 3}
-    assert cli.run("subscriptions", "peek", topic, "from-start").stdout == "(no unacknowledged messages)\n"
+    assert ": message 0" in cli.run("subscriptions", "peek", topic, "-s", "from-start").stdout
+    assert cli.run("subscriptions", "skip", topic, "-s", "from-start", "-n", "1").stdout == "skipped 1 entries\n"
+    assert cli.json("subscriptions", "skip", topic, "-s", "from-start", "--all") == {"skipped": 3}
+    assert cli.run("subscriptions", "peek", topic, "-s", "from-start").stdout == "(no unacknowledged messages)\n"
 
     def backlog() -> int:
         stats = cli.json("topics", "stats", topic)
         return {s["name"]: s["backlog_entries"] for s in stats["subscriptions"]}["from-start"]
 
-    cli.run("subscriptions", "reset", topic, "from-start", "--earliest")
+    cli.run("subscriptions", "reset", topic, "-s", "from-start", "--position", "earliest")
     assert backlog() == 4
-    cli.run("subscriptions", "reset", topic, "from-start", "--position", f"{ledger_id}:3")
+    cli.run("subscriptions", "reset", topic, "-s", "from-start", "--position", f"{ledger_id}:3")
     assert backlog() == 1
-    cli.run("subscriptions", "reset", topic, "from-start", "--time", "2000-01-01T00:00:00Z")
+    cli.run("subscriptions", "reset", topic, "-s", "from-start", "--time", "2000-01-01T00:00:00Z")
     assert backlog() == 4
-    assert "reset to the latest message" in cli.run("subscriptions", "reset", topic, "from-start", "--latest").stdout
+    assert "reset to the latest message" in cli.run(
+        "subscriptions", "reset", topic, "-s", "from-start", "--position", "latest").stdout
     assert backlog() == 0
 
-    assert cli.error("subscriptions", "skip", topic, "missing", "1") == (
+    assert cli.error("subscriptions", "skip", topic, "-s", "missing", "-n", "1") == (
         f"error: NOT_FOUND: subscription 'missing' does not exist on {topic}")
-    cli.run("subscriptions", "delete", topic, "from-now")
-    assert cli.json("subscriptions", "delete", topic, "from-start", "--force") == {
+    cli.run("subscriptions", "delete", topic, "-s", "from-now")
+    assert cli.json("subscriptions", "delete", topic, "-s", "from-start", "--force") == {
         "deleted": "from-start", "topic": topic}
     assert cli.json("subscriptions", "list", topic) == {"subscriptions": []}
 

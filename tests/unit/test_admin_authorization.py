@@ -37,7 +37,7 @@ OTHER_FIELDS = {
     "subscription", "role", "actions", "clear", "partitions", "force", "count", "all", "publish_time", "edge",
     "position", "ledger_id", "entry_id", "policies", "policy", "max_redeliver_count", "admin_roles",
     "allowed_clusters", "keep_schema", "version", "schema",
-    "undo",
+    "undo", "latest", "offset", "expire_time_seconds", "all_subscriptions",
 }
 # A storage node's address: the calls naming one are the super-users' alone.
 STORAGE_NODE_MESSAGES = {"herald.v1.DrainStorageNodeRequest"}

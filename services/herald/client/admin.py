@@ -239,10 +239,20 @@ class AdminClient:
         """Create a topic; partitions > 0 makes it a partitioned topic of that many partitions."""
         await self._call("CreateTopic", admin_pb2.CreateTopicRequest(topic=topic, partitions=partitions))
 
-    async def get_partitions(self, topic: str) -> int:
-        """How many partitions the topic has; 0 when it is not partitioned."""
+    async def get_partitions(self, topic: str, *, must_exist: bool = False) -> int:
+        """How many partitions the topic has; 0 when it is not partitioned (or, unless `must_exist`,
+        does not exist: NotFoundError then, and nothing is created)."""
         reply = await self._call("GetPartitions", admin_pb2.TopicRequest(topic=topic))
+        if must_exist and not reply.partitions:
+            await self.lookup_topic(topic)  # NotFoundError when it does not exist
         return int(reply.partitions)
+
+    async def lookup_topic(self, topic: str) -> dict[str, str]:
+        """Which broker owns the topic: topic (each partition of a partitioned topic) -> the
+        owner's address; lookup assigns an owner to a topic that has none. NotFoundError when the
+        topic does not exist."""
+        reply = await self._call("LookupTopic", admin_pb2.TopicRequest(topic=topic))
+        return {owner.topic: owner.broker_address for owner in reply.owners}
 
     async def update_partitions(self, topic: str, partitions: int) -> int:
         """Grow a partitioned topic to `partitions` (shrinking is refused); returns the new count."""
@@ -378,6 +388,34 @@ class AdminClient:
         reply = await self._call(
             "PeekMessages", admin_pb2.PeekMessagesRequest(topic=topic, subscription=subscription, count=count))
         return list(reply.entries)
+
+    async def expire_messages(self, topic: str, subscription: str | None, expire_time_seconds: int) -> int:
+        """Acknowledge the messages published more than `expire_time_seconds` ago on `subscription`
+        (None: every subscription of the topic); returns how many expired. NotFoundError for a topic
+        or subscription that does not exist."""
+        if expire_time_seconds < 0:
+            raise InvalidArgumentError(f"expire time must be 0 seconds or more, got {expire_time_seconds}")
+        request = admin_pb2.ExpireMessagesRequest(topic=topic, subscription=subscription or "",
+                                                  expire_time_seconds=expire_time_seconds,
+                                                  all_subscriptions=subscription is None)
+        reply = await self._call("ExpireMessages", request)
+        return int(reply.expired)
+
+    async def get_message_by_id(self, topic: str, position: Position) -> broker_pb2.DeliveredEntry:
+        """The entry at `position` (ledger id, entry id) of a topic or partition, as stored: decode it
+        with herald.common.codec.entry. NotFoundError when there is none."""
+        request = admin_pb2.GetMessageByIdRequest(topic=topic, position=_position(position))
+        reply: broker_pb2.DeliveredEntry = await self._call("GetMessageById", request)
+        return reply
+
+    async def examine_message(self, topic: str, offset: int = 1, *, latest: bool = False) -> broker_pb2.DeliveredEntry:
+        """The entry `offset` entries from the earliest (1: the first) or, with `latest`, from the
+        latest (1: the last) entry the topic keeps; NotFoundError past them."""
+        if offset < 1:
+            raise InvalidArgumentError(f"offset must be at least 1, got {offset}")
+        request = admin_pb2.ExamineMessageRequest(topic=topic, offset=offset, latest=latest)
+        reply: broker_pb2.DeliveredEntry = await self._call("ExamineMessage", request)
+        return reply
 
     # ---- schemas ----
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,11 +68,12 @@ class ReplayError(HeraldError):
 async def replay(
     service_url: str, dead_letter_topic: str, topic: str, limit: int | None = None, operation_timeout: float = 30.0,
     *, auth: Any = None, tls_trust_certs_file_path: str | None = None, tls_certificate_file_path: str | None = None,
-    tls_private_key_file_path: str | None = None,
+    tls_private_key_file_path: str | None = None, progress: Callable[[Replayed], None] | None = None,
 ) -> Replayed:
     """Move messages of `dead_letter_topic` back to their REAL_TOPIC (`topic` for those without
     one), at most `limit` taken (None: every one there). `auth` and the tls_* paths as for
-    AsyncClient: both the consumer and the publisher use them."""
+    AsyncClient: both the consumer and the publisher use them. `progress`: told the counts after
+    each window of messages is replayed (the CLI shows them)."""
     if limit is not None and limit < 1:
         raise InvalidArgumentError(f"replay limit must be at least 1, got {limit}")
     fallback = str(TopicName.parse(topic))
@@ -93,7 +95,7 @@ async def replay(
                 raise ConsumerBusyError(f"another replay of {dead_letter_topic} is running (its subscription "
                                         f"{REPLAY_SUBSCRIPTION} has a consumer): wait for it to finish") from None
             try:
-                await _run(consumer, publisher, fallback, limit, replayed)
+                await _run(consumer, publisher, fallback, limit, replayed, progress)
             except HeraldError as exc:
                 raise ReplayError(replayed, exc) from exc
             finally:
@@ -105,7 +107,7 @@ async def replay(
 
 async def _run(
     consumer: AsyncConsumer[bytes], publisher: IdempotentPublisher, fallback: str, limit: int | None,
-    replayed: Replayed,
+    replayed: Replayed, progress: Callable[[Replayed], None] | None = None,
 ) -> None:
     taken = 0
     while limit is None or taken < limit:
@@ -121,6 +123,8 @@ async def _run(
         for result in results:
             if isinstance(result, BaseException):
                 raise result
+        if progress is not None:
+            progress(replayed)
 
 
 async def _publish(

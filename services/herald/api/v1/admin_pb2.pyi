@@ -1491,6 +1491,151 @@ class PeekMessagesResponse(_message.Message):
 Global___PeekMessagesResponse: _TypeAlias = PeekMessagesResponse  # noqa: Y015
 
 @_typing.final
+class ExpireMessagesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    SUBSCRIPTION_FIELD_NUMBER: _builtins.int
+    EXPIRE_TIME_SECONDS_FIELD_NUMBER: _builtins.int
+    ALL_SUBSCRIPTIONS_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    subscription: _builtins.str
+    """empty with all_subscriptions"""
+    expire_time_seconds: _builtins.int
+    """messages published longer ago than this expire"""
+    all_subscriptions: _builtins.bool
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        subscription: _builtins.str = ...,
+        expire_time_seconds: _builtins.int = ...,
+        all_subscriptions: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["all_subscriptions", b"all_subscriptions", "expire_time_seconds", b"expire_time_seconds", "subscription", b"subscription", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExpireMessagesRequest: _TypeAlias = ExpireMessagesRequest  # noqa: Y015
+
+@_typing.final
+class ExpireMessagesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EXPIRED_FIELD_NUMBER: _builtins.int
+    expired: _builtins.int
+    def __init__(
+        self,
+        *,
+        expired: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expired", b"expired"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExpireMessagesResponse: _TypeAlias = ExpireMessagesResponse  # noqa: Y015
+
+@_typing.final
+class TopicOwner(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    BROKER_ADDRESS_FIELD_NUMBER: _builtins.int
+    BROKER_ID_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    """the topic, or one partition of it"""
+    broker_address: _builtins.str
+    broker_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        broker_address: _builtins.str = ...,
+        broker_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_address", b"broker_address", "broker_id", b"broker_id", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TopicOwner: _TypeAlias = TopicOwner  # noqa: Y015
+
+@_typing.final
+class TopicOwnersResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OWNERS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def owners(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicOwner]: ...
+    def __init__(
+        self,
+        *,
+        owners: _abc.Iterable[Global___TopicOwner] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["owners", b"owners"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TopicOwnersResponse: _TypeAlias = TopicOwnersResponse  # noqa: Y015
+
+@_typing.final
+class GetMessageByIdRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    POSITION_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    @_builtins.property
+    def position(self) -> _common_pb2.Position: ...
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        position: _common_pb2.Position | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["position", b"position"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["position", b"position", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetMessageByIdRequest: _TypeAlias = GetMessageByIdRequest  # noqa: Y015
+
+@_typing.final
+class ExamineMessageRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    LATEST_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    latest: _builtins.bool
+    """false: count from the earliest entry"""
+    offset: _builtins.int
+    """1: the first (or last) entry; 0: 1"""
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        latest: _builtins.bool = ...,
+        offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["latest", b"latest", "offset", b"offset", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExamineMessageRequest: _TypeAlias = ExamineMessageRequest  # noqa: Y015
+
+@_typing.final
 class SubscriptionRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

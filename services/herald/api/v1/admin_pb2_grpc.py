@@ -146,6 +146,21 @@ class AdminServiceStub:
                 request_serializer=herald_dot_v1_dot_admin__pb2.SetPoliciesRequest.SerializeToString,
                 response_deserializer=herald_dot_v1_dot_admin__pb2.Policies.FromString,
                 _registered_method=True)
+        self.LookupTopic = channel.unary_unary(
+                '/herald.v1.AdminService/LookupTopic',
+                request_serializer=herald_dot_v1_dot_admin__pb2.TopicRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_admin__pb2.TopicOwnersResponse.FromString,
+                _registered_method=True)
+        self.GetMessageById = channel.unary_unary(
+                '/herald.v1.AdminService/GetMessageById',
+                request_serializer=herald_dot_v1_dot_admin__pb2.GetMessageByIdRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_broker__pb2.DeliveredEntry.FromString,
+                _registered_method=True)
+        self.ExamineMessage = channel.unary_unary(
+                '/herald.v1.AdminService/ExamineMessage',
+                request_serializer=herald_dot_v1_dot_admin__pb2.ExamineMessageRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_broker__pb2.DeliveredEntry.FromString,
+                _registered_method=True)
         self.ListSubscriptions = channel.unary_unary(
                 '/herald.v1.AdminService/ListSubscriptions',
                 request_serializer=herald_dot_v1_dot_admin__pb2.TopicRequest.SerializeToString,
@@ -175,6 +190,11 @@ class AdminServiceStub:
                 '/herald.v1.AdminService/PeekMessages',
                 request_serializer=herald_dot_v1_dot_admin__pb2.PeekMessagesRequest.SerializeToString,
                 response_deserializer=herald_dot_v1_dot_admin__pb2.PeekMessagesResponse.FromString,
+                _registered_method=True)
+        self.ExpireMessages = channel.unary_unary(
+                '/herald.v1.AdminService/ExpireMessages',
+                request_serializer=herald_dot_v1_dot_admin__pb2.ExpireMessagesRequest.SerializeToString,
+                response_deserializer=herald_dot_v1_dot_admin__pb2.ExpireMessagesResponse.FromString,
                 _registered_method=True)
         self.GetSubscriptionDeadLetterPolicy = channel.unary_unary(
                 '/herald.v1.AdminService/GetSubscriptionDeadLetterPolicy',
@@ -401,6 +421,28 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def LookupTopic(self, request, context):
+        """Which broker owns the topic (each partition's owner for a partitioned topic); lookup assigns
+        an owner to a topic that has none, as pulsar-admin's lookup does. NOT_FOUND: no such topic.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetMessageById(self, request, context):
+        """The entry at a position (a message id's ledger and entry) of a persistent topic or partition.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ExamineMessage(self, request, context):
+        """The entry `offset` entries from the earliest (offset 1: the first) or latest (1: the last) one.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListSubscriptions(self, request, context):
         """---- subscriptions ----
         """
@@ -434,6 +476,14 @@ class AdminServiceServicer:
 
     def PeekMessages(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ExpireMessages(self, request, context):
+        """Acknowledge what was published more than expire_time_seconds ago on one subscription (or all
+        of the topic's durable ones), as message TTL would; NOT_FOUND for a missing subscription.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -665,6 +715,21 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     request_deserializer=herald_dot_v1_dot_admin__pb2.SetPoliciesRequest.FromString,
                     response_serializer=herald_dot_v1_dot_admin__pb2.Policies.SerializeToString,
             ),
+            'LookupTopic': grpc.unary_unary_rpc_method_handler(
+                    servicer.LookupTopic,
+                    request_deserializer=herald_dot_v1_dot_admin__pb2.TopicRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_admin__pb2.TopicOwnersResponse.SerializeToString,
+            ),
+            'GetMessageById': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetMessageById,
+                    request_deserializer=herald_dot_v1_dot_admin__pb2.GetMessageByIdRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_broker__pb2.DeliveredEntry.SerializeToString,
+            ),
+            'ExamineMessage': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExamineMessage,
+                    request_deserializer=herald_dot_v1_dot_admin__pb2.ExamineMessageRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_broker__pb2.DeliveredEntry.SerializeToString,
+            ),
             'ListSubscriptions': grpc.unary_unary_rpc_method_handler(
                     servicer.ListSubscriptions,
                     request_deserializer=herald_dot_v1_dot_admin__pb2.TopicRequest.FromString,
@@ -694,6 +759,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.PeekMessages,
                     request_deserializer=herald_dot_v1_dot_admin__pb2.PeekMessagesRequest.FromString,
                     response_serializer=herald_dot_v1_dot_admin__pb2.PeekMessagesResponse.SerializeToString,
+            ),
+            'ExpireMessages': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExpireMessages,
+                    request_deserializer=herald_dot_v1_dot_admin__pb2.ExpireMessagesRequest.FromString,
+                    response_serializer=herald_dot_v1_dot_admin__pb2.ExpireMessagesResponse.SerializeToString,
             ),
             'GetSubscriptionDeadLetterPolicy': grpc.unary_unary_rpc_method_handler(
                     servicer.GetSubscriptionDeadLetterPolicy,
@@ -1376,6 +1446,87 @@ class AdminService:
             _registered_method=True)
 
     @staticmethod
+    def LookupTopic(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.AdminService/LookupTopic',
+            herald_dot_v1_dot_admin__pb2.TopicRequest.SerializeToString,
+            herald_dot_v1_dot_admin__pb2.TopicOwnersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetMessageById(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.AdminService/GetMessageById',
+            herald_dot_v1_dot_admin__pb2.GetMessageByIdRequest.SerializeToString,
+            herald_dot_v1_dot_broker__pb2.DeliveredEntry.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExamineMessage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.AdminService/ExamineMessage',
+            herald_dot_v1_dot_admin__pb2.ExamineMessageRequest.SerializeToString,
+            herald_dot_v1_dot_broker__pb2.DeliveredEntry.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def ListSubscriptions(request,
             target,
             options=(),
@@ -1527,6 +1678,33 @@ class AdminService:
             '/herald.v1.AdminService/PeekMessages',
             herald_dot_v1_dot_admin__pb2.PeekMessagesRequest.SerializeToString,
             herald_dot_v1_dot_admin__pb2.PeekMessagesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExpireMessages(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/herald.v1.AdminService/ExpireMessages',
+            herald_dot_v1_dot_admin__pb2.ExpireMessagesRequest.SerializeToString,
+            herald_dot_v1_dot_admin__pb2.ExpireMessagesResponse.FromString,
             options,
             channel_credentials,
             insecure,

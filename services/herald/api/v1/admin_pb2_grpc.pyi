@@ -74,6 +74,14 @@ class AdminServiceStub:
     GetEffectivePolicies: _grpc.UnaryUnaryMultiCallable[_admin_pb2.TopicRequest, _admin_pb2.Policies]
     """topic > namespace > broker defaults"""
     SetTopicPolicies: _grpc.UnaryUnaryMultiCallable[_admin_pb2.SetPoliciesRequest, _admin_pb2.Policies]
+    LookupTopic: _grpc.UnaryUnaryMultiCallable[_admin_pb2.TopicRequest, _admin_pb2.TopicOwnersResponse]
+    """Which broker owns the topic (each partition's owner for a partitioned topic); lookup assigns
+    an owner to a topic that has none, as pulsar-admin's lookup does. NOT_FOUND: no such topic.
+    """
+    GetMessageById: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetMessageByIdRequest, _broker_pb2.DeliveredEntry]
+    """The entry at a position (a message id's ledger and entry) of a persistent topic or partition."""
+    ExamineMessage: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ExamineMessageRequest, _broker_pb2.DeliveredEntry]
+    """The entry `offset` entries from the earliest (offset 1: the first) or latest (1: the last) one."""
     ListSubscriptions: _grpc.UnaryUnaryMultiCallable[_admin_pb2.TopicRequest, _admin_pb2.ListSubscriptionsResponse]
     """---- subscriptions ----"""
     CreateSubscription: _grpc.UnaryUnaryMultiCallable[_admin_pb2.CreateSubscriptionRequest, _admin_pb2.CreateSubscriptionResponse]
@@ -81,6 +89,10 @@ class AdminServiceStub:
     ResetCursor: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ResetCursorRequest, _admin_pb2.ResetCursorResponse]
     SkipMessages: _grpc.UnaryUnaryMultiCallable[_admin_pb2.SkipMessagesRequest, _admin_pb2.SkipMessagesResponse]
     PeekMessages: _grpc.UnaryUnaryMultiCallable[_admin_pb2.PeekMessagesRequest, _admin_pb2.PeekMessagesResponse]
+    ExpireMessages: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ExpireMessagesRequest, _admin_pb2.ExpireMessagesResponse]
+    """Acknowledge what was published more than expire_time_seconds ago on one subscription (or all
+    of the topic's durable ones), as message TTL would; NOT_FOUND for a missing subscription.
+    """
     GetSubscriptionDeadLetterPolicy: _grpc.UnaryUnaryMultiCallable[_admin_pb2.SubscriptionRequest, _broker_pb2.DeadLetterPolicy]
     """A subscription's dead-letter policy kept by the brokers (the operator's Subscription resource
     sets it). When set it applies to every consumer of the subscription, over the policy a client
@@ -167,6 +179,14 @@ class AdminServiceAsyncStub(AdminServiceStub):
     GetEffectivePolicies: _aio.UnaryUnaryMultiCallable[_admin_pb2.TopicRequest, _admin_pb2.Policies]  # type: ignore[assignment]
     """topic > namespace > broker defaults"""
     SetTopicPolicies: _aio.UnaryUnaryMultiCallable[_admin_pb2.SetPoliciesRequest, _admin_pb2.Policies]  # type: ignore[assignment]
+    LookupTopic: _aio.UnaryUnaryMultiCallable[_admin_pb2.TopicRequest, _admin_pb2.TopicOwnersResponse]  # type: ignore[assignment]
+    """Which broker owns the topic (each partition's owner for a partitioned topic); lookup assigns
+    an owner to a topic that has none, as pulsar-admin's lookup does. NOT_FOUND: no such topic.
+    """
+    GetMessageById: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetMessageByIdRequest, _broker_pb2.DeliveredEntry]  # type: ignore[assignment]
+    """The entry at a position (a message id's ledger and entry) of a persistent topic or partition."""
+    ExamineMessage: _aio.UnaryUnaryMultiCallable[_admin_pb2.ExamineMessageRequest, _broker_pb2.DeliveredEntry]  # type: ignore[assignment]
+    """The entry `offset` entries from the earliest (offset 1: the first) or latest (1: the last) one."""
     ListSubscriptions: _aio.UnaryUnaryMultiCallable[_admin_pb2.TopicRequest, _admin_pb2.ListSubscriptionsResponse]  # type: ignore[assignment]
     """---- subscriptions ----"""
     CreateSubscription: _aio.UnaryUnaryMultiCallable[_admin_pb2.CreateSubscriptionRequest, _admin_pb2.CreateSubscriptionResponse]  # type: ignore[assignment]
@@ -174,6 +194,10 @@ class AdminServiceAsyncStub(AdminServiceStub):
     ResetCursor: _aio.UnaryUnaryMultiCallable[_admin_pb2.ResetCursorRequest, _admin_pb2.ResetCursorResponse]  # type: ignore[assignment]
     SkipMessages: _aio.UnaryUnaryMultiCallable[_admin_pb2.SkipMessagesRequest, _admin_pb2.SkipMessagesResponse]  # type: ignore[assignment]
     PeekMessages: _aio.UnaryUnaryMultiCallable[_admin_pb2.PeekMessagesRequest, _admin_pb2.PeekMessagesResponse]  # type: ignore[assignment]
+    ExpireMessages: _aio.UnaryUnaryMultiCallable[_admin_pb2.ExpireMessagesRequest, _admin_pb2.ExpireMessagesResponse]  # type: ignore[assignment]
+    """Acknowledge what was published more than expire_time_seconds ago on one subscription (or all
+    of the topic's durable ones), as message TTL would; NOT_FOUND for a missing subscription.
+    """
     GetSubscriptionDeadLetterPolicy: _aio.UnaryUnaryMultiCallable[_admin_pb2.SubscriptionRequest, _broker_pb2.DeadLetterPolicy]  # type: ignore[assignment]
     """A subscription's dead-letter policy kept by the brokers (the operator's Subscription resource
     sets it). When set it applies to every consumer of the subscription, over the policy a client
@@ -391,6 +415,32 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_admin_pb2.Policies, _abc.Awaitable[_admin_pb2.Policies]]: ...
 
     @_abc_1.abstractmethod
+    def LookupTopic(
+        self,
+        request: _admin_pb2.TopicRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.TopicOwnersResponse, _abc.Awaitable[_admin_pb2.TopicOwnersResponse]]:
+        """Which broker owns the topic (each partition's owner for a partitioned topic); lookup assigns
+        an owner to a topic that has none, as pulsar-admin's lookup does. NOT_FOUND: no such topic.
+        """
+
+    @_abc_1.abstractmethod
+    def GetMessageById(
+        self,
+        request: _admin_pb2.GetMessageByIdRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_broker_pb2.DeliveredEntry, _abc.Awaitable[_broker_pb2.DeliveredEntry]]:
+        """The entry at a position (a message id's ledger and entry) of a persistent topic or partition."""
+
+    @_abc_1.abstractmethod
+    def ExamineMessage(
+        self,
+        request: _admin_pb2.ExamineMessageRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_broker_pb2.DeliveredEntry, _abc.Awaitable[_broker_pb2.DeliveredEntry]]:
+        """The entry `offset` entries from the earliest (offset 1: the first) or latest (1: the last) one."""
+
+    @_abc_1.abstractmethod
     def ListSubscriptions(
         self,
         request: _admin_pb2.TopicRequest,
@@ -432,6 +482,16 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.PeekMessagesRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.PeekMessagesResponse, _abc.Awaitable[_admin_pb2.PeekMessagesResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ExpireMessages(
+        self,
+        request: _admin_pb2.ExpireMessagesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.ExpireMessagesResponse, _abc.Awaitable[_admin_pb2.ExpireMessagesResponse]]:
+        """Acknowledge what was published more than expire_time_seconds ago on one subscription (or all
+        of the topic's durable ones), as message TTL would; NOT_FOUND for a missing subscription.
+        """
 
     @_abc_1.abstractmethod
     def GetSubscriptionDeadLetterPolicy(

@@ -24,7 +24,7 @@ from herald.broker.core.managed_ledger import ManagedLedger
 from herald.broker.core.scheduler import PeriodicJob
 from herald.broker.core.subscription import Subscription
 from herald.common.codec.entry import read_metadata
-from herald.common.errors import HeraldError
+from herald.common.errors import HeraldError, InvalidArgumentError, NotFoundError
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,24 @@ class MessageExpiry:
                 expired += await self._expire_subscription(sub, cutoff)
         return expired
 
+    async def expire_older_than(self, seconds: int, subscription: str | None, now_ms: int | None = None) -> int:
+        """An admin's expiry (pulsar-admin expire-messages): acknowledge what was published more than
+        `seconds` ago on `subscription` (None: every durable one), whatever the topic's TTL; returns
+        the messages expired. NotFoundError for a subscription the topic does not have."""
+        if seconds < 0:
+            raise InvalidArgumentError(f"expire time {seconds}s is invalid: give 0 seconds or more")
+        cutoff = (int(time.time() * 1000) if now_ms is None else now_ms) - seconds * 1000
+        if subscription is not None:
+            sub = self._topic.subscriptions.get(subscription)
+            if sub is None or not sub.durable:
+                raise NotFoundError(f"subscription {subscription!r} does not exist on {self._topic.name}")
+            return await self._expire_subscription(sub, cutoff)
+        expired = 0
+        for sub in list(self._topic.subscriptions.values()):
+            if sub.durable and not sub.closed and sub.name != COMPACTION_CURSOR:
+                expired += await self._expire_subscription(sub, cutoff)
+        return expired
+
     async def _expire_subscription(self, sub: Subscription, cutoff_ms: int) -> int:
         """Acknowledge, up to the first entry published after cutoff_ms, what is unacknowledged."""
         ledger = self._topic.ledger
@@ -105,6 +123,6 @@ class MessageExpiry:
         sub.msg_expired_counter += messages
         sub.cursor_moved()
         if messages:
-            log.info("topic %s: subscription %s: %d messages expired (TTL %ss)", self._topic.name, sub.name,
-                     messages, self._topic.message_ttl_seconds)
+            log.info("topic %s: subscription %s: %d messages expired (published before %d ms)", self._topic.name,
+                     sub.name, messages, cutoff_ms)
         return messages

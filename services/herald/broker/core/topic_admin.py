@@ -16,6 +16,7 @@ from herald.broker.core.consumer import Consumer
 from herald.broker.core.cursor import InitialPosition, ResetTarget
 from herald.broker.core.dead_letters import DeadLetterPolicy
 from herald.broker.core.managed_ledger import LedgerStorage, Position
+from herald.broker.core.message_lookup import entry_at, position_at_offset
 from herald.broker.core.nonpersistent_topic import registration_key
 from herald.broker.core.policies import PolicyResolver
 from herald.broker.core.pull import PullResult, pull, resolve_queue
@@ -78,13 +79,51 @@ class TopicAdmin:
             raise NotAllowedError(f"{operation} is not supported on non-persistent topics ({name})")
         return (await self.topics.get_topic(topic)).persistent_ops(operation)
 
+    async def check_topic_exists(self, topic: str) -> TopicName:
+        """NotFoundError when `topic` names no topic (nor its namespace or tenant exists): an admin's
+        reads and the subscription calls an admin makes act on what exists and never create it
+        (loading a topic creates it, as a producer's first use does). A partitioned topic's base name
+        and each of its partitions (made on first use) exist."""
+        name = self.parse_topic(topic)
+        await self.topics.bootstrap()  # the default namespace exists before any topic is loaded
+        await self.resources.check_namespace(name.namespace_name)
+        if name.partition_index >= 0:
+            await self.resources.check_partition(str(name))
+            if await self.resources.get_partitions(str(name.base)) > name.partition_index:
+                return name
+        elif await self.resources.get_partitions(str(name)) > 0:
+            return name
+        if not await self.topics.exists(name):
+            raise NotFoundError(f"topic {name} does not exist: check its name, or create it first")
+        return name
+
+    async def _existing(self, topic: str, operation: str) -> PersistentOps:
+        """The loaded persistent topic, NotFoundError when it does not exist (nothing is created)."""
+        await self.check_topic_exists(topic)
+        return await self._persistent(topic, operation)
+
+    async def topic_policies(self, topic: str) -> Policies:
+        """A topic's own policy overrides: of an existing topic, or set ahead of it (its first producer
+        makes it with them); NotFoundError when there is neither."""
+        await self.topics.bootstrap()
+        policies = await self.resources.get_topic_policies(topic)
+        if policies == Policies():
+            await self.check_topic_exists(topic)
+        return policies
+
+    async def existing_topic_partitions(self, topic: str) -> int:
+        """An existing topic's partition count (0: not partitioned); NotFoundError when it does not exist."""
+        await self.check_topic_exists(topic)
+        return await self.get_partitions(topic)
+
     async def list_topics(self, namespace: str) -> list[str]:
         """Every topic of a namespace ("tenant/namespace"), served here or not: partitioned topics
         by their base name, persistent and non-persistent ones (Resources.list_topics)."""
         return await self.resources.list_topics(namespace)
 
     async def effective_policies(self, topic: str) -> Policies:
-        """The policies a topic runs with: its own > its namespace's > this broker's settings."""
+        """The policies an existing topic runs with: its own > its namespace's > this broker's settings."""
+        await self.check_topic_exists(topic)
         return await self.policy_resolver.effective(self.parse_topic(topic))
 
     # ---- creating and deleting topics, partitions ----
@@ -231,15 +270,17 @@ class TopicAdmin:
     async def topic_stats(self, topic: str) -> TopicStats:
         """The stats of a topic served here (a partitioned topic's sum is the admin front end's to
         make: its partitions may be served by other brokers)."""
+        await self.check_topic_exists(topic)
         return (await self.topics.get_topic(topic)).stats()
 
     async def internal_stats(self, topic: str) -> InternalStats:
         """The managed ledger and cursors of a persistent topic served here."""
-        return (await self._persistent(topic, "internal stats")).internal_stats()
+        return (await self._existing(topic, "internal stats")).internal_stats()
 
     # ---- subscriptions ----
 
     async def list_subscriptions(self, topic: str) -> list[str]:
+        await self.check_topic_exists(topic)
         return (await self.topics.get_topic(topic)).list_subscriptions()
 
     async def create_subscription(
@@ -270,19 +311,37 @@ class TopicAdmin:
         await loaded.unsubscribe(subscription, force, requester=requester)
 
     async def reset_cursor(self, topic: str, subscription: str, target: ResetTarget) -> None:
-        await (await self._persistent(topic, "resetting a cursor")).reset_cursor(subscription, target)
+        await (await self._existing(topic, "resetting a cursor")).reset_cursor(subscription, target)
 
     async def skip_messages(self, topic: str, subscription: str, count: int | None) -> int:
-        return await (await self._persistent(topic, "skipping messages")).skip_messages(subscription, count)
+        return await (await self._existing(topic, "skipping messages")).skip_messages(subscription, count)
 
     async def peek_messages(
         self, topic: str, subscription: str, count: int, skip: int = 0,
     ) -> list[tuple[Position, bytes, int]]:
         """The oldest `count` unacknowledged entries after the oldest `skip` (Pulsar's peek of the
         n-th message reads that one entry only)."""
-        return await (await self._persistent(topic, "peeking messages")).peek_messages(subscription, count, skip)
+        return await (await self._existing(topic, "peeking messages")).peek_messages(subscription, count, skip)
+
+    async def expire_messages(self, topic: str, subscription: str | None, seconds: int) -> int:
+        """Acknowledge what was published more than `seconds` ago on a subscription (None: every
+        durable one) of an existing topic served here; returns the messages expired."""
+        loaded = await self._existing(topic, "expiring messages")
+        return await loaded.expiry.expire_older_than(seconds, subscription)
 
     # ---- reading and ending a topic ----
+
+    async def message_by_id(self, topic: str, position: Position) -> bytes:
+        """The entry at `position` of an existing topic served here (NotFoundError: none there)."""
+        loaded = await self._existing(topic, "getting a message by id")
+        return await entry_at(loaded.ledger, str(self.parse_topic(topic)), position)
+
+    async def examine_message(self, topic: str, offset: int, *, latest: bool) -> tuple[Position, bytes]:
+        """The entry `offset` entries from the earliest (1: the first) or latest (1: the last) one."""
+        loaded = await self._existing(topic, "examining a message")
+        name = str(self.parse_topic(topic))
+        position = position_at_offset(loaded.ledger, name, offset, latest=latest)
+        return position, await entry_at(loaded.ledger, name, position)
 
     async def get_last_message_id(
         self, topic: str, subscription: str | None = None,
@@ -301,7 +360,7 @@ class TopicAdmin:
         (await self._persistent(topic, "compaction")).compaction.trigger()
 
     async def compaction_status(self, topic: str) -> CompactionInfo:
-        return (await self._persistent(topic, "compaction")).compaction.info()
+        return (await self._existing(topic, "compaction")).compaction.info()
 
     async def pull(
         self, topic: str, queue: int = -1, start: Position | None = None, max_entries: int = 0, max_bytes: int = 0,

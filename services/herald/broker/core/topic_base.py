@@ -22,6 +22,7 @@ from herald.broker.core.compaction.topic_compaction import TopicCompaction
 from herald.broker.core.consumer import Consumer
 from herald.broker.core.cursor import InitialPosition, ResetTarget
 from herald.broker.core.dead_letters import DeadLetterPolicy
+from herald.broker.core.expiry import MessageExpiry
 from herald.broker.core.hash_ranges import KeySharedMeta
 from herald.broker.core.ledger_list import Position
 from herald.broker.core.managed_ledger import ManagedLedger
@@ -93,6 +94,7 @@ class PersistentOps(Protocol):
     def internal_stats(self) -> InternalStats: ...
     @property
     def compaction(self) -> TopicCompaction: ...
+    expiry: MessageExpiry
 
 
 S = TypeVar("S", bound=TopicSubscription)

@@ -1,8 +1,10 @@
 """AdminService's schema calls (GetSchema, ListSchemaVersions, UploadSchema, DeleteSchema,
 TestSchemaCompatibility), translated to the schema registry's (broker.core.schema_registry). Schemas
 live in the metadata store, so any broker answers them (no forwarding to the topic's owner); the
-topic's namespace must exist. Authorization is the other topic admin calls' (authorization.py: every
-request names its topic). The compatibility strategy is a topic / namespace policy (SetTopicPolicies).
+topic's namespace must exist; reading the schemas of a topic that has none and does not exist
+answers NOT_FOUND for the topic (schemas kept by a deletion are read without it). Authorization is
+the other topic admin calls' (authorization.py: every request names its topic). The compatibility
+strategy is a topic / namespace policy (SetTopicPolicies).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from herald.broker.core.service import BrokerService
 from herald.common.codec.names import TopicName
 from herald.common.codec.schema_info import SchemaInfo
 from herald.common.codec.schema_proto import schema_from_proto, schema_to_proto
-from herald.common.errors import InvalidArgumentError
+from herald.common.errors import InvalidArgumentError, NotFoundError
 from herald.metadata.resources import Resources
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -53,8 +55,12 @@ class SchemaAdmin(abc.ABC):
     async def GetSchema(self, request: broker_pb2.GetSchemaRequest, context: Context) -> broker_pb2.GetSchemaResponse:
         async def get() -> broker_pb2.GetSchemaResponse:
             registry = await self._registry(request.topic)
-            version, schema = await registry.get(request.topic,
-                                                 request.version if request.HasField("version") else None)
+            try:
+                version, schema = await registry.get(request.topic,
+                                                     request.version if request.HasField("version") else None)
+            except NotFoundError:
+                await self.service.check_topic_exists(request.topic)  # a typo: say the topic is missing
+                raise
             reply = broker_pb2.GetSchemaResponse(version=version)
             schema_to_proto(schema, reply.schema)
             return reply
@@ -69,6 +75,8 @@ class SchemaAdmin(abc.ABC):
             reply = admin_pb2.ListSchemaVersionsResponse()
             for version, schema in await registry.history(request.topic):
                 schema_to_proto(schema, reply.versions.add(version=version).schema)
+            if not reply.versions:
+                await self.service.check_topic_exists(request.topic)  # none, or no such topic?
             return reply
 
         return await self._answer(context, "ListSchemaVersions", history)

@@ -22,11 +22,11 @@ import grpc
 import grpc.aio
 
 from herald.api.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, lookup_pb2
-from herald.broker.core.policies import PolicyResolver
 from herald.broker.core.service import BrokerService
 from herald.broker.core.stats import sum_partitions
 from herald.broker.grpc import admin_storage
 from herald.broker.grpc.admin_forwarding import AdminForwarder, is_forwarded
+from herald.broker.grpc.admin_inspection import InspectionAdmin
 from herald.broker.grpc.admin_messages import (
     compaction_status_to_proto,
     dead_letter_policy_from_proto,
@@ -89,12 +89,12 @@ def _tenant_from_proto(tenant: admin_pb2.Tenant) -> Tenant:
     return Tenant(tenant.name, list(tenant.admin_roles), list(tenant.allowed_clusters))
 
 
-class AdminServicer(SchemaAdmin, admin_pb2_grpc.AdminServiceServicer):  # schema calls: admin_schemas
+# Schema calls: admin_schemas; lookup, message reads and expiry: admin_inspection.
+class AdminServicer(SchemaAdmin, InspectionAdmin, admin_pb2_grpc.AdminServiceServicer):
     def __init__(self, service: BrokerService, own_address: str, dialer: Dialer = PLAINTEXT) -> None:
         self.service = service
         self.resources = Resources(service.store)
         self.permissions = Permissions(service.store)
-        self.policies = PolicyResolver(self.resources, service.settings)
         self.forwarder = AdminForwarder(service.settings.lookup_address, own_address, dialer)
 
     async def close(self) -> None:
@@ -155,7 +155,11 @@ class AdminServicer(SchemaAdmin, admin_pb2_grpc.AdminServiceServicer):  # schema
                 return exc
 
         answers = await map_bounded(one, range(partitions))
-        for answer in answers:
+        for index, answer in enumerate(answers):
+            if isinstance(answer, errors.NotFoundError):
+                # A subscription missing on a partition is missing on the topic: say so with the name
+                # the caller gave, never an internal partition's.
+                raise errors.NotFoundError(str(answer).replace(str(base.partition(index)), str(base)))
             if isinstance(answer, Exception):
                 raise answer
         return cast(list[T], answers)
@@ -307,13 +311,12 @@ class AdminServicer(SchemaAdmin, admin_pb2_grpc.AdminServiceServicer):  # schema
         return await self._topic_call(context, "TerminateTopic", request, request.topic, local)
 
     async def GetTopicPolicies(self, request: admin_pb2.TopicRequest, context: Context) -> admin_pb2.Policies:
-        policies = await self._answer(
-            context, "GetTopicPolicies", lambda: self.resources.get_topic_policies(request.topic))
+        policies = await self._answer(context, "GetTopicPolicies", lambda: self.service.topic_policies(request.topic))
         return policies_to_proto(policies)
 
     async def GetEffectivePolicies(self, request: admin_pb2.TopicRequest, context: Context) -> admin_pb2.Policies:
         policies = await self._answer(
-            context, "GetEffectivePolicies", lambda: self.policies.effective(TopicName.parse(request.topic)))
+            context, "GetEffectivePolicies", lambda: self.service.effective_policies(request.topic))
         return policies_to_proto(policies)
 
     async def SetTopicPolicies(self, request: admin_pb2.SetPoliciesRequest, context: Context) -> admin_pb2.Policies:

@@ -9,7 +9,8 @@ from __future__ import annotations
 from aiohttp import web
 
 from herald.broker.core.admin_access import AdminCall
-from herald.broker.rest.app import authorize, context_of, on_owner
+from herald.broker.core.ledger_list import Position
+from herald.broker.rest.app import RestContext, authorize, context_of, on_owner
 from herald.broker.rest.errors import RestError
 from herald.broker.rest.paths import int_of, subscription_of, topic_of
 from herald.common.codec import pulsar_entry
@@ -33,6 +34,11 @@ async def peek(request: web.Request) -> web.Response:
         raise RestError(404, f"No message at position {position} of subscription {subscription} on {name}",
                         ErrorCode.NOT_FOUND)
     at, data, redeliveries = found[0]
+    return entry_response(context, at, data, redeliveries)
+
+
+def entry_response(context: RestContext, at: Position, data: bytes, redeliveries: int = 0) -> web.Response:
+    """One stored entry as Pulsar's admin API answers a peek, get-message-by-id or examine-message."""
     entry = data if pulsar_entry.is_pulsar_entry(data) else pulsar_entry.from_herald_entry(
         data, context.service.settings.max_message_size)
     metadata, payload = pulsar_entry.split(entry)

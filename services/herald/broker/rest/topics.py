@@ -324,6 +324,7 @@ async def skip_all(request: web.Request) -> web.Response:
 
 
 def add_routes(router: web.UrlDispatcher) -> None:
+    from herald.broker.rest import messages
     from herald.broker.rest.peek import peek
 
     ns = f"{ADMIN_V2}/{DOMAIN}/{{tenant}}/{{namespace}}"
@@ -351,3 +352,4 @@ def add_routes(router: web.UrlDispatcher) -> None:
     router.add_post(f"{sub}/skip/{{count}}", skip)
     router.add_post(f"{sub}/skip_all", skip_all)
     router.add_get(f"{sub}/position/{{position}}", peek)
+    messages.add_routes(router, topic)

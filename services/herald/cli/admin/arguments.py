@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from herald.cli.client_options import client_security_flags
+from herald.cli.vocabulary import warn_deprecated
 from herald.client.admin import AdminClient
 from herald.client.config import InitialPosition
 
@@ -155,3 +156,68 @@ def publish_time(text: str) -> int:
 
 def names(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
+
+
+# ---- one vocabulary (herald.cli.vocabulary): -s/--subscription, -n/--count, --position ----
+
+class _EdgeAlias(argparse.Action):
+    """`--earliest` / `--latest` of older Herald: a flag storing what `--position earliest|latest`
+    stores, after a deprecation warning (vocabulary.deprecated_alias takes a value, these take none)."""
+
+    def __init__(self, option_strings: list[str], dest: str, edge: InitialPosition, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest=dest, nargs=0, default=argparse.SUPPRESS, help=argparse.SUPPRESS,
+                         **kwargs)
+        self._edge = edge
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        warn_deprecated(option_string or self.option_strings[0], f"--position {self._edge.name.lower()}")
+        setattr(namespace, self.dest, self._edge)
+
+
+def add_edge_aliases(group: argparse._ActionsContainer, dest: str) -> None:
+    """Accept --earliest and --latest for `--position earliest|latest` (stored in `dest`)."""
+    group.add_argument("--earliest", action=_EdgeAlias, dest=dest, edge=InitialPosition.Earliest)
+    group.add_argument("--latest", action=_EdgeAlias, dest=dest, edge=InitialPosition.Latest)
+
+
+def add_subscription_argument(parser: argparse.ArgumentParser, *, legacy_count: bool = False) -> None:
+    """-s/--subscription, and the positional subscription (and count) of older Herald, accepted with
+    a warning: `subscription_of` and `count_of` sort them out."""
+    parser.add_argument("-s", "--subscription", help="the subscription's name")
+    parser.add_argument("legacy", nargs="*", metavar="SUBSCRIPTION" + (" [N]" if legacy_count else ""),
+                        help="deprecated: the subscription (and count) as positional arguments; use "
+                             "-s SUBSCRIPTION" + (" -n N" if legacy_count else ""))
+
+
+def subscription_of(args: argparse.Namespace) -> str:
+    """The subscription given with -s, or (deprecated) as the first positional argument."""
+    if args.subscription is not None:
+        return str(args.subscription)
+    if args.legacy:
+        args.subscription = args.legacy.pop(0)
+        warn_deprecated("a positional subscription", "-s/--subscription")
+        return str(args.subscription)
+    raise HeraldUsageError("give the subscription with -s/--subscription")
+
+
+def count_of(args: argparse.Namespace, default: int | None) -> int | None:
+    """The count given with -n, or (deprecated) as the positional argument after the subscription."""
+    subscription_of(args)
+    if len(args.legacy) > 1:
+        raise HeraldUsageError(f"unexpected arguments: {' '.join(args.legacy)}")
+    if args.legacy:
+        if args.count is not None:
+            raise HeraldUsageError("give the count once, with -n/--count")
+        warn_deprecated("a positional count", "-n/--count")
+        try:
+            return positive(args.legacy[0])
+        except argparse.ArgumentTypeError as error:
+            raise HeraldUsageError(str(error)) from None
+    return default if args.count is None else int(args.count)
+
+
+def no_extra_arguments(args: argparse.Namespace) -> None:
+    subscription_of(args)
+    if args.legacy:
+        raise HeraldUsageError(f"unexpected arguments: {' '.join(args.legacy)}")

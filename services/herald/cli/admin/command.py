@@ -32,12 +32,16 @@ examples:
   herald admin namespaces set-policy acme/orders --ttl 1h --max-consumers 10
   herald admin topics create persistent://acme/orders/created --partitions 4
   herald admin --json topics stats persistent://acme/orders/created
-  herald admin subscriptions reset persistent://acme/orders/created billing --time 2024-05-01T00:00:00Z
+  herald admin topics lookup persistent://acme/orders/created
+  herald admin subscriptions reset persistent://acme/orders/created -s billing --time 2024-05-01T00:00:00Z
+  herald admin subscriptions peek persistent://acme/orders/created -s billing -n 5
+  herald admin topics examine-message persistent://acme/orders/created-partition-0 --position earliest
   herald admin schemas upload persistent://acme/orders/created --type AVRO --file order.avsc
   herald admin dlq peek persistent://acme/orders/created --subscription billing
   herald admin dlq replay persistent://acme/orders/created --subscription billing --limit 100
 
-A failed call prints "error: <CODE>: <message>" on stderr and exits with status 1 (2 for usage errors).
+A failed call prints "error: <CODE>: <message>" on stderr and exits with status 1 (a topic, subscription or
+namespace that does not exist: NOT_FOUND, and nothing is created); usage errors exit with status 2.
 """
 # The groups in the order `herald admin --help` lists them.
 _GROUPS = (add_tenant_commands, add_namespace_commands, add_topic_commands, add_subscription_commands,

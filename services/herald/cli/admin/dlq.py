@@ -8,12 +8,13 @@ import base64
 from typing import Any
 
 from herald.cli.admin.arguments import CommandGroup, HeraldUsageError, positive
+from herald.cli.admin.progress import CommandProgress
 from herald.cli.admin.render import print_table, shorten
 from herald.cli.client_options import client_security
 from herald.client.admin import AdminClient
 from herald.client.config import DEFAULT_MAX_MESSAGE_SIZE
 from herald.dlq.letters import ORIGIN_PROPERTIES
-from herald.dlq.peek import DeadMessage, dead_letter_topic, peek, topic_exists
+from herald.dlq.peek import REPLAY_SUBSCRIPTION, DeadMessage, dead_letter_topic, peek, topic_exists
 from herald.dlq.replay import Replayed, replay
 
 
@@ -67,12 +68,22 @@ async def dlq_peek(admin: AdminClient, args: argparse.Namespace) -> Any:
     return None
 
 
+async def _to_replay(admin: AdminClient, topic: str, limit: int | None) -> int | None:
+    """How many messages a replay will move, for its progress: the replay subscription's backlog
+    (the dead-letter topic's entries before the first replay), at most `limit`."""
+    stats = await admin.topic_stats(topic)
+    backlog = next((sub.msg_backlog for sub in stats.subscriptions if sub.name == REPLAY_SUBSCRIPTION), stats.entries)
+    return backlog if limit is None else min(limit, backlog)
+
+
 async def dlq_replay(admin: AdminClient, args: argparse.Namespace) -> Any:
     topic = _dlq_topic(args)
     url = _service_url(args)
     replayed = Replayed()
     if await topic_exists(admin, topic):
-        replayed = await replay(url, topic, args.topic, args.limit, args.timeout, **client_security(args))
+        with CommandProgress("replayed", await _to_replay(admin, topic, args.limit), enabled=not args.json) as shown:
+            replayed = await replay(url, topic, args.topic, args.limit, args.timeout, **client_security(args),
+                                    progress=lambda counts: shown.update(counts.messages + counts.duplicates))
     if args.json:
         return {"dead_letter_topic": topic, "replayed": replayed.messages, "already_there": replayed.duplicates}
     print(f"replayed {replayed.messages} messages from {topic} to their topics")

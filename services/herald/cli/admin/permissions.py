@@ -56,6 +56,6 @@ def add_permission_commands(commands: CommandGroup, kind: str) -> None:
     sub.add_argument("--actions", required=True, help="produce, consume or produce,consume")
     sub = commands.command("revoke-permission", f"remove a role's permissions on a {kind}", revoke)
     sub.add_argument(kind, help=what)
-    sub.add_argument("--role", required=True)
+    sub.add_argument("--role", required=True, help="the role whose permissions are removed")
     sub = commands.command("permissions", f"the roles granted permissions on a {kind}", show)
     sub.add_argument(kind, help=what)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import datetime
 import json
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -255,6 +256,31 @@ def decoded_entries(entries: Sequence[Any]) -> list[dict[str, Any]]:
             "publish_time": metadata.publish_time, "messages": messages, "undecodable": None, "data_base64": None,
         })
     return out
+
+
+def print_entry(entry: dict[str, Any], *, details: bool = False) -> None:
+    """One decoded entry (decoded_entries) for people: its id, then each message (with `details`:
+    its properties, publish and event times too). A value that is not UTF-8 is shown in base64."""
+    redeliveries = f", redelivery count {entry['redelivery_count']}" if not details else ""
+    print(f"entry {entry['ledger_id']}:{entry['entry_id']} (producer {entry['producer_name']}{redeliveries})")
+    if details and entry["publish_time"] is not None:
+        print(f"  publish time: {_millis_text(entry['publish_time'])}")
+    if entry["undecodable"]:
+        print(f"  cannot decode it ({entry['undecodable']}): base64:{entry['data_base64']}")
+    for message in entry["messages"]:
+        key = f" key={message['key']}" if message["key"] is not None else ""
+        value = message["value"] if message["value"] is not None else f"base64:{message['value_base64']}"
+        print(f"  [{message['batch_index']}]{key}: {value}")
+        if details:
+            for name, prop in sorted(message["properties"].items()):
+                print(f"      property {name}={prop}")
+            if message["event_time"]:
+                print(f"      event time: {_millis_text(message['event_time'])}")
+
+
+def _millis_text(millis: int) -> str:
+    when = datetime.datetime.fromtimestamp(millis / 1000, tz=datetime.UTC)
+    return f"{when.isoformat(timespec='milliseconds').replace('+00:00', 'Z')} ({millis})"
 
 
 def show_policies(policies: admin_pb2.Policies, args: argparse.Namespace) -> Any:

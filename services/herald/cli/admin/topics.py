@@ -1,24 +1,30 @@
-"""`herald admin topics`: list, create, delete, stats, internal-stats, unload, terminate, compact,
-compaction-status, partitions (get, update), and their policies (policies, set-policy,
-clear-policy) and grants."""
+"""`herald admin topics`: list, create, delete, stats, internal-stats, lookup, unload, terminate, compact,
+compaction-status, partitions (get, update), their policies (policies, set-policy, clear-policy) and
+grants, and pulsar-admin's expire-messages, get-message-by-id and examine-message."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from herald.cli.admin.arguments import CommandGroup, non_negative, positive
+from herald.api.v1 import admin_pb2
+from herald.cli.admin.arguments import CommandGroup, HeraldUsageError, duration, non_negative, position, positive
 from herald.cli.admin.permissions import add_permission_commands
 from herald.cli.admin.policies import add_clear_flags, add_policy_flags, cleared_fields, policies_from_flags
+from herald.cli.admin.progress import CommandProgress
 from herald.cli.admin.render import (
     as_text,
+    decoded_entries,
+    print_entry,
     print_internal_stats,
     print_names,
+    print_table,
     print_topic_stats,
     show_policies,
     to_json,
 )
 from herald.client.admin import AdminClient
+from herald.common.errors import NotFoundError
 
 
 async def topics_list(admin: AdminClient, args: argparse.Namespace) -> Any:
@@ -85,7 +91,7 @@ async def topics_terminate(admin: AdminClient, args: argparse.Namespace) -> Any:
 
 
 async def topics_partitions_get(admin: AdminClient, args: argparse.Namespace) -> Any:
-    count = await admin.get_partitions(args.topic)
+    count = await admin.get_partitions(args.topic, must_exist=True)
     return {"topic": args.topic, "partitions": count} if args.json else print(count)
 
 
@@ -103,7 +109,11 @@ async def topics_policies(admin: AdminClient, args: argparse.Namespace) -> Any:
 
 
 async def topics_set_policy(admin: AdminClient, args: argparse.Namespace) -> Any:
-    current = await admin.topic_policies(args.topic)
+    try:
+        current = await admin.topic_policies(args.topic)
+    except NotFoundError:
+        # Policies may be set ahead of the topic (its first producer makes it with them): none yet.
+        current = admin_pb2.Policies()
     policies = policies_from_flags(args, current)
     return show_policies(await admin.set_topic_policies(args.topic, policies), args)
 
@@ -113,9 +123,83 @@ async def topics_clear_policy(admin: AdminClient, args: argparse.Namespace) -> A
     return show_policies(await admin.set_topic_policies(args.topic, clear=fields), args)
 
 
+async def topics_lookup(admin: AdminClient, args: argparse.Namespace) -> Any:
+    owners = await admin.lookup_topic(args.topic)
+    if args.json:
+        return {"topic": args.topic, "owners": owners}
+    print_table(["TOPIC", "BROKER"], [[topic, broker] for topic, broker in owners.items()])
+    return None
+
+
+async def topics_expire_messages(admin: AdminClient, args: argparse.Namespace) -> Any:
+    if (args.subscription is None) == (not args.all_subscriptions):
+        raise HeraldUsageError("give either -s/--subscription or --all-subscriptions (one)")
+    if args.subscription is not None:
+        expired = await admin.expire_messages(args.topic, args.subscription, args.expire_time)
+        if args.json:
+            return {"topic": args.topic, "expired": {args.subscription: expired}}
+        print(f"expired {expired} messages of subscription {args.subscription} on {args.topic}")
+        return None
+    # One call per subscription, so that a topic with many shows how far it got.
+    names = await admin.list_subscriptions(args.topic)
+    expired_each: dict[str, int] = {}
+    with CommandProgress("subscriptions expired", len(names), enabled=not args.json) as progress:
+        for name in names:
+            try:
+                expired_each[name] = await admin.expire_messages(args.topic, name, args.expire_time)
+            except NotFoundError:
+                continue  # deleted since it was listed: nothing left to expire
+            progress.update(len(expired_each))
+    if args.json:
+        return {"topic": args.topic, "expired": expired_each}
+    print(f"expired {sum(expired_each.values())} messages of {len(expired_each)} subscriptions on {args.topic}")
+    return None
+
+
+async def topics_get_message_by_id(admin: AdminClient, args: argparse.Namespace) -> Any:
+    entry = decoded_entries([await admin.get_message_by_id(args.topic, args.id)])[0]
+    return entry if args.json else print_entry(entry, details=True)
+
+
+async def topics_examine_message(admin: AdminClient, args: argparse.Namespace) -> Any:
+    entry = decoded_entries([await admin.examine_message(args.topic, args.offset, latest=args.position == "latest")])[0]
+    return entry if args.json else print_entry(entry, details=True)
+
+
+def _edge(text: str) -> str:
+    if text.strip().lower() not in ("earliest", "latest"):
+        raise argparse.ArgumentTypeError(f"invalid position {text!r}: use earliest or latest")
+    return text.strip().lower()
+
+
+def _add_message_commands(topics: CommandGroup) -> None:
+    sub = topics.command("lookup", "show which broker owns a topic (each partition's owner for a partitioned "
+                         "topic); a topic without an owner is given one", topics_lookup)
+    sub.add_argument("topic", help="topic name")
+    sub = topics.command("expire-messages", "acknowledge, on a subscription, the messages published longer ago "
+                         "than --expire-time (as message TTL would)", topics_expire_messages)
+    sub.add_argument("topic", help="topic name")
+    sub.add_argument("-s", "--subscription", help="the subscription whose messages expire")
+    sub.add_argument("--all-subscriptions", action="store_true", help="expire on every subscription of the topic")
+    sub.add_argument("--expire-time", type=duration, required=True, metavar="DURATION",
+                     help="messages published longer ago than this expire: e.g. 30s, 10m, 1h, 7d (0: all)")
+    sub = topics.command("get-message-by-id", "show the message stored at an id (ledger:entry): its id, key, "
+                         "properties, publish time and payload", topics_get_message_by_id)
+    sub.add_argument("topic", help="topic name (a partition, for a partitioned topic)")
+    sub.add_argument("--id", type=position, required=True, metavar="LEDGER:ENTRY", help="the message id, e.g. 12:0")
+    sub = topics.command("examine-message", "show the message at an offset from the earliest or latest message "
+                         "kept (like pulsar-admin's examine-message)", topics_examine_message)
+    sub.add_argument("topic", help="topic name (a partition, for a partitioned topic)")
+    sub.add_argument("--position", type=_edge, default="latest", metavar="earliest|latest",
+                     help="count from the earliest or the latest message (default latest)")
+    sub.add_argument("--offset", type=positive, default=1, metavar="N",
+                     help="the N-th message from that end (default 1: the first, or the last)")
+
+
 def add_topic_commands(groups: CommandGroup) -> None:
-    topics = groups.group("topics", "topics: list, create, delete, stats, internal-stats, unload, terminate, "
-                                    "compact, compaction-status, partitions, policies, set-policy, clear-policy")
+    topics = groups.group("topics", "topics: list, create, delete, stats, internal-stats, lookup, unload, "
+                                    "terminate, compact, compaction-status, partitions, policies, set-policy, "
+                                    "clear-policy, expire-messages, get-message-by-id, examine-message")
     sub = topics.command("list", "list a namespace's topics", topics_list)
     sub.add_argument("namespace", help="tenant/namespace")
     sub = topics.command("create", "create a topic", topics_create)
@@ -160,4 +244,5 @@ def add_topic_commands(groups: CommandGroup) -> None:
                          topics_clear_policy)
     sub.add_argument("topic", help="topic name")
     add_clear_flags(sub)
+    _add_message_commands(topics)
     add_permission_commands(topics, "topic")
