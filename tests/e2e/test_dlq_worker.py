@@ -69,7 +69,7 @@ class WorkerProcess:
             log.write(f"{marker}\n".encode())
             log.flush()
             self.proc = subprocess.Popen(
-                [str(VENV_BIN / "herald"), "dlq-worker", "--service-url", self.service_url, "--metrics-port", "0"],
+                [str(VENV_BIN / "herald"), "dlq-worker", "--url", self.service_url, "--metrics-port", "0"],
                 stdout=log, stderr=subprocess.STDOUT, env=self.env)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -675,7 +675,7 @@ def test_help_lists_the_dlq_worker_and_the_admin_dlq_commands() -> None:
     assert "dlq-worker" in top
     worker = subprocess.run([str(VENV_BIN / "herald"), "dlq-worker", "--help"], capture_output=True, text=True,
                             env=env).stdout
-    for flag in ("--service-url", "--metrics-port", "--flow-permits", "--broker-refresh-interval", "--config"):
+    for flag in ("--url", "--metrics-port", "--flow-permits", "--broker-refresh-interval", "--config"):
         assert flag in worker
     admin_help = subprocess.run([str(VENV_BIN / "herald"), "admin", "--help"], capture_output=True, text=True,
                                 env=env).stdout

@@ -205,7 +205,7 @@ class Services:
                          env={"HERALD_PROXY_DRAIN_TIMEOUT": "30"})
 
     def dlq_worker(self, lookup: ServiceProcess) -> ServiceProcess:
-        return self.make("dlq-worker", "dlq-worker", "--service-url", f"herald://127.0.0.1:{lookup.port}",
+        return self.make("dlq-worker", "dlq-worker", "--url", f"herald://127.0.0.1:{lookup.port}",
                          grpc=False)
 
     def stop_all(self) -> None:

@@ -145,7 +145,7 @@ def test_dlq_replay_takes_the_token_and_trust_flags(
     token = str(keys.token_file(ADMIN))
     tls = ["--tls-trust-certs-file", str(pki.ca_cert)]
     url = secure_standalone.service_url
-    sent = _herald("produce", f"{topic}-s-DLQ", "-n", "3", "-m", "dead-{i}", "--service-url", url,
+    sent = _herald("produce", f"{topic}-s-DLQ", "-n", "3", "-m", "dead-{i}", "--url", url,
                    "--auth-token-file", token, *tls)
     assert sent.returncode == 0, sent.stderr
 
@@ -157,7 +157,7 @@ def test_dlq_replay_takes_the_token_and_trust_flags(
     # the flags after the subcommand, as well as before it
     replayed = _herald("admin", "--url", url, "dlq", "replay", topic, "-s", "s", "--auth-token-file", token, *tls)
     assert replayed.returncode == 0 and "replayed 3 messages" in replayed.stdout, replayed.stderr
-    got = _herald("consume", topic, "-s", "check", "-n", "3", "--service-url", url, "--auth-token-file", token, *tls)
+    got = _herald("consume", topic, "-s", "check", "-n", "3", "--url", url, "--auth-token-file", token, *tls)
     assert got.returncode == 0, got.stderr
     assert all(f"dead-{i}" in got.stdout for i in range(3)), got.stdout
 

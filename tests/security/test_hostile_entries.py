@@ -335,7 +335,7 @@ class Worker:
         self.log_path = log_path
         with open(log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                [str(VENV_BIN / "herald"), "dlq-worker", "--service-url", place.server.service_url,
+                [str(VENV_BIN / "herald"), "dlq-worker", "--url", place.server.service_url,
                  "--metrics-port", "0"], stdout=log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + 30
         while not (found := re.search(r"metrics on http://(\S+)/metrics", self.log())):

@@ -180,7 +180,7 @@ def test_a_dlq_worker_process_presents_the_certificate_its_flags_name(
     log = tmp_path / "dlq-worker.log"
     with open(log, "wb") as out:
         worker = subprocess.Popen(
-            [str(VENV_BIN / "herald"), "dlq-worker", "--service-url", mtls_whole.service_url,
+            [str(VENV_BIN / "herald"), "dlq-worker", "--url", mtls_whole.service_url,
              "--metrics-port", str(metrics_port), "--tls-trust-certs-file", str(pki.ca_cert),
              "--tls-cert-file", str(cert), "--tls-key-file", str(key),
              "--auth-token-file", str(mtls_whole.data_dir / "internal.token")],
@@ -202,7 +202,7 @@ def test_the_cli_produces_and_consumes_with_a_certificate_and_a_token(
 ) -> None:
     cert, key = pki.client("cli-user")
     topic = unique_topic("mtls")
-    security = ["--service-url", mtls_whole.service_url, "--auth-token-file", str(keys.token_file(ADMIN)),
+    security = ["--url", mtls_whole.service_url, "--auth-token-file", str(keys.token_file(ADMIN)),
                 "--tls-trust-certs-file", str(pki.ca_cert), "--tls-cert-file", str(cert), "--tls-key-file", str(key)]
 
     def herald(*args: str) -> subprocess.CompletedProcess[str]:

@@ -384,11 +384,11 @@ def test_the_token_commands_round_trip_with_the_cli(
     url = secure_standalone.service_url
     tls = ["--tls-trust-certs-file", str(pki.ca_cert)]
     topic = unique_topic("sec")
-    sent = _herald("produce", topic, "-m", "by-cli", "--service-url", url, "--auth-token-file", str(token_file), *tls)
+    sent = _herald("produce", topic, "-m", "by-cli", "--url", url, "--auth-token-file", str(token_file), *tls)
     assert sent.returncode == 0, sent.stderr
-    got = _herald("consume", topic, "-s", "s", "--service-url", url, "--auth-token-file", str(token_file), *tls)
+    got = _herald("consume", topic, "-s", "s", "--url", url, "--auth-token-file", str(token_file), *tls)
     assert got.returncode == 0 and "by-cli" in got.stdout, got.stderr
-    refused = _herald("produce", topic, "--service-url", url, *tls)
+    refused = _herald("produce", topic, "--url", url, *tls)
     assert refused.returncode == 1 and "no token was given" in refused.stderr
     granted = _herald("admin", "--url", url, "--auth-token-file", str(token_file), *tls, "namespaces",
                       "grant-permission", "public/default", "--role", "cli-app", "--actions", "produce")
