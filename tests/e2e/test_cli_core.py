@@ -5,6 +5,7 @@ URL and credentials saved by name) with their precedence: flag > HERALD_* variab
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import re
 import socket
 import stat
@@ -265,3 +266,18 @@ def test_contexts_default_to_the_xdg_config_directory(tmp_path: Path, env: dict[
     env["XDG_CONFIG_HOME"] = str(tmp_path / "xdg")
     assert herald("context", "add", "x", "--url", "herald://127.0.0.1:1", env=env).returncode == 0
     assert (tmp_path / "xdg" / "herald" / "context" / "x.toml").exists()
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_a_deprecated_spelling_warns_in_the_chosen_log_format(env: dict[str, str], log_format: str) -> None:
+    """With --log-format json every line a command logs is JSON, its deprecation warnings included
+    (they are given while parsing, before the format is set, and held until it is)."""
+    url, _ = unreachable_url()
+    result = herald("--log-format", log_format, "produce", "t", "--service-url", url, "-m", "x", env=env)
+    assert result.returncode == 1
+    (warning,) = [line for line in result.stderr.splitlines() if "is deprecated" in line]
+    if log_format == "text":
+        assert warning == "herald: warning: --service-url is deprecated; use --url"
+    else:
+        record = json.loads(warning)
+        assert record["level"] == "WARNING" and record["message"] == "--service-url is deprecated; use --url"

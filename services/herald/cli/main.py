@@ -11,6 +11,7 @@ import contextlib
 import sys
 from typing import Any
 
+from herald.cli import vocabulary
 from herald.cli.admin.command import add_admin_parser
 from herald.cli.client_options import apply_client_options, choose_context
 from herald.cli.context import add_context_commands
@@ -20,7 +21,7 @@ from herald.cli.services import add_service_commands
 from herald.cli.vocabulary import EXIT_FAILED, EXIT_USAGE
 from herald.common import tracing
 from herald.common.errors import HeraldError, InvalidArgumentError
-from herald.common.logs import configure_logging
+from herald.common.logs import configure_logging, logs_as_json
 
 SHELLS = ("bash", "zsh", "fish")
 
@@ -93,9 +94,17 @@ def main(argv: list[str] | None = None) -> None:
         import argcomplete
 
         argcomplete.autocomplete(parser)
-    args = parser.parse_args(argv)  # a usage error exits with status 2 (argparse's)
+    vocabulary.hold_warnings()  # deprecation warnings wait until the log format is known
     try:
-        configure_logging(args.log_level, args.log_format)
+        args = parser.parse_args(argv)  # a usage error exits with status 2 (argparse's)
+    except SystemExit:
+        vocabulary.release_warnings(json_lines=False)
+        raise
+    try:
+        try:
+            configure_logging(args.log_level, args.log_format)
+        finally:
+            vocabulary.release_warnings(json_lines=logs_as_json())
         choose_context(args.context)
         apply_client_options(args)  # flag > HERALD_* > context > default, for commands with a client
         # HERALD_TRACING_* (or the --config file's [tracing] table): off unless an exporter is named.

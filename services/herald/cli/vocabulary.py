@@ -13,6 +13,7 @@ new option's destination, so scripts written against an older Herald keep workin
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -31,8 +32,41 @@ SUBSCRIPTION_TYPES = {"Exclusive": ConsumerType.Exclusive, "Shared": ConsumerTyp
 _TYPE_ALIASES = {"KeyShared": "Key_Shared", "key-shared": "Key_Shared"}
 
 
+# Warnings given while the command line is parsed wait here until main() has set the log format, so
+# that with --log-format json they too are JSON lines. None: they are written at once.
+_held: list[str] | None = None
+_as_json = False
+log = logging.getLogger("herald.cli")
+
+
+def hold_warnings() -> None:
+    """Keep deprecation warnings until release_warnings() (main() calls it before parsing)."""
+    global _held
+    _held = []
+
+
+def release_warnings(*, json_lines: bool) -> None:
+    """Write the warnings held while parsing, and any later ones at once: as log records when the
+    command logs JSON lines, else as `herald: warning: ...` lines."""
+    global _held, _as_json
+    held, _held, _as_json = _held or [], None, json_lines
+    for message in held:
+        _write(message)
+
+
+def _write(message: str) -> None:
+    if _as_json:
+        log.warning(message)
+    else:
+        print(f"herald: warning: {message}", file=sys.stderr, flush=True)
+
+
 def warn_deprecated(old: str, new: str) -> None:
-    print(f"herald: warning: {old} is deprecated; use {new}", file=sys.stderr, flush=True)
+    message = f"{old} is deprecated; use {new}"
+    if _held is not None:
+        _held.append(message)
+    else:
+        _write(message)
 
 
 def subscription_type(text: str) -> ConsumerType:

@@ -60,3 +60,8 @@ def configure_logging(level: str | None = None, log_format: str | None = None) -
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter() if chosen == "json" else logging.Formatter(TEXT_FORMAT))
     logging.basicConfig(level=(level or os.environ.get("HERALD_LOG_LEVEL", "INFO")).upper(), handlers=[handler])
+
+
+def logs_as_json() -> bool:
+    """Whether the process logs JSON lines (configure_logging chose the json format)."""
+    return any(isinstance(handler.formatter, JsonFormatter) for handler in logging.getLogger().handlers)
