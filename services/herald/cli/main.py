@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 from typing import Any
 
@@ -88,13 +89,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _asks_for_json_logs(argv: list[str] | None) -> bool:
+    """--log-format json (or HERALD_LOG_FORMAT=json), read before the whole command line is."""
+    early = argparse.ArgumentParser(add_help=False)
+    early.add_argument("--log-format", default=None)
+    known, _ = early.parse_known_args(argv)
+    return str(known.log_format or os.environ.get("HERALD_LOG_FORMAT") or "").lower() == "json"
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     if argv is None:  # shell completion: answers and exits when the shell asks ($_ARGCOMPLETE), else nothing
         import argcomplete
 
         argcomplete.autocomplete(parser)
-    vocabulary.hold_warnings()  # deprecation warnings wait until the log format is known
+    if _asks_for_json_logs(argv):
+        vocabulary.hold_warnings()  # deprecation warnings given while parsing wait for the JSON log handler
     try:
         args = parser.parse_args(argv)  # a usage error exits with status 2 (argparse's)
     except SystemExit:
