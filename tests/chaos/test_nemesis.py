@@ -13,6 +13,7 @@ faults by kind, counts) for the soak's closing note."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from pathlib import Path
@@ -61,6 +62,13 @@ def test_nemesis(seed: int, tmp_path: Path) -> None:
     faults = draw(seed, shape, SECONDS, FAULTS)
     history = FaultHistory(seed)
     executor: Executor | None = None
+    # The workload's clients log beside the processes: a stalled subscription's post-mortem needs its
+    # consumers' reconnects, which pytest would keep only at WARNING and only in a failure's report.
+    client_log = logging.FileHandler(tmp_path / "client.log")
+    client_log.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    client_logger = logging.getLogger("herald.client")
+    client_logger.addHandler(client_log)
+    client_logger.setLevel(logging.INFO)
     topology.start()
     try:
         workload = Workload(topology.service_url, topology.proxy_url, WorkloadSpec()).start()
@@ -101,3 +109,6 @@ def test_nemesis(seed: int, tmp_path: Path) -> None:
             executor.stop()
         history.save(tmp_path / "faults.json")  # beside the processes' logs, failing or not
         topology.stop()
+        client_logger.removeHandler(client_log)
+        client_logger.setLevel(logging.NOTSET)
+        client_log.close()
