@@ -91,10 +91,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _asks_for_json_logs(argv: list[str] | None) -> bool:
     """--log-format json (or HERALD_LOG_FORMAT=json), read before the whole command line is."""
-    early = argparse.ArgumentParser(add_help=False)
-    early.add_argument("--log-format", default=None)
-    known, _ = early.parse_known_args(argv)
-    return str(known.log_format or os.environ.get("HERALD_LOG_FORMAT") or "").lower() == "json"
+    words = sys.argv[1:] if argv is None else argv
+    chosen = os.environ.get("HERALD_LOG_FORMAT") or ""
+    for i, word in enumerate(words):  # a plain scan: a parser here would report usage errors twice
+        if word == "--log-format" and i + 1 < len(words):
+            chosen = words[i + 1]
+        elif word.startswith("--log-format="):
+            chosen = word.split("=", 1)[1]
+    return chosen.lower() == "json"
 
 
 def main(argv: list[str] | None = None) -> None:
