@@ -10,9 +10,10 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any, Generic, TypeVar
 
 from herald.client.config import ConsumerType
+from herald.client.iteration import next_until_closed
 from herald.client.message import Message
 from herald.common.codec.message_id import MessageId
-from herald.common.errors import ConsumerClosedError, NotAllowedError
+from herald.common.errors import NotAllowedError
 
 T = TypeVar("T")
 
@@ -164,14 +165,7 @@ class AsyncConsumer(abc.ABC, Generic[T]):
         return self
 
     async def __anext__(self) -> Message[T]:
-        try:
-            message = await self.receive()
-        except ConsumerClosedError:
-            if self.closed:
-                raise StopAsyncIteration from None
-            raise
-        assert message is not None  # no timeout: a message, or ConsumerClosedError
-        return message
+        return await next_until_closed(self.receive, lambda: self.closed)
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()

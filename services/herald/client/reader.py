@@ -21,6 +21,7 @@ from typing import Any, Generic, TypeVar
 from herald.api.v1 import broker_pb2, common_pb2
 from herald.client.config import ClientConfig, ConsumerConfig, ConsumerType, InitialPosition, ReaderConfig
 from herald.client.connection import ConnectionPool
+from herald.client.iteration import next_until_closed
 from herald.client.lookup import LookupService
 from herald.client.message import Message
 from herald.client.message_listener import ListenerTask
@@ -270,14 +271,7 @@ class AsyncReader(Generic[T]):
         return self
 
     async def __anext__(self) -> Message[T]:
-        try:
-            message = await self.read_next()
-        except ConsumerClosedError:
-            if self.closed:
-                raise StopAsyncIteration from None
-            raise
-        assert message is not None  # no timeout: a message, or ConsumerClosedError
-        return message
+        return await next_until_closed(self.read_next, lambda: self.closed)
 
     async def __aenter__(self) -> AsyncReader[T]:
         return self

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from herald.client import tracing as client_tracing
 from herald.client.config import BatchReceivePolicy, ConsumerConfig, ConsumerType, InitialPosition
 from herald.client.consumer import AsyncConsumer
+from herald.client.iteration import iterate_until_closed
 from herald.client.listeners import ConsumerEventListener
 from herald.client.message import Message
 from herald.client.stats import ConsumerStats
@@ -287,15 +288,7 @@ class Consumer(Generic[T]):
     def __iter__(self) -> Iterator[Message[T]]:
         """`for message in consumer`: each message as it comes (receive() without a timeout);
         the loop ends when the consumer is closed (by another thread, or its client)."""
-        while True:
-            try:
-                message = self.receive()
-            except ConsumerClosedError:
-                if self.closed:
-                    return
-                raise
-            if message is not None:
-                yield message
+        return iterate_until_closed(self.receive, lambda: self.closed)
 
     def __enter__(self) -> Consumer[T]:
         return self

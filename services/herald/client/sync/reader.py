@@ -11,6 +11,7 @@ import inspect
 from collections.abc import Callable, Coroutine, Iterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from herald.client.iteration import iterate_until_closed
 from herald.client.message import Message
 from herald.client.reader import AsyncReader
 from herald.client.sync.loop import LoopThread
@@ -114,15 +115,7 @@ class Reader(Generic[T]):
     def __iter__(self) -> Iterator[Message[T]]:
         """`for message in reader`: each message as it comes (read_next() without a timeout);
         the loop ends when the reader is closed (by another thread, or its client)."""
-        while True:
-            try:
-                message = self.read_next()
-            except ConsumerClosedError:
-                if self.closed:
-                    return
-                raise
-            if message is not None:
-                yield message
+        return iterate_until_closed(self.read_next, lambda: self.closed)
 
     def __enter__(self) -> Reader[T]:
         return self
