@@ -95,3 +95,23 @@ def test_a_broker_shut_down_with_sigterm_hands_its_topic_over_and_every_send_suc
     history = producer.stop()
     assert not history.failed, history.errors[:3]
     check(history, read_everything(local_cluster.service_url, topic))
+
+
+def test_a_producer_that_reconnects_while_lookup_is_paused_carries_on_when_lookup_wakes(
+    local_cluster: LocalCluster,
+) -> None:
+    """Lookup SIGSTOPped as the owner broker dies: the producer's reconnect asks a silent lookup, and
+    the client closes that silent connection (keep_alive 1 s) under the pending lookup call. Once
+    lookup wakes, the producer must find the new owner and carry on; it once gave up for good, its
+    stream ended by the closed call's CancelledError (seed 15 of the nemesis soak)."""
+    topic = "reconnect-to-paused-lookup"
+    producer = ContinuousProducer(local_cluster.service_url, topic).start()
+    producer.wait_for_acks(200)
+    owner = local_cluster.broker_at(owner_of(local_cluster, topic))
+    local_cluster.lookup.pause()
+    owner.kill()
+    time.sleep(5)  # past two keepalive intervals: the lookup connection is closed under the lookup call
+    local_cluster.lookup.resume()
+    run_for(producer, PHASE_SECONDS, progress_within=30)
+    history = producer.stop()
+    check(history, read_everything(local_cluster.service_url, topic))

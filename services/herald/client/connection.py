@@ -47,6 +47,25 @@ def channel_options(config: ClientConfig) -> list[tuple[str, str | int]]:
     ]
 
 
+def cancelled_under_us() -> bool:
+    """Whether the CancelledError being handled came from gRPC rather than from cancelling this
+    task: a call whose channel was closed under it (the pool closes a silent one, liveness.py)
+    raises CancelledError in whoever awaits it. That is a lost connection, never the end of the
+    task: a reconnecting stream that took it for its own cancellation stopped for good."""
+    task = asyncio.current_task()
+    return task is not None and not task.cancelling()
+
+
+async def closed_as_error(awaitable: Awaitable[T], what: str) -> T:
+    """`awaitable`'s result; a call closed under it becomes a retryable ConnectionError_."""
+    try:
+        return await awaitable
+    except asyncio.CancelledError:
+        if not cancelled_under_us():
+            raise
+        raise ConnectionError_(f"{what}: its connection was closed during the call") from None
+
+
 async def retrying(what: str, time_limit: float, attempt: Callable[[float], Awaitable[T]]) -> T:
     """Run `attempt(deadline)` until it succeeds, retrying retryable Herald errors with backoff;
     past `time_limit` seconds the last error is reported as a timeout naming `what`."""
@@ -55,7 +74,7 @@ async def retrying(what: str, time_limit: float, attempt: Callable[[float], Awai
     backoff = Backoff()
     while True:
         try:
-            return await attempt(deadline)
+            return await closed_as_error(attempt(deadline), what)
         except HeraldError as exc:
             if not exc.retryable:
                 raise

@@ -16,7 +16,7 @@ import grpc.aio
 
 from herald.api.v1 import broker_pb2_grpc
 from herald.client.config import ClientConfig
-from herald.client.connection import ConnectionPool, remaining, retrying
+from herald.client.connection import ConnectionPool, cancelled_under_us, closed_as_error, remaining, retrying
 from herald.client.lookup import LookupService
 from herald.client.reconnect import ReconnectPolicy
 from herald.client.stream_protocol import Reconnect, StreamProtocol
@@ -159,11 +159,10 @@ class BrokerStream(Generic[RequestT, ReplyT, AcceptedT]):
             except Reconnect as exc:
                 reason = str(exc)
             except asyncio.CancelledError:
-                task = asyncio.current_task()
-                if task is None or task.cancelling():
+                # Unless this task is being cancelled: the call was, its channel closed (its peer went
+                # silent, liveness.py) or its writer gave up.
+                if not cancelled_under_us():
                     raise
-                # gRPC raises CancelledError from a call cancelled under us, not from this task: its
-                # channel was closed (its peer went silent, liveness.py) or its writer gave up.
                 reason = "its connection was closed"
             except grpc.aio.AioRpcError as exc:
                 reason = str(error_from_rpc(exc, protocol.stream_name))
@@ -196,30 +195,38 @@ class BrokerStream(Generic[RequestT, ReplyT, AcceptedT]):
         while self._running:
             await asyncio.sleep(policy.lookup_delay(loop.time()))
             deadline = loop.time() + self._client_config.operation_timeout
-            address = self.address
             try:
-                if self._before_reconnect is not None:
-                    await self._before_reconnect()
-                address = await self._lookup.broker_for(protocol.topic)
-                if not policy.should_connect(address, loop.time()):
-                    continue
-                call, accepted = await self._connect(deadline, address)
+                attempt = await closed_as_error(self._attempt_reconnect(deadline), f"reconnecting {protocol.role}")
             except HeraldError as exc:
                 # Gone, silent or disowning: lookup will soon name another broker. Anything else:
                 # the broker answered and refused, so lookup's answer stands for now.
                 moving = isinstance(exc, ConnectionError_ | HeraldTimeoutError | NotOwnerError)
-                policy.failed(address, loop.time(), moving=moving)
+                policy.failed(self.address, loop.time(), moving=moving)
                 if self._connect_failed is not None and self._connect_failed(exc, False):
                     return None
                 self._log.info("%s %s on %s: reconnect failed: %s", protocol.role, protocol.name, protocol.topic,
                                exc)
                 continue
+            if attempt is None:
+                continue
+            call, accepted = attempt
             if not self._running:
                 call.cancel()
                 return None
             self._connected_with(accepted, first=False)
             return call
         return None
+
+    async def _attempt_reconnect(self, deadline: float,
+                                 ) -> tuple[grpc.aio.StreamStreamCall[RequestT, ReplyT], AcceptedT] | None:
+        """One reconnect: ask lookup, connect and introduce the stream; None when the policy says
+        not to connect to the broker named yet. A failed connect leaves its address in self.address."""
+        if self._before_reconnect is not None:
+            await self._before_reconnect()
+        address = await self._lookup.broker_for(self._protocol.topic)
+        if not self._policy.should_connect(address, self._loop.time()):
+            return None
+        return await self._connect(deadline, address)
 
     # ---- serving ----------------------------------------------------------------------------
 
