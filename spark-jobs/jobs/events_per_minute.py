@@ -32,6 +32,7 @@ DEFAULT_UNIT = "ms"
 # Plausible event times: 1971-01-01 to 2200-01-01 (unix seconds). Outside, the unit is wrong.
 EARLIEST, LATEST = 31_536_000, 7_258_118_400
 _NUMBER = r"^-?[0-9]+(\.[0-9]+)?$"
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 
 
 def event_time(text: Column, fallback: Column, unit: str) -> Column:
@@ -99,9 +100,22 @@ def parse(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def local_state_partitions(master: str, configured: bool, cores: int) -> int | None:
+    """How many partitions the count's state should have when the user set none: one per core in
+    local mode. Each is a task in every micro-batch, and Spark's default (200) is sized for a
+    cluster: a local run (a laptop, `make spark-events-per-minute`) would spend most of each batch on
+    empty tasks. None: keep Spark's setting. The first run's count stays in the checkpoint."""
+    return cores if master.startswith("local") and not configured else None
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse(sys.argv[1:] if argv is None else argv)
     spark = SparkSession.builder.appName("herald-events-per-minute").getOrCreate()
+    context = spark.sparkContext
+    partitions = local_state_partitions(context.master, context.getConf().contains(SHUFFLE_PARTITIONS),
+                                        context.defaultParallelism)
+    if partitions is not None:
+        spark.conf.set(SHUFFLE_PARTITIONS, str(partitions))
     watch_query(start(spark, args), "events_per_minute")  # a line per 30 s on stderr: alive and keeping up
 
 

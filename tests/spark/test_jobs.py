@@ -66,3 +66,11 @@ def test_the_jobs_refuse_missing_arguments() -> None:
         else:
             raise AssertionError(f"{job.__name__} accepted no --url")
 
+
+
+def test_a_local_run_keeps_its_state_in_one_partition_per_core_unless_the_user_chose() -> None:
+    assert events_per_minute.local_state_partitions("local[*]", configured=False, cores=2) == 2
+    assert events_per_minute.local_state_partitions("local[4]", configured=False, cores=4) == 4
+    # The user's spark.sql.shuffle.partitions, and any cluster, keep Spark's setting.
+    assert events_per_minute.local_state_partitions("local[*]", configured=True, cores=2) is None
+    assert events_per_minute.local_state_partitions("k8s://https://api:6443", configured=False, cores=8) is None
