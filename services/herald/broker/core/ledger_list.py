@@ -9,6 +9,7 @@ a deleted ledger reads on from the first kept entry.
 from __future__ import annotations
 
 import bisect
+import json
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple
@@ -171,3 +172,20 @@ class LedgerList:
     @property
     def size_total(self) -> int:
         return sum(info.size for info in self._ledgers)
+
+
+def managed_ledger_key(name: str) -> str:
+    """Where a managed ledger's record lives in the metadata store."""
+    return f"/managed-ledgers/{name}"
+
+
+def encode_record(ledgers: list[dict[str, Any]], terminated: bool) -> bytes:
+    """A managed ledger's record: its list of ledgers (LedgerList.to_json) and whether it was
+    terminated."""
+    return json.dumps({"ledgers": ledgers, "terminated": terminated}, separators=(",", ":")).encode()
+
+
+def decode_record(value: bytes) -> tuple[list[LedgerInfo], bool]:
+    """The ledgers and the terminated flag of a record encode_record wrote."""
+    record = json.loads(value)
+    return [LedgerInfo(**item) for item in record.get("ledgers", [])], bool(record.get("terminated", False))

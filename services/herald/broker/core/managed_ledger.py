@@ -15,12 +15,12 @@ from __future__ import annotations
 import asyncio
 import enum
 import functools
-import json
 import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 
+from herald.broker.core import ledger_list
 from herald.broker.core.entry_cache import EntryCache, ReadAheadBudget
 from herald.broker.core.ledger_list import BEFORE_FIRST, LedgerInfo, LedgerList, Position
 from herald.broker.core.ledger_reader import LedgerHandle, LedgerReader, LedgerStorage
@@ -69,7 +69,7 @@ class ManagedLedger:
         on_fenced: Callable[[], None] | None = None,
     ) -> None:
         self.name = name
-        self.key = f"/managed-ledgers/{name}"
+        self.key = ledger_list.managed_ledger_key(name)
         self._store = store
         self._storage = storage
         self._settings = settings
@@ -107,11 +107,10 @@ class ManagedLedger:
         create a fresh ledger for writes."""
         got = await self._store.get(self.key)
         if got is not None:
-            doc = json.loads(got.value)
+            ledgers, self._terminated = ledger_list.decode_record(got.value)
             self._version = got.version
-            self._terminated = bool(doc.get("terminated", False))
-            for item in doc.get("ledgers", []):
-                self._list.append(LedgerInfo(**item))
+            for info in ledgers:
+                self._list.append(info)
         if self._list:
             last = self._list[-1]
             # Fences the ledger on its storage nodes, so a previous owner still writing fails,
@@ -485,9 +484,8 @@ class ManagedLedger:
     async def _write_metadata(self, extra: LedgerInfo | None = None) -> None:
         """Record the list (plus `extra`, a ledger being added) by compare-and-set."""
         async with self._metadata_lock:
-            doc = {"ledgers": self._list.to_json(extra), "terminated": self._terminated}
-            self._version = await self._store.put(
-                self.key, json.dumps(doc, separators=(",", ":")).encode(), expected_version=self._version)
+            record = ledger_list.encode_record(self._list.to_json(extra), self._terminated)
+            self._version = await self._store.put(self.key, record, expected_version=self._version)
 
     async def _delete_quietly(self, ledger_id: int) -> None:
         try:
@@ -507,10 +505,9 @@ class ManagedLedger:
             if (not ids or self.state in (State.NONE, State.CLOSED, State.FENCED)
                     or count >= len(self._list) or self._list.ids[:count] != ids):
                 return []
-            doc = {"ledgers": self._list.to_json()[count:], "terminated": self._terminated}
+            record = ledger_list.encode_record(self._list.to_json()[count:], self._terminated)
             try:
-                self._version = await self._store.put(
-                    self.key, json.dumps(doc, separators=(",", ":")).encode(), expected_version=self._version)
+                self._version = await self._store.put(self.key, record, expected_version=self._version)
             except BadVersionError as exc:
                 self._fence(exc)
                 return []

@@ -8,12 +8,12 @@ with fewer subscriptions (it loads again) or ledgers no list names (garbage in s
 
 from __future__ import annotations
 
-import json
 import logging
 
 from herald.broker.core.compaction.state import NO_LEDGER, CompactionState, state_key
 from herald.broker.core.cursor import cursor_key
 from herald.broker.core.dedup import dedup_key
+from herald.broker.core.ledger_list import decode_record, managed_ledger_key
 from herald.broker.core.managed_ledger import LedgerStorage
 from herald.common.errors import HeraldError
 from herald.metadata.store import MetadataStore
@@ -24,9 +24,9 @@ log = logging.getLogger(__name__)
 async def delete_topic_data(store: MetadataStore, storage: LedgerStorage, ledger_name: str) -> list[int]:
     """Delete everything stored for managed ledger `ledger_name`; returns the ledger ids deleted
     from storage (a ledger storage failed to delete is logged and left behind)."""
-    ledger_key = f"/managed-ledgers/{ledger_name}"
+    ledger_key = managed_ledger_key(ledger_name)
     found = await store.get(ledger_key)
-    ledger_ids = [int(item["ledger_id"]) for item in json.loads(found.value).get("ledgers", [])] if found else []
+    ledger_ids = [info.ledger_id for info in decode_record(found.value)[0]] if found else []
     for key in await store.list(cursor_key(ledger_name, "")):
         await store.delete(key)
     await store.delete(dedup_key(ledger_name))
