@@ -115,15 +115,28 @@ async def test_the_first_connection_to_a_refused_address_fails_at_once(scheme: s
     so the old client, which retried until that timeout, trips the test's guard instead). Over TLS
     the client first fetches the server's certificate: that refusal is the same answer."""
     address = f"127.0.0.1:{free_port()}"
-    async with AsyncClient(f"{scheme}://{address}", operation_timeout=3600) as client:
+    await _fails_at_once(f"{scheme}://{address}", f"could not connect to {address}: the connection failed "
+                                                  r"at once \(connection refused")
+
+
+@pytest.mark.parametrize("scheme", ["herald", "herald+ssl"])
+async def test_the_first_connection_to_a_host_that_does_not_resolve_fails_at_once(scheme: str) -> None:
+    """A mistyped host name: the resolver's "no such name" is an answer too (the .invalid domain
+    never resolves, RFC 2606). A resolver that fails for now would be retried."""
+    address = f"no-such-host.invalid:{free_port()}"
+    await _fails_at_once(f"{scheme}://{address}", f"could not connect to {address}: the connection failed at once "
+                                                  r"\(the host no-such-host\.invalid is not known")
+
+
+async def _fails_at_once(url: str, error: str) -> None:
+    async with AsyncClient(url, operation_timeout=3600) as client:
         for making in (lambda: client.create_producer("t"), lambda: client.subscribe("t", "s"),
                        lambda: client.create_reader("t", MessageId.earliest)):
             started = time.perf_counter()
             async with asyncio.timeout(60):
-                with pytest.raises(ConnectionError_, match=f"could not connect to {address}: the connection failed "
-                                                           r"at once \(connection refused"):
+                with pytest.raises(ConnectionError_, match=error):
                     await making()
-            print(f"AsyncClient refused in {time.perf_counter() - started:.3f}s")
+            print(f"AsyncClient failed in {time.perf_counter() - started:.3f}s")
 
 
 def test_the_blocking_client_fails_at_once_too() -> None:

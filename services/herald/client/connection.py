@@ -17,6 +17,7 @@ import grpc.aio
 from herald.client.config import ClientConfig
 from herald.client.liveness import ChannelWatchdog
 from herald.client.tls import CertificateFetchRefused, read_trust_certs, secure_channel_settings
+from herald.client.unreachable import definite_failure
 from herald.common.backoff import Backoff
 from herald.common.errors import AlreadyClosedError, ConnectionError_, HeraldError, HeraldTimeoutError
 from herald.common.security.credentials import auth_interceptors
@@ -113,30 +114,28 @@ async def _ready_or_failed(channel: grpc.aio.Channel) -> None:
         state = channel.get_state(try_to_connect=True)
 
 
-def _first_connect_failed(service_url: str, address: str, hint: str) -> ConnectionError_:
-    """The error of a first connection to the service URL that was refused: not retryable, so
-    creating a producer, consumer or reader fails now rather than after the operation timeout."""
-    error = ConnectionError_(f"could not connect to {address}: the connection failed at once (connection refused: "
-                             f"nothing listens there for {service_url}): {hint}")
+def _first_connect_failed(address: str, reason: str, hint: str) -> ConnectionError_:
+    """The error of a first connection to the service URL that got a definite answer (refused, or
+    a host name that does not resolve): not retryable, so creating a producer, consumer or reader
+    fails now rather than after the operation timeout."""
+    error = ConnectionError_(f"could not connect to {address}: the connection failed at once ({reason}): {hint}")
     error.retryable = False
     return error
 
 
-async def _refused(address: str, timeout: float) -> bool:  # noqa: ASYNC109 - bounds the one probe
-    """Whether a plain TCP connection to `address` is refused. gRPC reports a refusal and a failed
-    TLS handshake alike; only a refusal means that nothing listens (a handshake that failed may be
-    a server still loading its certificates: that one is retried as before)."""
+async def _nothing_there(address: str, service_url: str, timeout: float) -> str | None:  # noqa: ASYNC109
+    """Why nothing can answer at `address` (unreachable.py), probed with a plain TCP connection,
+    or None when that is not certain: gRPC reports a refusal, an unknown host and a failed TLS
+    handshake alike."""
     host, _, port = address.rpartition(":")
     try:
         _, writer = await asyncio.wait_for(asyncio.open_connection(host.strip("[]"), int(port)), timeout)
-    except ConnectionRefusedError:
-        return True
-    except (OSError, TimeoutError, ValueError):
-        return False
+    except (OSError, TimeoutError, ValueError) as exc:
+        return definite_failure(exc, host, service_url)
     writer.close()
     with contextlib.suppress(OSError):
         await writer.wait_closed()
-    return False
+    return None
 
 
 class ConnectionPool:
@@ -206,7 +205,7 @@ class ConnectionPool:
                 credentials, extra = await secure_channel_settings(self._config, address, self._trusted)
             except CertificateFetchRefused as exc:
                 if address == self._config.url.address and not self._service_reached:
-                    raise _first_connect_failed(self._config.service_url, address, f"{exc}; {_TLS_HINT}") from None
+                    raise _first_connect_failed(address, exc.reason, f"{exc}; {_TLS_HINT}") from None
                 raise
             channel = grpc.aio.secure_channel(address, credentials, options=[*self._options, *extra],
                                               interceptors=self._interceptors)
@@ -224,9 +223,10 @@ class ConnectionPool:
                     f"could not connect to {address} within the connection timeout of {timeout:g}s: {hint}"
                 ) from None
             if isinstance(exc, _ConnectFailed):
-                if (address == self._config.url.address and not self._service_reached
-                        and await _refused(address, timeout)):
-                    raise _first_connect_failed(self._config.service_url, address, hint) from None
+                if address == self._config.url.address and not self._service_reached:
+                    reason = await _nothing_there(address, self._config.service_url, timeout)
+                    if reason is not None:
+                        raise _first_connect_failed(address, reason, hint) from None
                 raise ConnectionError_(f"could not connect to {address}: the connection failed: {hint}") from None
             raise
         if address == self._config.url.address:

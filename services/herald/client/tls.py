@@ -27,6 +27,7 @@ from cryptography import x509
 from cryptography.x509.oid import NameOID
 
 from herald.client.config import ClientConfig
+from herald.client.unreachable import definite_failure
 from herald.common.errors import ConnectionError_, InvalidArgumentError
 from herald.common.transport.tls import read_pem
 
@@ -46,7 +47,7 @@ async def secure_channel_settings(
     roots = trusted
     options: ChannelOptions = []
     if config.tls_allow_insecure_connection or not config.tls_validate_hostname:
-        presented = await _server_certificate(address, config.connection_timeout)
+        presented = await _server_certificate(address, config.connection_timeout, config.service_url)
         if config.tls_allow_insecure_connection:
             roots = presented.encode()
         if not config.tls_validate_hostname:
@@ -67,18 +68,24 @@ def read_client_file(path: str, what: str) -> bytes:
 
 
 class CertificateFetchRefused(ConnectionError_):
-    """Fetching the server's certificate was refused: nothing listens there (the pool decides
-    whether that is worth retrying)."""
+    """Fetching the server's certificate got a definite answer (unreachable.py): nothing listens
+    there, or no such host; `reason` says which (the pool decides whether that is worth retrying)."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
-async def _server_certificate(address: str, timeout: float) -> str:  # noqa: ASYNC109 - the handshake's socket timeout
+async def _server_certificate(address: str, timeout: float, service_url: str) -> str:  # noqa: ASYNC109
     host, _, port = address.rpartition(":")
     try:
         return await asyncio.to_thread(ssl.get_server_certificate, (host.strip("[]"), int(port)), timeout=timeout)
-    except ConnectionRefusedError as exc:
-        raise CertificateFetchRefused(f"could not fetch the TLS certificate of {address}: {exc}") from None
     except (OSError, ssl.SSLError) as exc:
-        raise ConnectionError_(f"could not fetch the TLS certificate of {address}: {exc}") from None
+        message = f"could not fetch the TLS certificate of {address}: {exc}"
+        reason = definite_failure(exc, host, service_url)
+        if reason is not None:
+            raise CertificateFetchRefused(message, reason) from None
+        raise ConnectionError_(message) from None
 
 
 def certificate_name(pem: str) -> str:
