@@ -7,6 +7,8 @@ import asyncio
 import itertools
 import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from herald.client import (
@@ -30,9 +32,23 @@ from herald.client import (
     SendTimeoutError,
 )
 
-from tests.conftest import StandaloneProcess
+from tests.conftest import StandaloneProcess, running_standalone
 
 EARLIEST = InitialPosition.Earliest
+
+
+@pytest.fixture(scope="module")
+def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneProcess]:
+    """One standalone for the module: each test uses topics of its own. The tests that restart or
+    kill their server take `own_standalone`."""
+    with running_standalone(tmp_path_factory.mktemp("client") / "data") as server:
+        yield server
+
+
+@pytest.fixture
+def own_standalone(tmp_path: Path) -> Iterator[StandaloneProcess]:
+    with running_standalone(tmp_path / "data") as server:
+        yield server
 
 
 async def drain(consumer: AsyncConsumer, count: int, wait: float = 10.0) -> list[Message]:
@@ -438,7 +454,8 @@ async def test_partitions_of_an_unpartitioned_topic_are_the_topic(standalone: St
         assert await client.get_partitions_for_topic("plain") == ["persistent://public/default/plain"]
 
 
-async def test_producer_and_consumer_survive_a_restart(standalone: StandaloneProcess) -> None:
+async def test_producer_and_consumer_survive_a_restart(own_standalone: StandaloneProcess) -> None:
+    standalone = own_standalone
     async with AsyncClient(standalone.service_url, operation_timeout=60) as client:
         consumer = await client.subscribe("restart", "sub", initial_position=EARLIEST)
         producer = await client.create_producer("restart", producer_name="survivor")
@@ -463,7 +480,8 @@ async def test_producer_and_consumer_survive_a_restart(standalone: StandalonePro
         assert tail == sorted(tail)
 
 
-async def test_messages_fail_with_a_timeout_when_the_broker_is_gone(standalone: StandaloneProcess) -> None:
+async def test_messages_fail_with_a_timeout_when_the_broker_is_gone(own_standalone: StandaloneProcess) -> None:
+    standalone = own_standalone
     async with AsyncClient(standalone.service_url) as client:
         producer = await client.create_producer("gone", send_timeout=1.0)
         await producer.send(b"stored")
