@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 
 import grpc
 from grpc import aio
@@ -284,8 +284,12 @@ class EtcdMetadataStore(MetadataStore):
             try:
                 create = rpc.WatchRequest(create_request=rpc.WatchCreateRequest(
                     key=key, range_end=_prefix_end(key), start_revision=revision))
-                call = self._cluster.watch(member).Watch(_requests(create), metadata=REQUIRE_LEADER)
+                # The create request is written, not fed from an async generator: a generator parked in
+                # gRPC's request-consuming task is left pending when the call is dropped, and asyncio
+                # then logs "Task was destroyed but it is pending" and a failed aclose() at ERROR.
+                call = self._cluster.watch(member).Watch(None, metadata=REQUIRE_LEADER)
                 try:
+                    await call.write(create)
                     async for reply in call:
                         if reply.compact_revision:
                             hub.fail_all(
@@ -308,6 +312,9 @@ class EtcdMetadataStore(MetadataStore):
                 if exc.code() != grpc.StatusCode.CANCELLED:
                     log.info("metadata watch on etcd member %s lost (%s): resuming from revision %d",
                              self._cluster.endpoints[member], exc.details(), revision)
+            except asyncio.InvalidStateError:  # the call ended before the create request was written
+                log.info("metadata watch on etcd member %s ended at once: resuming from revision %d",
+                         self._cluster.endpoints[member], revision)
             member = self._cluster.next_member(member)
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, _WATCH_BACKOFF_MAX)
@@ -317,12 +324,6 @@ class EtcdMetadataStore(MetadataStore):
         if event.type == kv_pb2.Event.DELETE:
             return WatchEvent("delete", key, None, 0)
         return WatchEvent("put", key, event.kv.value, event.kv.version)
-
-
-async def _requests(create: rpc.WatchRequest) -> AsyncIterator[rpc.WatchRequest]:
-    """A watch stream's requests: the one that creates it, then none, without ending the stream."""
-    yield create
-    await asyncio.Event().wait()  # until the call is cancelled
 
 
 def _versioned(kv: kv_pb2.KeyValue) -> Versioned:
