@@ -4,7 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Coroutine
 from typing import Any
+
+
+def stream_task(coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+    """A task serving one side of a stream whose failure its handler learns otherwise (the stream
+    ends either way): its exception counts as retrieved. A server stopping cancels handlers before
+    they await such tasks, and asyncio would log each one's exception at ERROR, with a traceback,
+    at every restart."""
+    task = asyncio.get_running_loop().create_task(coroutine)
+    task.add_done_callback(_retrieve)
+    return task
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 async def cancel_and_wait(task: asyncio.Task[Any] | None, *, swallow_errors: bool = False) -> None:

@@ -31,7 +31,7 @@ from herald.broker.core.service import BrokerService
 from herald.common import errors, tracing
 from herald.common.codec.schema_proto import schema_from_proto, schema_to_proto
 from herald.common.security.authentication import current_role
-from herald.common.tasks import cancel_and_wait
+from herald.common.tasks import cancel_and_wait, stream_task
 from herald.common.transport.rpc import EOF, abort, error_to_proto
 from herald.common.transport.tracing import handshake_span
 
@@ -88,7 +88,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         except BaseException:  # the client vanished while registering: its producer must not linger
             await session.close(drain=False)
             raise
-        writer = asyncio.create_task(_write_receipts(replies, session))
+        writer = stream_task(_write_receipts(replies, session))
         closed = asyncio.create_task(session.wait_closed())
         reads = _Reads(context, closed, writer)
         client_finished = False
@@ -140,7 +140,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
             raise
         # One task sends deliveries and events, and ends when the consumer is closed (one task per
         # consumer beside the stream's own: 100,000 consumers of partitions were 300,000 tasks).
-        sender = asyncio.create_task(_send(replies, session))
+        sender = stream_task(_send(replies, session))
         try:
             while True:
                 request = await _unless(context.read(), sender)
