@@ -89,6 +89,13 @@ def test_every_process_restarted(local_cluster: LocalCluster) -> None:
         process.restart()
         run_for(producer, PHASE_SECONDS / 3)
     history = producer.stop()
+    # Lookup's restart failed the brokers' heartbeats (retried every 0.25 s): each broker tells the
+    # streak in a line, and its end in another, not a line per attempt.
+    for broker in local_cluster.brokers:
+        text = broker.log_path.read_text()
+        failures = [line for line in text.splitlines() if "WARNING" in line and "heartbeat to lookup" in line]
+        assert 1 <= len(failures) <= 2, failures
+        assert "heartbeat to lookup at" in text and "works again after" in text, broker.name
     local_cluster.stop()
     local_cluster.start()
     check(history, read_everything(local_cluster.service_url, topic))

@@ -16,6 +16,7 @@ from herald.api.v1 import lookup_pb2, lookup_pb2_grpc
 from herald.broker.core.ownership import BrokerOwnership
 from herald.broker.core.ports import BrokerUrls
 from herald.common.errors import ServiceNotReadyError
+from herald.common.failure_streak import FailureStreak
 from herald.common.security.authentication import ORIGINAL_PRINCIPAL
 from herald.common.tasks import cancel_and_wait
 from herald.common.transport.rpc import channel_options, error_from_rpc
@@ -95,6 +96,7 @@ class LookupRegistration:
     async def _heartbeats(self) -> None:
         assert self._stub is not None
         delay = self.heartbeat_interval
+        streak = FailureStreak(f"heartbeat to lookup at {self.lookup_address}")
         while True:
             await asyncio.sleep(delay)
             delay = self.heartbeat_interval
@@ -107,12 +109,15 @@ class LookupRegistration:
                     timeout=self.timeout,
                 )
             except grpc.aio.AioRpcError as exc:
-                log.warning("heartbeat to lookup failed: %s", exc.code())
+                if (line := streak.failed(exc.code().name)) is not None:
+                    log.warning("%s", line)
                 self.problem = f"heartbeat to lookup at {self.lookup_address} failed: {exc.code().name}"
                 # Again soon, not a whole interval later: the lease keeps counting down meanwhile,
                 # and a lookup or metadata blip that ends should cost none of it.
                 delay = min(self.heartbeat_interval, HEARTBEAT_RETRY_SECONDS)
                 continue
+            if (line := streak.succeeded()) is not None:
+                log.info("%s", line)
             if response.lease_valid:
                 self.problem = None
             else:
