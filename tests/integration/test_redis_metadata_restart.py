@@ -6,6 +6,7 @@ may not have happened": a retried put could apply twice."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -59,5 +60,33 @@ async def test_reads_after_a_redis_restart_reconnect(redis_server: _Redis) -> No
             found = await store.get("/k")
             assert found is not None and found.value == b"v"
         assert set(await store.list("/")) == {"/k"}
+    finally:
+        await store.close()
+
+
+async def test_an_outage_is_told_in_a_few_lines_not_one_per_retry(
+    redis_server: _Redis, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Redis away for 3 s: the watch's reconnect attempts and the lease reaper's retries each tell
+    their failures in one line (then one every 10 s), and their end in one more."""
+    caplog.set_level(logging.INFO, logger="herald.metadata.redis")
+    store = RedisMetadataStore(f"redis://127.0.0.1:{redis_server.port}/0", reap_interval=0.1)
+    await store.start()
+    try:
+        watch = store.watch("/w/")
+        await store.put("/w/k", b"v")
+        await asyncio.wait_for(anext(watch), 10)
+        redis_server.kill()
+        await asyncio.sleep(3)
+        redis_server.start()
+        await asyncio.sleep(5)  # past the watch's reconnect backoff (3.2 s by then)
+        for what in ("metadata watch reconnecting to redis", "reaping expired leases"):
+            warnings = [r.getMessage() for r in caplog.records
+                        if r.levelno == logging.WARNING and r.getMessage().startswith(what)]
+            ended = [r.getMessage() for r in caplog.records
+                     if r.levelno == logging.INFO and r.getMessage().startswith(what)]
+            assert 1 <= len(warnings) <= 2, warnings
+            assert len(ended) == 1 and "works again after" in ended[0], ended
+        await watch.aclose()
     finally:
         await store.close()

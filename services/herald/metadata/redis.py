@@ -23,6 +23,7 @@ from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from herald.common.errors import BadVersionError, HeraldTimeoutError, InvalidArgumentError, MetadataError
+from herald.common.failure_streak import FailureStreak
 from herald.metadata.store import (
     LeaseExpiredError,
     MetadataStore,
@@ -476,6 +477,7 @@ class RedisMetadataStore(MetadataStore):
                 log.warning("metadata watch connection to redis at %s lost: %s", self._where, exc)
             self._hub.fail_all(self._lost_reason())
             await _close_quietly(self._pubsub)
+            streak = FailureStreak(f"metadata watch reconnecting to redis at {self._where}")
             while True:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, _RECONNECT_BACKOFF_MAX)
@@ -483,7 +485,10 @@ class RedisMetadataStore(MetadataStore):
                     self._pubsub = await self._subscribe()
                     break
                 except (RedisError, OSError, TimeoutError) as exc:
-                    log.warning("metadata watch cannot reconnect to redis at %s: %s", self._where, exc)
+                    if (line := streak.failed(str(exc))) is not None:
+                        log.warning("%s", line)
+            if (line := streak.succeeded()) is not None:
+                log.info("%s", line)
             # Watches opened during the outage may have missed events too.
             self._hub.fail_all(self._lost_reason())
 
@@ -494,6 +499,7 @@ class RedisMetadataStore(MetadataStore):
         )
 
     async def _reap_loop(self) -> None:
+        streak = FailureStreak("reaping expired leases")
         while not self._closed:
             delay = self._reap_interval
             try:
@@ -503,7 +509,11 @@ class RedisMetadataStore(MetadataStore):
                 elif next_expiry_ms >= 0:
                     delay = min(max(next_expiry_ms / 1000, 0.005), self._reap_interval)
             except (MetadataError, HeraldTimeoutError) as exc:
-                log.warning("reaping expired leases failed, retrying: %s", exc)
+                if (line := streak.failed(f"{exc}; retrying")) is not None:
+                    log.warning("%s", line)
+            else:
+                if (line := streak.succeeded()) is not None:
+                    log.info("%s", line)
             self._reaper_wakeup.clear()
             if delay:
                 # asyncio.timeout, not wait_for: 3.11's wait_for can swallow the cancel from close().
