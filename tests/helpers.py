@@ -133,3 +133,13 @@ def unique_topic(prefix: str, namespace: str = "public/default", *, persistent: 
     """A full topic name of its own in `namespace`: `persistent://public/default/<unique name>`."""
     domain = "persistent" if persistent else "non-persistent"
     return f"{domain}://{namespace}/{unique_name(prefix)}"
+
+
+class ManualClock:
+    """A clock for code that takes one (`clock=`): it reads `now`, which the test moves."""
+
+    def __init__(self, now: float = 100.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now

@@ -13,15 +13,9 @@ from herald.proxy.settings import ProxySettings
 from herald.storage.client.node_connection import ADD_BATCH_MAX_BYTES
 from herald.storage.node.settings import StorageSettings
 
+from tests.helpers import ManualClock
+
 MIB = 1024 * 1024
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_a_peers_address_is_its_host_without_the_port() -> None:
@@ -31,7 +25,7 @@ def test_a_peers_address_is_its_host_without_the_port() -> None:
 
 
 def test_connections_past_the_limit_of_one_address_are_refused_and_other_addresses_are_not() -> None:
-    tracker = ConnectionTracker("broker", idle_timeout=10.0, max_per_address=2, clock=Clock())
+    tracker = ConnectionTracker("broker", idle_timeout=10.0, max_per_address=2, clock=ManualClock())
     tracker.enter("ipv4:10.0.0.1:1000")
     tracker.enter("ipv4:10.0.0.1:1001")
     tracker.enter("ipv4:10.0.0.1:1000")  # a call multiplexed on a counted connection
@@ -43,7 +37,7 @@ def test_connections_past_the_limit_of_one_address_are_refused_and_other_address
 
 
 def test_a_connection_stops_counting_as_soon_as_its_last_call_ends() -> None:
-    tracker = ConnectionTracker("lookup", idle_timeout=10.0, max_per_address=1, clock=Clock())
+    tracker = ConnectionTracker("lookup", idle_timeout=10.0, max_per_address=1, clock=ManualClock())
     tracker.enter("ipv4:10.0.0.1:1")
     tracker.enter("ipv4:10.0.0.1:1")
     tracker.leave("ipv4:10.0.0.1:1")
@@ -58,7 +52,7 @@ def test_a_connection_stops_counting_as_soon_as_its_last_call_ends() -> None:
 
 def test_refused_calls_and_hung_up_peers_take_no_place() -> None:
     """An attacker's connections past the limit, refused, then gone: the address's places are free."""
-    tracker = ConnectionTracker("broker", idle_timeout=300.0, max_per_address=2, clock=Clock())
+    tracker = ConnectionTracker("broker", idle_timeout=300.0, max_per_address=2, clock=ManualClock())
     tracker.enter("ipv4:10.0.0.1:1")
     tracker.enter("ipv4:10.0.0.1:2")
     for port in range(3, 10):
@@ -74,7 +68,7 @@ def test_refused_calls_and_hung_up_peers_take_no_place() -> None:
 
 
 def test_a_max_total_counts_live_connections_of_every_address() -> None:
-    tracker = ConnectionTracker("proxy", idle_timeout=10.0, max_total=2, clock=Clock())
+    tracker = ConnectionTracker("proxy", idle_timeout=10.0, max_total=2, clock=ManualClock())
     tracker.enter("ipv4:10.0.0.1:1")
     tracker.enter("ipv4:10.0.0.2:1")
     with pytest.raises(TooManyRequestsError, match=r"limit of 2 client connections \(max_connections\)"):

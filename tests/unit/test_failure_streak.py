@@ -5,17 +5,11 @@ from __future__ import annotations
 
 from herald.common.failure_streak import FailureStreak
 
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.helpers import ManualClock
 
 
 def test_a_streak_is_told_at_its_start_every_interval_and_at_its_end() -> None:
-    clock = Clock()
+    clock = ManualClock()
     streak = FailureStreak("heartbeat to lookup at 10.0.0.1:6660", interval=10.0, clock=clock)
     assert streak.succeeded() is None  # nothing to end
     lines = []
@@ -34,7 +28,7 @@ def test_a_streak_is_told_at_its_start_every_interval_and_at_its_end() -> None:
 
 
 def test_a_new_streak_starts_afresh() -> None:
-    clock = Clock()
+    clock = ManualClock()
     streak = FailureStreak("watch", interval=10.0, clock=clock)
     streak.failed("lost")
     clock.now += 3

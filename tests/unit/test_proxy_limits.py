@@ -9,17 +9,11 @@ from herald.proxy.limits import ConnectionLimiter
 from herald.proxy.metrics import ProxyMetrics
 from herald.proxy.settings import ProxySettings
 
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.helpers import ManualClock
 
 
-def limiter(max_connections: int, idle: float = 10.0) -> tuple[ConnectionLimiter, ProxyMetrics, Clock]:
-    metrics, clock = ProxyMetrics(), Clock()
+def limiter(max_connections: int, idle: float = 10.0) -> tuple[ConnectionLimiter, ProxyMetrics, ManualClock]:
+    metrics, clock = ProxyMetrics(), ManualClock()
     return ConnectionLimiter(max_connections, idle, metrics, "proxy:6660", clock), metrics, clock
 
 

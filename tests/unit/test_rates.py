@@ -7,17 +7,11 @@ import pytest
 from herald.broker.core.rates import RateMeters
 from herald.broker.core.stats import ConsumerStats, ProducerStats, SubscriptionStats, TopicStats, sum_partitions
 
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.helpers import ManualClock
 
 
 def test_a_rate_is_the_growth_since_the_start_while_younger_than_the_window() -> None:
-    clock = Clock()
+    clock = ManualClock()
     meters = RateMeters(window=10.0, clock=clock)
     clock.now += 2
     assert meters.sample({"topic": (50, 5000)}) == {"topic": (25.0, 2500.0)}
@@ -26,7 +20,7 @@ def test_a_rate_is_the_growth_since_the_start_while_younger_than_the_window() ->
 
 
 def test_a_rate_covers_about_the_last_window_once_older() -> None:
-    clock = Clock()
+    clock = ManualClock()
     meters = RateMeters(window=8.0, clock=clock)
     total = 0
     for _ in range(40):  # 10 messages a second for 20 s, sampled every half second
@@ -40,7 +34,7 @@ def test_a_rate_covers_about_the_last_window_once_older() -> None:
 
 
 def test_something_new_starts_from_the_previous_pass_and_gone_meters_are_dropped() -> None:
-    clock = Clock()
+    clock = ManualClock()
     meters = RateMeters(window=10.0, clock=clock)
     clock.now += 4
     meters.sample({"old": (0,)})
@@ -55,7 +49,7 @@ def test_something_new_starts_from_the_previous_pass_and_gone_meters_are_dropped
 
 
 def test_a_counter_that_goes_back_counts_as_no_growth() -> None:
-    clock = Clock()
+    clock = ManualClock()
     meters = RateMeters(window=10.0, clock=clock)
     clock.now += 1
     meters.sample({"c": (10,)})
