@@ -68,7 +68,7 @@ async def test_an_outage_is_told_in_a_few_lines_not_one_per_retry(
     redis_server: _Redis, caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Redis away for 3 s: the watch's reconnect attempts and the lease reaper's retries each tell
-    their failures in one line (then one every 10 s), and their end in one more."""
+    a run of failures in one line (then one every 10 s), and its end in one more."""
     caplog.set_level(logging.INFO, logger="herald.metadata.redis")
     store = RedisMetadataStore(f"redis://127.0.0.1:{redis_server.port}/0", reap_interval=0.1)
     await store.start()
@@ -85,8 +85,10 @@ async def test_an_outage_is_told_in_a_few_lines_not_one_per_retry(
                         if r.levelno == logging.WARNING and r.getMessage().startswith(what)]
             ended = [r.getMessage() for r in caplog.records
                      if r.levelno == logging.INFO and r.getMessage().startswith(what)]
-            assert 1 <= len(warnings) <= 2, warnings
-            assert len(ended) == 1 and "works again after" in ended[0], ended
+            # One streak, or a second short one as the restarted server's first connections settle;
+            # one line per attempt would be dozens (the reaper retries every 0.1 s).
+            assert 1 <= len(warnings) <= 3, warnings
+            assert ended and all("works again after" in line for line in ended), ended
         await watch.aclose()
     finally:
         await store.close()
